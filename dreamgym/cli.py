@@ -1,0 +1,51 @@
+"""The `dreamgym` command line: one subcommand per job, each implemented by the module that owns it.
+
+Owns: the list of subcommands and their one-line help. Each entry points at a `main(argv) -> int` function
+in its own module, imported only when that subcommand runs (so `dreamgym --help` is fast and a missing
+optional dependency only affects its own subcommand).
+Must not know: how any subcommand works.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "quickstart": ("dreamgym.pipeline:quickstart_main",
+                   "the full recipe on one environment with the tiny preset (the README's main job)"),
+    "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
+    "train-em": ("dreamgym.experience_model:train_main", "train the reasoning experience model (SFT)"),
+    "eval-em": ("dreamgym.fidelity:main", "fidelity of the experience model on held-out real transitions"),
+    "train": ("dreamgym.pipeline:train_main", "train an agent: algo=grpo|ppo|sft|dpo, mode=real|dream|s2r"),
+    "eval": ("dreamgym.evaluate:main", "evaluate a policy on held-out real test tasks"),
+    "table": ("dreamgym.table:main", "reproduce the shape of the paper's Table 1 at small scale"),
+    "serve-model": ("dreamgym.llm.server:main", "serve a local model as an OpenAI-compatible endpoint"),
+    "webshop": ("dreamgym.envs.webshop.server:cli_main", "WebShop tools: `dreamgym webshop serve`"),
+    "alfworld": ("dreamgym.envs.alfworld.games:cli_main", "ALFWorld tools: `dreamgym alfworld generate`"),
+    "presets": ("dreamgym.presets:main", "build or inspect model presets (tiny, smollm2-135m)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print("usage: dreamgym <command> [args...]   (dreamgym <command> --help for details)\n\ncommands:")
+        for name, (_, help_) in COMMANDS.items():
+            print(f"  {name:<12} {help_}")
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"dreamgym: unknown command {name!r}; run `dreamgym --help`", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[name][0].split(":")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as e:
+        print(f"dreamgym {name}: not available ({e})", file=sys.stderr)
+        return 2
+    return int(fn(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Types of the LLM seam. A request is a list of OpenAI-style chat messages; a completion carries text,
+generated token ids, per-token logprobs and a finish reason so trainers can train on exactly what was sampled.
+
+Must not know: any backend, environments, trainers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+ChatRequest = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}, ...]
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_tokens: int = 128
+    """Upper bound on generated tokens per request."""
+    stop: list[str] = field(default_factory=list)
+    """Generation stops at the first of these strings; the stop string is kept in the text."""
+    seed: int | None = None
+    """Seed for sampling; the same seed and inputs give the same outputs on the same backend."""
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    """Generated token ids (prompt excluded), exactly the ones sampled."""
+    logprobs: list[float] = field(default_factory=list)
+    """log p(token_ids[i] | prompt, token_ids[:i]) under the sampling distribution's model (temperature 1)."""
+    finish_reason: str = "stop"
+    """'stop' (eos or stop string), 'length' (max_tokens reached) or 'error'."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    """The prompt as the backend tokenized it (empty for backends that cannot say)."""
+
+
+@runtime_checkable
+class LLM(Protocol):
+    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
+        """One completion per request, in order."""
+        ...

