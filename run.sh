@@ -6,9 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${DREAMGYM_VENV:-.venv}
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PY=${PYTHON:-python3}
 
 setup() {
+  # Some sdists (fast-downward for alfworld) run a bare `python` while building: it must be the venv's.
+  export PATH="$VENV/bin:$PATH"
   if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
   fi

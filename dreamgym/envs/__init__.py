@@ -2,7 +2,23 @@
 
 Owns: the registration table (entry points are strings, so importing this module loads no environment).
 Must not know: models, torch, trainers.
+
+Every environment family is a module or package here that exposes the same small surface, which the
+collector, the experience model, the curriculum and evaluation use without knowing the family:
+
+- `make_env(split: str = "train", **kwargs) -> TextEnv`
+- `tasks(split: str) -> list[Task]` (splits: "train" and "test"; ALFWorld adds "valid_seen"/"valid_unseen")
+- `POLICIES: dict[str, type]`: scripted policies by name ("oracle"/"expert", "noisy", "random"); each is
+  constructed as `cls(seed: int)` and offers `reset(task, obs, info)` and `act(obs, info) -> str`
+- `admissible_from_state(state: str) -> list[str]`: the actions an abstract state offers
+- `parse_goal(instruction: str) -> dict | None`: the structured goal, or None when not well-formed
+- `explain(transition: Transition) -> str`: the environment-grounded reasoning trace for a transition
+
+`family(name)` imports one of them by name.
 """
+
+import importlib
+from types import ModuleType
 
 import gymnasium
 
@@ -17,3 +33,17 @@ for _id, _entry in _REGISTRY.items():
     if _id not in gymnasium.registry:
         # No step limit wrapper: each env enforces its own limit and the contract's after-end behaviour.
         gymnasium.register(id=_id, entry_point=_entry, disable_env_checker=True, order_enforce=False)
+
+FAMILIES = {
+    "dial": "dreamgym.envs.dial",
+    "webshop": "dreamgym.envs.webshop",
+    "alfworld": "dreamgym.envs.alfworld",
+    "textworld": "dreamgym.envs.textworld_env",
+}
+
+
+def family(name: str) -> ModuleType:
+    """The family module for `name` (see the module docstring for what it exposes)."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown environment family {name!r}; known: {', '.join(FAMILIES)}")
+    return importlib.import_module(FAMILIES[name])

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from dreamgym.env import TextEnv
-from dreamgym.types import Task
+from dreamgym.types import Task, Transition
 
 ACTIONS = ("turn up", "turn down", "submit")
 DIAL_MIN, DIAL_MAX = 0, 9
@@ -118,3 +118,59 @@ class DialEnv(TextEnv):
         info["won"] = reward == 1.0
         truncated = not terminated and self.t >= self.max_steps
         return obs, reward, terminated, truncated, info
+
+
+def tasks(split: str = "train") -> list[Task]:
+    return make_tasks(split)
+
+
+def make_env(split: str = "train", **kwargs: Any) -> DialEnv:
+    return DialEnv(split=split, **kwargs)
+
+
+class ExpertPolicy:
+    """Always the shortest path: turn toward the target, submit on it."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+        self.target = 0
+
+    def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
+        self.target = int(task.goal["target"])
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        return expert_action(parse_state(info["abstract_state"]) or 0, self.target)
+
+
+class NoisyPolicy(ExpertPolicy):
+    """The expert with a 25% chance of a random action: detours, overshoots and early submits."""
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        if self.rng.random() < 0.25:
+            return self.rng.choice(ACTIONS)
+        return super().act(obs, info)
+
+
+class RandomPolicy(ExpertPolicy):
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        return self.rng.choice(info.get("admissible_actions") or list(ACTIONS))
+
+
+POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "random": RandomPolicy}
+
+
+def explain(tr: "Transition") -> str:
+    """Environment-grounded reasoning trace: what the action does to the dial and why the reward is what it is."""
+    before, after = parse_state(tr.state), parse_state(tr.next_state)
+    target = tr.task.goal.get("target")
+    a = " ".join(tr.action.lower().split())
+    if a == "submit":
+        verdict = "equals" if before == target else "does not equal"
+        return (f"The dial shows {before} and the target is {target}. Submitting ends the episode; the value "
+                f"{verdict} the target, so the reward is {tr.reward:g}.")
+    if a in ("turn up", "turn down"):
+        if before == after:
+            return f"The dial is at its limit {before}, so turning {a.split()[1]} changes nothing. Reward 0."
+        return (f"Turning {a.split()[1]} moves the dial from {before} to {after}; the target is {target}, the "
+                f"episode continues with reward 0.")
+    return f"'{tr.action}' is not a dial action, so nothing happens; the dial stays at {before}. Reward 0."
