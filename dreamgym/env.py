@@ -93,11 +93,43 @@ class TextEnv(gymnasium.Env[str, str]):
         if self._done:
             info = dict(self._last_info, episode_over=True)
             return (f"{self._last_obs}\n{EPISODE_OVER_NOTICE}", 0.0, self._terminated, self._truncated, info)
-        obs, reward, terminated, truncated, info = self._step(action)
+        return self._record(*self._step(action))
+
+    def _record(self, obs: str, reward: float, terminated: bool, truncated: bool,
+                info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Bookkeeping shared by `step` and `step_batch`: end flags, last observation, completed info."""
         self._terminated, self._truncated = bool(terminated), bool(truncated)
         self._done = self._terminated or self._truncated
         self._last_obs, self._last_info = obs, self._complete_info(info, obs)
         return obs, float(reward), self._terminated, self._truncated, self._last_info
+
+    # Batched stepping. Environments whose steps are cheap to batch (the synthetic environment: one model
+    # call for the whole batch) set `batched_step = True` and override `_step_batch`; the rollout engine
+    # then calls `step_batch` once per turn instead of stepping each env in a thread.
+    batched_step: bool = False
+
+    @classmethod
+    def _step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+        return [e._step(a) for e, a in zip(envs, actions)]
+
+    @classmethod
+    def step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+        """Step many environments of this class at once; same results as calling `step` on each."""
+        if len(envs) != len(actions):
+            raise ValueError(f"step_batch: {len(envs)} envs but {len(actions)} actions")
+        actions = [a if isinstance(a, str) else str(a) for a in actions]
+        results: list[Any] = [None] * len(envs)
+        live = []
+        for i, e in enumerate(envs):
+            if e._done:
+                results[i] = e.step(actions[i])  # the after-termination answer
+            else:
+                live.append(i)
+        if live:
+            raw = cls._step_batch([envs[i] for i in live], [actions[i] for i in live])
+            for i, out in zip(live, raw):
+                results[i] = envs[i]._record(*out)
+        return results
 
     def close(self) -> None:
         self._closed = True

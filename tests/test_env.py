@@ -84,3 +84,17 @@ class _NeverEnds(DialEnv):
 def test_check_env_catches_broken_envs(broken, message):
     with pytest.raises(CheckEnvError, match=message):
         check_env(broken())
+
+
+def test_step_batch_matches_step():
+    a = [DialEnv() for _ in range(3)]
+    b = [DialEnv() for _ in range(3)]
+    for i, (x, y) in enumerate(zip(a, b)):
+        x.reset(seed=i)
+        y.reset(seed=i)
+    for actions in (["turn up", "submit", "bogus"], ["turn down", "turn up", "submit"]):
+        batched = DialEnv.step_batch(a, actions)
+        single = [e.step(act) for e, act in zip(b, actions)]
+        assert [r[:4] for r in batched] == [r[:4] for r in single]
+    # The env that submitted in the first batch answers with the episode-over notice.
+    assert batched[1][4].get("episode_over") is True
