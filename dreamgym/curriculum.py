@@ -1,0 +1,244 @@
+"""Curriculum task generator: find the tasks whose outcomes vary most and ask the model for harder variants.
+
+Owns: reward-variance bookkeeping per task (or per embedding cluster for PPO), seed-task selection, the
+variant-writing and selection prompts, validation through the environment family's goal parser, the task
+pool with the λ cap on generated tasks, and the lineage / variance log.
+Must not know: torch, trainers, how the LLM is served (it only sees the `LLM` seam).
+
+Paper (DesignDoc §1): V_τ = (1/n) Σ (r_i − r̄)²; tasks with the highest V_τ are the seeds; the same LLM as the
+experience model writes harder variants and a selection step keeps the most "challenging but feasible"
+one; λ caps the share of generated tasks. Our choices: the top `n_seeds` tasks with V_τ > 0, `n_variants`
+candidates each, selection by a numbered-choice prompt (a malformed choice falls back to the first valid
+candidate and is counted), λ applied when sampling a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dreamgym.llm.base import LLM, SamplingParams
+from dreamgym.types import Task
+
+VARIANT_SYSTEM = (
+    "You design training tasks for an agent. Given a task the agent sometimes solves and sometimes fails, "
+    "write harder variants of it that are still feasible in the same environment. Write each variant on its "
+    "own line as `Variant: <instruction>` in the same style as the original."
+)
+SELECT_SYSTEM = (
+    "You pick the training task that is most challenging but still feasible for the agent. "
+    "Answer with `Choice: <number>` only."
+)
+
+
+def reward_variance(rewards: list[float]) -> float:
+    """V_τ = (1/n) Σ (r_i − r̄)² (population variance; 0 for a single rollout)."""
+    if not rewards:
+        return 0.0
+    r = np.asarray(rewards, dtype=np.float64)
+    return float(((r - r.mean()) ** 2).mean())
+
+
+def cluster_groups(task_ids: list[str], rewards: list[float], embeddings: np.ndarray, n_clusters: int,
+                   seed: int = 0, iters: int = 20) -> dict[str, list[float]]:
+    """For PPO (one rollout per task): k-means the task embeddings (n, d) and give every task the rewards of
+    its whole cluster, so V_τ measures how mixed the outcomes of similar tasks are."""
+    n = len(task_ids)
+    k = max(1, min(n_clusters, n))
+    rng = np.random.default_rng(seed)
+    x = np.asarray(embeddings, dtype=np.float64)
+    centers = x[rng.choice(n, size=k, replace=False)]
+    for _ in range(iters):
+        labels = ((x[:, None, :] - centers[None]) ** 2).sum(-1).argmin(1)
+        new = np.stack([x[labels == c].mean(0) if (labels == c).any() else centers[c] for c in range(k)])
+        if np.allclose(new, centers):
+            break
+        centers = new
+    out: dict[str, list[float]] = {}
+    for c in range(k):
+        members = [i for i in range(n) if labels[i] == c]
+        rs = [float(rewards[i]) for i in members]
+        for i in members:
+            out.setdefault(task_ids[i], []).extend(rs)
+    return out
+
+
+@dataclass
+class CurriculumConfig:
+    enabled: bool = True
+    """Switch the curriculum off for the no-task-generation ablation."""
+    n_seeds: int = 4
+    """How many highest-variance tasks seed new variants each iteration."""
+    n_variants: int = 4
+    """Candidate variants the model writes per seed task."""
+    max_share: float = 0.3
+    """λ: at most this share of each sampled batch comes from generated tasks."""
+    temperature: float = 0.9
+    """Sampling temperature for variant writing (selection is greedy)."""
+    max_tokens: int = 160
+    """Token budget for the variant-writing completion."""
+    pool_limit: int = 200
+    """Most generated tasks kept; the oldest are dropped first."""
+
+    def validate(self) -> None:
+        if not 0.0 <= self.max_share <= 1.0:
+            raise ValueError(f"curriculum.max_share must be in [0, 1], got {self.max_share}")
+        if self.n_seeds < 0 or self.n_variants < 1:
+            raise ValueError("curriculum.n_seeds must be >= 0 and curriculum.n_variants >= 1")
+
+
+@dataclass
+class CurriculumStats:
+    proposed: int = 0
+    valid: int = 0
+    dropped_invalid: int = 0
+    dropped_duplicate: int = 0
+    selection_fallbacks: int = 0
+    added: int = 0
+
+    @property
+    def valid_share(self) -> float:
+        return self.valid / self.proposed if self.proposed else 0.0
+
+
+class Curriculum:
+    """Task pool + variance-driven generation. `sample` draws a batch; `update` takes the iteration's
+    rewards per task and grows the pool with validated harder variants."""
+
+    def __init__(self, base_tasks: list[Task], parse_goal: Callable[[str], dict[str, Any] | None],
+                 llm: LLM | None, config: CurriculumConfig | None = None, seed: int = 0,
+                 log_path: str | Path | None = None):
+        if not base_tasks:
+            raise ValueError("the curriculum needs at least one base task")
+        self.base = list(base_tasks)
+        self.generated: list[Task] = []
+        self.parse_goal = parse_goal
+        self.llm = llm
+        self.config = config or CurriculumConfig()
+        self.rng = random.Random(seed)
+        self.stats = CurriculumStats()
+        self.variance_log: list[dict[str, Any]] = []
+        self.log_path = Path(log_path) if log_path else None
+        self._known = {t.instruction.strip().lower() for t in self.base}
+
+    # -- sampling ---------------------------------------------------------------------------------------
+    def sample(self, n: int) -> list[Task]:
+        """n tasks; at most ⌊λ·n⌋ generated ones (λ = config.max_share)."""
+        n_gen = min(len(self.generated), int(self.config.max_share * n)) if self.config.enabled else 0
+        picked = self.rng.sample(self.generated, n_gen) if n_gen else []
+        picked += [self.rng.choice(self.base) for _ in range(n - n_gen)]
+        self.rng.shuffle(picked)
+        return picked
+
+    # -- generation -------------------------------------------------------------------------------------
+    def _variant_request(self, task: Task) -> list[dict[str, str]]:
+        return [{"role": "system", "content": VARIANT_SYSTEM},
+                {"role": "user", "content": f"Task: {task.instruction}\nWrite {self.config.n_variants} harder variants."}]
+
+    def _select_request(self, task: Task, candidates: list[str]) -> list[dict[str, str]]:
+        listing = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(candidates))
+        return [{"role": "system", "content": SELECT_SYSTEM},
+                {"role": "user", "content": f"Original: {task.instruction}\nCandidates:\n{listing}"}]
+
+    @staticmethod
+    def parse_variants(text: str) -> list[str]:
+        out = []
+        for line in text.splitlines():
+            m = re.match(r"\s*(?:variant\s*\d*\s*:|\d+[.)])\s*(.+)", line, flags=re.I)
+            if m and m.group(1).strip():
+                out.append(m.group(1).strip())
+        return out
+
+    def update(self, iteration: int, rewards_by_task: dict[str, list[float]],
+               tasks_by_id: dict[str, Task]) -> dict[str, float]:
+        """Record V_τ per task; when enabled, generate validated variants of the top-variance tasks."""
+        variances = {tid: reward_variance(rs) for tid, rs in rewards_by_task.items()}
+        for tid, v in variances.items():
+            self.variance_log.append({"iteration": iteration, "task_id": tid, "variance": v,
+                                      "n": len(rewards_by_task[tid]),
+                                      "mean_reward": float(np.mean(rewards_by_task[tid]))})
+        report = {"curriculum/mean_variance": float(np.mean(list(variances.values()))) if variances else 0.0,
+                  "curriculum/informative_tasks": float(sum(v > 0 for v in variances.values()))}
+        if self.config.enabled and self.llm is not None and self.config.n_seeds > 0:
+            seeds = [tasks_by_id[t] for t, v in sorted(variances.items(), key=lambda kv: -kv[1])
+                     if v > 0 and t in tasks_by_id][: self.config.n_seeds]
+            added = self._generate(iteration, seeds)
+            report["curriculum/added"] = float(len(added))
+        report.update({"curriculum/generated_pool": float(len(self.generated)),
+                       "curriculum/valid_share": self.stats.valid_share,
+                       "curriculum/proposed_total": float(self.stats.proposed)})
+        self._write_log(iteration)
+        return report
+
+    def _generate(self, iteration: int, seeds: list[Task]) -> list[Task]:
+        if not seeds:
+            return []
+        assert self.llm is not None
+        params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.max_tokens,
+                                seed=self.rng.randrange(2**31))
+        outs = self.llm.generate([self._variant_request(t) for t in seeds], params)
+        valid_per_seed: list[list[tuple[str, dict[str, Any]]]] = []
+        for text in (o.text for o in outs):
+            cands = self.parse_variants(text)[: self.config.n_variants]
+            self.stats.proposed += len(cands) or 1  # an answer with no parsable variant counts as one bad proposal
+            keep = []
+            for c in cands:
+                goal = self.parse_goal(c)
+                if goal is None:
+                    self.stats.dropped_invalid += 1
+                elif c.strip().lower() in self._known:
+                    self.stats.dropped_duplicate += 1
+                else:
+                    self.stats.valid += 1
+                    keep.append((c, goal))
+            if not cands:
+                self.stats.dropped_invalid += 1
+            valid_per_seed.append(keep)
+        # Selection: one greedy call for every seed that has a choice to make.
+        choosing = [i for i, k in enumerate(valid_per_seed) if len(k) > 1]
+        choice = {i: 0 for i, k in enumerate(valid_per_seed) if k}
+        if choosing:
+            sel = self.llm.generate([self._select_request(seeds[i], [c for c, _ in valid_per_seed[i]])
+                                     for i in choosing], SamplingParams(temperature=0.0, max_tokens=8))
+            for i, o in zip(choosing, sel):
+                m = re.search(r"(\d+)", o.text)
+                j = int(m.group(1)) - 1 if m else -1
+                if 0 <= j < len(valid_per_seed[i]):
+                    choice[i] = j
+                else:
+                    self.stats.selection_fallbacks += 1
+        added = []
+        for i, j in choice.items():
+            text, goal = valid_per_seed[i][j]
+            if text.strip().lower() in self._known:  # another seed's selected variant in this same round
+                self.stats.dropped_duplicate += 1
+                continue
+            parent = seeds[i]
+            merged = dict(parent.goal)
+            merged.update(goal)
+            t = Task(id=f"{parent.id}~g{iteration}.{len(self.generated) + len(added)}", env=parent.env,
+                     instruction=text, goal=merged, split="generated", parent_id=parent.id, iteration=iteration)
+            added.append(t)
+            self._known.add(text.strip().lower())
+        self.generated.extend(added)
+        self.generated = self.generated[-self.config.pool_limit:]
+        self.stats.added += len(added)
+        return added
+
+    def _write_log(self, iteration: int) -> None:
+        if self.log_path is None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"iteration": iteration, "stats": vars(self.stats) | {"valid_share": self.stats.valid_share},
+                                 "lineage": [{"id": t.id, "parent": t.parent_id, "iteration": t.iteration,
+                                              "instruction": t.instruction} for t in self.generated
+                                             if t.iteration == iteration],
+                                 "variance": [r for r in self.variance_log if r["iteration"] == iteration]}) + "\n")

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups, reward_variance
+from dreamgym.envs.dial import make_tasks, parse_goal
+from dreamgym.llm.fake import FakeLLM
+
+
+def test_reward_variance_formula():
+    assert reward_variance([1, 1, 1, 1]) == 0.0
+    assert reward_variance([0, 0, 0, 0]) == 0.0
+    assert reward_variance([1, 0, 1, 0]) == pytest.approx(0.25)  # the maximum, an even mix
+    assert reward_variance([1, 0, 0, 0]) == pytest.approx(0.1875)  # (0.75² + 3·0.25²) / 4
+
+
+def _fake(req):
+    content = req[-1]["content"]
+    if content.startswith("Original:"):
+        return "Choice: 2"
+    return ("Variant: set the dial to 9 and press submit\n"
+            "Variant: set the dial to 8 and press submit\n"
+            "Variant: make me a sandwich\n"
+            "Variant: set the dial to 99 and press submit")
+
+
+def test_curriculum_generates_validated_variants_with_lineage(tmp_path):
+    base = [t for t in make_tasks("train") if t.goal["target"] <= 5]
+    cur = Curriculum(base, parse_goal, FakeLLM(_fake), CurriculumConfig(n_seeds=2, max_share=0.25), seed=0,
+                     log_path=tmp_path / "curriculum.jsonl")
+    by_id = {t.id: t for t in base}
+    rewards = {base[0].id: [1, 0, 1, 0], base[1].id: [1, 0, 0, 0], base[2].id: [1, 1, 1, 1]}
+    report = cur.update(0, rewards, by_id)
+    # Two seeds (the two informative tasks), each proposing 4: two valid, two invalid.
+    assert cur.stats.proposed == 8 and cur.stats.valid == 4 and cur.stats.dropped_invalid == 4
+    assert report["curriculum/informative_tasks"] == 2.0
+    # The selection prompt chose candidate 2 for both seeds; the second seed's copy is a duplicate.
+    assert [t.instruction for t in cur.generated] == ["set the dial to 8 and press submit"]
+    assert cur.stats.dropped_duplicate == 1
+    assert cur.generated[0].parent_id == base[0].id and cur.generated[0].iteration == 0
+    assert cur.generated[0].goal["target"] == 8
+    batch = cur.sample(100)
+    assert sum(t.split == "generated" for t in batch) <= 25
+    assert (tmp_path / "curriculum.jsonl").read_text().count("\n") == 1
+
+
+def test_curriculum_disabled_and_uninformative_groups_generate_nothing():
+    base = make_tasks("train")
+    llm = FakeLLM(_fake)
+    cur = Curriculum(base, parse_goal, llm, CurriculumConfig(enabled=False))
+    cur.update(0, {base[0].id: [1, 0]}, {t.id: t for t in base})
+    assert not cur.generated and not llm.calls
+    cur = Curriculum(base, parse_goal, llm, CurriculumConfig())
+    cur.update(0, {base[0].id: [1, 1]}, {t.id: t for t in base})
+    assert not cur.generated and not llm.calls
+
+
+def test_cluster_groups_pools_rewards_of_similar_tasks():
+    emb = np.array([[1, 0], [0.99, 0.01], [0, 1], [0.01, 0.99]])
+    groups = cluster_groups(["a", "b", "c", "d"], [1, 0, 1, 1], emb, n_clusters=2)
+    assert sorted(groups["a"]) == [0, 1] and sorted(groups["c"]) == [1, 1]
