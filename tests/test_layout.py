@@ -1,0 +1,87 @@
+"""Layout rules, enforced by reading imports (transitively inside the package, without importing anything).
+
+- environments, the replay buffer and the curriculum never import torch (or a model library) or a trainer;
+- trainers and the rollout engine never import a concrete environment;
+- every module opens with a docstring.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "dreamgym"
+HEAVY = ("torch", "transformers", "peft", "sentence_transformers", "accelerate", "trl")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _imports(name: str) -> set[str]:
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    out = set()
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def _closure(name: str) -> set[str]:
+    """Every module reachable from `name` through imports of dreamgym modules (plus the leaves)."""
+    seen, stack, leaves = set(), [name], set()
+    while stack:
+        cur = stack.pop()
+        if cur in seen:
+            continue
+        seen.add(cur)
+        for imp in _imports(cur):
+            if imp in MODULES:
+                stack.append(imp)
+                # importing a submodule imports its parents' __init__
+                parts = imp.split(".")
+                stack.extend(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES)
+            leaves.add(imp)
+    return leaves | seen
+
+
+def _light(name: str) -> bool:
+    return name.startswith(("dreamgym.env", "dreamgym.envs")) or name in ("dreamgym.buffer", "dreamgym.curriculum")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _light(n)))
+def test_envs_buffer_curriculum_import_no_torch_or_trainer(name):
+    reached = _closure(name)
+    bad = sorted(m for m in reached if m.split(".")[0] in HEAVY or m.startswith(("dreamgym.trainers", "dreamgym.rollout")))
+    assert not bad, f"{name} reaches {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(("dreamgym.trainers", "dreamgym.rollout", "dreamgym.algos"))))
+def test_trainers_import_no_concrete_environment(name):
+    reached = _closure(name)
+    bad = sorted(m for m in reached if m.startswith("dreamgym.envs"))
+    assert not bad, f"{name} reaches {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_opens_with_a_docstring(name):
+    tree = ast.parse(MODULES[name].read_text())
+    assert ast.get_docstring(tree), f"{name} has no module docstring"
