@@ -1,0 +1,34 @@
+import json
+import subprocess
+import sys
+
+from dreamgym.cli import COMMANDS, main
+from dreamgym.metrics import MetricsLogger, read_metrics
+
+
+def test_metrics_jsonl_and_tensorboard(tmp_path):
+    log = MetricsLogger(tmp_path)
+    log.log(1, {"loss": 0.5, "note": "x", "skip": [1]}, prefix="train/")
+    log.log(2, {"loss": 0.25}, prefix="train/")
+    log.close()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["train/loss"] for r in rows] == [0.5, 0.25] and rows[0]["train/note"] == "x"
+    assert "train/skip" not in rows[0]
+    assert any((tmp_path / "tb").iterdir())
+    # A torn last line (killed writer) is skipped, the rest still reads.
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 3, "train/lo')
+    assert len(read_metrics(tmp_path / "metrics.jsonl")) == 2
+
+
+def test_cli_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+    assert main(["no-such-command"]) == 2
+
+
+def test_cli_entry_point_runs_as_module():
+    res = subprocess.run([sys.executable, "-m", "dreamgym.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "collect" in res.stdout
