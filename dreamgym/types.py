@@ -24,8 +24,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if hasattr(value, "item"):  # numpy / torch scalars
-        return value.item()
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays (`.item()` fails on arrays)
+        return _jsonable(value.tolist())
     return str(value)
 
 
@@ -50,6 +50,9 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Task":
+        missing = [k for k in ("id", "env", "instruction") if k not in d]
+        if missing:  # a silent default would turn a broken record into a task with id {}
+            raise KeyError(f"task record lacks required field(s) {', '.join(missing)}")
         return cls(**{f.name: d.get(f.name, f.default if f.default is not dataclasses.MISSING else {})
                       for f in dataclasses.fields(cls)})
 

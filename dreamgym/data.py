@@ -1,0 +1,486 @@
+"""The trajectory store: JSONL and Parquet files of `Trajectory` records, chat export, ShareGPT import.
+
+Owns: the on-disk record schema (one trajectory per record), crash-safe JSONL appends, atomic Parquet
+writes, the OpenAI chat-message form used by SFT tools, and the ShareGPT-style import.
+Must not know: environments, policies, models, torch, the replay buffer.
+
+Record schema (identical in JSONL and Parquet, so JSONL -> Parquet -> `datasets` is lossless)::
+
+    id, source ("real"|"synthetic"), seed, policy, policy_version, initial_state, won,
+    start_time, wall_time_s, total_reward,
+    task:  {id, env, instruction, goal_json, split, parent_id, iteration}
+    steps: [{state, action, reward, terminated, truncated, next_state, info_json, reasoning}]
+    messages: [{role, content}]          # derived: `to_chat_messages(traj)`, for SFT tools
+
+`task.goal` and `step.info` are free-form dicts whose keys and value types differ between environments
+and even between steps. Arrow (Parquet, `datasets`) needs one type per column, so both are stored as
+JSON strings (`goal_json`, `info_json`); `record_to_trajectory` decodes them. This keeps every file
+loadable with `datasets.load_dataset("json" | "parquet", data_files=...)` without a schema, and keeps
+ints ints (Arrow would otherwise widen a column that mixes 1 and 0.5). Pass `features=hf_features()`
+to `load_dataset("json", ...)` for very large JSONL files whose first block has only nulls in an
+optional column (datasets infers the type from the first block). Readers also accept plain `goal` /
+`info` dicts, so hand-written JSONL works.
+
+Crash safety: `JsonlWriter` appends one record per `write` and fsyncs each, so a killed writer loses at
+most the record it was writing; the torn line it leaves raises `TornTailError` on read (never reads as
+valid) and is set aside (to `<file>.torn`) by the next writer before it appends. Whole files (Parquet,
+`write_jsonl`) are written to a temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from dreamgym.paths import atomic_write_bytes
+from dreamgym.types import Step, Task, Trajectory, _jsonable
+
+DEFAULT_SYSTEM_PROMPT = ("You are an agent acting in a text environment. Each user turn shows the current "
+                         "state; answer with exactly one action.")
+
+
+class TrajectoryFormatError(ValueError):
+    """A trajectory file could not be read; the message names the file and (for JSONL) the line."""
+
+    def __init__(self, path: str | Path, line: int | None, reason: str):
+        self.path, self.line, self.reason = str(path), line, reason
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {reason}")
+
+
+class TornTailError(TrajectoryFormatError):
+    """The last line of a JSONL file is incomplete (a writer was killed mid-record)."""
+
+
+# --------------------------------------------------------------------------------------------- records
+
+def trajectory_to_record(traj: Trajectory, messages: bool = True) -> dict[str, Any]:
+    """The flat, Arrow-friendly record for one trajectory (see the module docstring for the schema)."""
+    t = traj.task
+    rec: dict[str, Any] = {
+        "id": traj.id,
+        "source": traj.source,
+        "seed": None if traj.seed is None else int(traj.seed),
+        "policy": traj.policy,
+        "policy_version": str(traj.policy_version),
+        "initial_state": traj.initial_state,
+        "won": bool(traj.won),
+        "start_time": float(traj.start_time),
+        "wall_time_s": float(traj.wall_time_s),
+        "total_reward": traj.total_reward,
+        "task": {"id": t.id, "env": t.env, "instruction": t.instruction,
+                 "goal_json": _dump(t.goal), "split": t.split, "parent_id": t.parent_id,
+                 "iteration": None if t.iteration is None else int(t.iteration)},
+        "steps": [{"state": s.state, "action": s.action, "reward": float(s.reward),
+                   "terminated": bool(s.terminated), "truncated": bool(s.truncated),
+                   "next_state": s.next_state, "info_json": _dump(s.info), "reasoning": s.reasoning}
+                  for s in traj.steps],
+    }
+    if messages:
+        rec["messages"] = to_chat_messages(traj)
+    return rec
+
+
+def record_to_trajectory(rec: dict[str, Any]) -> Trajectory:
+    """Inverse of `trajectory_to_record`; also accepts `Trajectory.to_dict()` output (plain dicts)."""
+    task = dict(rec["task"])
+    task["goal"] = _load_json_field(task, "goal")
+    steps = []
+    for s in rec["steps"]:
+        s = dict(s)
+        s["info"] = _load_json_field(s, "info")
+        steps.append(s)
+    d = {k: v for k, v in rec.items() if k not in ("messages", "task", "steps", "total_reward")}
+    d["task"], d["steps"] = task, steps
+    return Trajectory.from_dict(d)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=True)
+
+
+def _load_json_field(d: dict[str, Any], name: str) -> dict[str, Any]:
+    raw = d.pop(name + "_json", None)
+    if raw is None:
+        value = d.get(name) or {}
+    else:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    task = pa.struct([("id", pa.string()), ("env", pa.string()), ("instruction", pa.string()),
+                      ("goal_json", pa.string()), ("split", pa.string()), ("parent_id", pa.string()),
+                      ("iteration", pa.int64())])
+    step = pa.struct([("state", pa.string()), ("action", pa.string()), ("reward", pa.float64()),
+                      ("terminated", pa.bool_()), ("truncated", pa.bool_()), ("next_state", pa.string()),
+                      ("info_json", pa.string()), ("reasoning", pa.string())])
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    return pa.schema([("id", pa.string()), ("source", pa.string()), ("seed", pa.int64()),
+                      ("policy", pa.string()), ("policy_version", pa.string()),
+                      ("initial_state", pa.string()), ("won", pa.bool_()), ("start_time", pa.float64()),
+                      ("wall_time_s", pa.float64()), ("total_reward", pa.float64()), ("task", task),
+                      ("steps", pa.list_(step)), ("messages", pa.list_(message))])
+
+
+def hf_features():
+    """`datasets.Features` of a trajectory record, for `load_dataset("json", ..., features=hf_features())`."""
+    import datasets
+
+    return datasets.Features.from_arrow_schema(_arrow_schema())
+
+
+# ----------------------------------------------------------------------------------------------- JSONL
+
+class JsonlWriter:
+    """Append trajectories to a JSONL file, one fsynced record per line.
+
+    Use as a context manager. Each record is a single `os.write` on an `O_APPEND` descriptor followed by
+    `fsync`, so a process killed at any moment leaves every earlier record intact and at most one torn
+    line at the end. On open, such a torn tail (bytes after the last newline that do not parse) is moved
+    to `<path>.torn` and cut off, so new records never get glued onto garbage; a final line that parses
+    but lacks its newline (a file from another tool) just gets the newline.
+    """
+
+    def __init__(self, path: str | Path, messages: bool = True):
+        self.path = Path(path)
+        self.messages = messages
+        self.count = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._repair_tail()
+
+    def _repair_tail(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as fh:
+            # Read backwards in blocks until the last newline: records can be large.
+            block, pos, tail = 1 << 16, size, b""
+            while pos > 0:
+                start = max(0, pos - block)
+                fh.seek(start)
+                chunk = fh.read(pos - start)
+                tail = chunk + tail
+                pos = start
+                if b"\n" in chunk:
+                    break
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n") + 1  # 0 when the file has a single, unterminated line
+        torn = tail[cut:]
+        try:
+            json.loads(torn)
+            _write_all(self._fd, b"\n")
+            return
+        except ValueError:
+            pass
+        with open(str(self.path) + ".torn", "ab") as side:
+            side.write(torn + b"\n")
+            side.flush()
+            os.fsync(side.fileno())
+        os.ftruncate(self._fd, size - len(torn))
+        os.fsync(self._fd)
+
+    def write(self, traj: Trajectory) -> None:
+        if self._fd is None:
+            raise ValueError(f"JsonlWriter for {self.path} is closed")
+        line = json.dumps(trajectory_to_record(traj, self.messages), ensure_ascii=False) + "\n"
+        _write_all(self._fd, line.encode("utf-8"))
+        os.fsync(self._fd)
+        self.count += 1
+
+    def write_many(self, trajectories: Iterable[Trajectory]) -> int:
+        n = 0
+        for t in trajectories:
+            self.write(t)
+            n += 1
+        return n
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def append_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
+    """Append trajectories to `path` (created if missing); returns how many were written."""
+    with JsonlWriter(path) as w:
+        return w.write_many(trajectories)
+
+
+def write_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
+    """Write a whole JSONL file atomically (temp file + rename), replacing any existing one."""
+    lines = [json.dumps(trajectory_to_record(t), ensure_ascii=False) + "\n" for t in trajectories]
+    atomic_write_bytes(path, "".join(lines).encode("utf-8"))
+    return len(lines)
+
+
+def iter_jsonl_records(path: str | Path, skip_torn_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, parsed JSON object) for each non-blank line; errors name the file and line."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        lineno = 0
+        for raw in fh:
+            lineno += 1
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as e:
+                if not raw.endswith(b"\n"):  # only the file's last line can lack its newline
+                    if skip_torn_tail:
+                        return
+                    raise TornTailError(path, lineno, "truncated record at the end of the file (a writer was "
+                                        "probably killed mid-write); read with skip_torn_tail=True to recover "
+                                        f"the {lineno - 1} lines before it") from e
+                raise TrajectoryFormatError(path, lineno, f"not valid JSON ({e})") from e
+            if not isinstance(obj, dict):
+                raise TrajectoryFormatError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def read_jsonl(path: str | Path, skip_torn_tail: bool = False) -> Iterator[Trajectory]:
+    """Stream trajectories from a JSONL file. A corrupt line raises `TrajectoryFormatError` naming the file
+    and line; a torn final line raises `TornTailError` unless `skip_torn_tail=True`."""
+    for lineno, rec in iter_jsonl_records(path, skip_torn_tail=skip_torn_tail):
+        try:
+            yield record_to_trajectory(rec)
+        except (KeyError, TypeError, ValueError) as e:
+            raise TrajectoryFormatError(path, lineno, f"not a trajectory record: {type(e).__name__}: {e}") from e
+
+
+# --------------------------------------------------------------------------------------------- Parquet
+
+def write_parquet(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
+    """Write trajectories to a Parquet file atomically (temp file in the same directory, then rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [trajectory_to_record(t) for t in trajectories]
+    table = pa.Table.from_pylist(rows, schema=_arrow_schema())
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return len(rows)
+
+
+def read_parquet(path: str | Path) -> Iterator[Trajectory]:
+    """Stream trajectories from a Parquet file written by `write_parquet` (or any file with that schema)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise TrajectoryFormatError(path, None, f"not a readable Parquet file ({e})") from e
+    row = 0
+    for batch in pf.iter_batches(batch_size=256):
+        for rec in batch.to_pylist():
+            row += 1
+            try:
+                yield record_to_trajectory(rec)
+            except (KeyError, TypeError, ValueError) as e:
+                raise TrajectoryFormatError(path, None, f"row {row} is not a trajectory record: {e}") from e
+
+
+def load_trajectories(path: str | Path, skip_torn_tail: bool = False) -> list[Trajectory]:
+    """Load a whole trajectory file, choosing the reader by suffix (.jsonl/.json lines, .parquet)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return list(read_parquet(path))
+    if path.suffix in (".jsonl", ".json"):
+        return list(read_jsonl(path, skip_torn_tail=skip_torn_tail))
+    raise ValueError(f"{path}: unknown trajectory file type {path.suffix!r} (expected .jsonl or .parquet)")
+
+
+def convert(src: str | Path, dst: str | Path) -> int:
+    """Copy a trajectory file to another format (by suffix); the destination is written atomically."""
+    trajs = load_trajectories(src)
+    return write_parquet(dst, trajs) if Path(dst).suffix == ".parquet" else write_jsonl(dst, trajs)
+
+
+# ------------------------------------------------------------------------------------------ chat forms
+
+def _user_turn(traj: Trajectory, i: int) -> str:
+    state = traj.steps[i].state
+    return f"Task: {traj.task.instruction}\n\nState:\n{state}" if i == 0 else f"State:\n{state}"
+
+
+def to_chat_messages(traj: Trajectory, system_prompt: str | None = None,
+                     include_reasoning: bool = False) -> list[dict[str, str]]:
+    """OpenAI chat form of an episode: system, then per step a user turn (task + state on the first turn,
+    the state afterwards) and an assistant turn (the action).
+
+    `system_prompt=None` uses `DEFAULT_SYSTEM_PROMPT`; `""` leaves the system turn out. With
+    `include_reasoning`, a step's `reasoning` is put before the action as `<think>...</think>`. Off by
+    default because in DreamGym data `Step.reasoning` is usually the experience model's explanation of the
+    transition, not the agent's own thinking.
+    """
+    prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    msgs: list[dict[str, str]] = [{"role": "system", "content": prompt}] if prompt else []
+    for i, step in enumerate(traj.steps):
+        msgs.append({"role": "user", "content": _user_turn(traj, i)})
+        content = step.action
+        if include_reasoning and step.reasoning:
+            content = f"<think>{step.reasoning}</think>\n{step.action}"
+        msgs.append({"role": "assistant", "content": content})
+    return msgs
+
+
+def to_sharegpt(traj: Trajectory, system_prompt: str | None = None) -> dict[str, Any]:
+    """ShareGPT form (`conversations: [{from, value}]`) of an episode, with id, env, reward and won."""
+    roles = {"system": "system", "user": "human", "assistant": "gpt"}
+    conv = [{"from": roles[m["role"]], "value": m["content"]}
+            for m in to_chat_messages(traj, system_prompt, include_reasoning=True)]
+    return {"id": traj.id, "env": traj.task.env, "conversations": conv, "reward": traj.total_reward,
+            "won": traj.won}
+
+
+_FROM = {"human": "human", "user": "human", "gpt": "gpt", "assistant": "gpt", "chatgpt": "gpt",
+         "bing": "gpt", "bard": "gpt", "model": "gpt", "system": "system", "observation": "human",
+         "function": "human", "tool": "human", "function_call": "gpt"}
+_OURS = re.compile(r"\ATask: (.*?)\n\nState:\n(.*)\Z", re.S)
+_REASONED = [re.compile(r"\A\s*<think>(.*?)</think>\s*(.*)\Z", re.S),
+             re.compile(r"\A\s*Thought:\s*(.*?)\n\s*Action:\s*(.*)\Z", re.S),   # ReAct
+             re.compile(r"\A\s*Think:\s*(.*?)\n\s*Act:\s*(.*)\Z", re.S)]        # AgentInstruct
+
+
+def _split_reasoning(text: str) -> tuple[str | None, str]:
+    for pat in _REASONED:
+        m = pat.match(text)
+        if m:
+            return m.group(1).strip(), m.group(2).strip()
+    return None, text.strip()
+
+
+def from_sharegpt(record: dict[str, Any], env: str | None = None, source: str = "real") -> Trajectory:
+    """Import one ShareGPT-style agent episode: `{"conversations": [{"from": human|gpt|system, "value"}]}`.
+
+    Mapping (documented choice; the format has no states or rewards of its own):
+    - each `gpt` turn is a step's action; the `human` turn(s) before it are its state, the next `human`
+      turn its next state; `system` turns go to `task.goal["system"]`.
+    - reasoning in the gpt turn is split off when written as `<think>..</think>`, ReAct `Thought:/Action:`
+      or AgentInstruct `Think:/Act:`.
+    - the instruction is the first human turn (for our own export, its `Task:` line).
+    - the episode ends at the last gpt turn (terminated). A top-level `reward`/`score` (float) becomes the
+      final step's reward; `won`/`success` (bool) or reward >= 1 sets `won`.
+    - `env` names the environment family; default: the record's `env` key, else "sharegpt".
+    Also accepts `messages: [{role, content}]` (OpenAI form). Raises ValueError on malformed input.
+    """
+    conv = record.get("conversations", record.get("messages"))
+    if not isinstance(conv, list) or not conv:
+        raise ValueError("record has no 'conversations' list")
+    turns: list[tuple[str, str]] = []
+    for j, turn in enumerate(conv):
+        if not isinstance(turn, dict):
+            raise ValueError(f"conversation turn {j} is not an object")
+        who = str(turn.get("from", turn.get("role", ""))).lower()
+        value = turn.get("value", turn.get("content"))
+        if who not in _FROM or not isinstance(value, str):
+            raise ValueError(f"conversation turn {j}: unknown speaker {who!r} or non-text value")
+        turns.append((_FROM[who], value))
+    system = "\n".join(v for w, v in turns if w == "system")
+    turns = [(w, v) for w, v in turns if w != "system"]
+    if not any(w == "gpt" for w, _ in turns):
+        raise ValueError("conversation has no gpt/assistant turn (no actions)")
+
+    instruction = ""
+    pending: list[str] = []   # human text since the last action
+    pairs: list[tuple[str, str]] = []
+    for w, v in turns:
+        if w == "human":
+            if not pairs and not pending:
+                m = _OURS.match(v)
+                if m:
+                    instruction, v = m.group(1), m.group(2)
+                else:
+                    instruction = v.strip()
+            elif v.startswith("State:\n"):
+                v = v[len("State:\n"):]
+            pending.append(v)
+        else:
+            pairs.append(("\n".join(pending), v))
+            pending = []
+    trailing = "\n".join(pending)
+
+    reward = record.get("reward", record.get("score"))
+    reward = float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
+    won_flag = record.get("won", record.get("success"))
+    won = bool(won_flag) if isinstance(won_flag, bool) else (reward is not None and reward >= 1.0)
+
+    steps = []
+    for i, (state, gpt) in enumerate(pairs):
+        last = i == len(pairs) - 1
+        reasoning, action = _split_reasoning(gpt)
+        next_state = pairs[i + 1][0] if not last else trailing
+        steps.append(Step(state=state, action=action, reward=(reward or 0.0) if last else 0.0,
+                          terminated=last, truncated=False, next_state=next_state, reasoning=reasoning))
+    rid = str(record.get("id") or hashlib.blake2b(json.dumps(conv, sort_keys=True).encode(),
+                                                   digest_size=8).hexdigest())
+    goal = {"system": system} if system else {}
+    env = env or str(record.get("env") or "sharegpt")
+    task = Task(id=f"{env}-{rid}", env=env, instruction=instruction, goal=goal)
+    if source not in ("real", "synthetic"):
+        raise ValueError(f"source must be 'real' or 'synthetic', got {source!r}")
+    return Trajectory(task=task, steps=steps, source=source, policy=str(record.get("model", "sharegpt")),
+                      initial_state=steps[0].state, won=won, start_time=0.0, id=rid)  # type: ignore[arg-type]
+
+
+def read_sharegpt(path: str | Path, env: str | None = None) -> Iterator[Trajectory]:
+    """Read ShareGPT episodes from a JSON file (a list, or {"data": [...]}) or a JSONL file (one per line).
+    A malformed episode raises `TrajectoryFormatError` naming the file and line (JSONL) or record index."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        for lineno, rec in iter_jsonl_records(path):
+            try:
+                yield from_sharegpt(rec, env=env)
+            except (KeyError, TypeError, ValueError) as e:
+                raise TrajectoryFormatError(path, lineno, f"not a ShareGPT episode: {e}") from e
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise TrajectoryFormatError(path, getattr(e, "lineno", None), f"not valid JSON ({e})") from e
+    if isinstance(data, dict):
+        data = data.get("data", [data])
+    if not isinstance(data, list):
+        raise TrajectoryFormatError(path, None, "expected a list of ShareGPT episodes")
+    for j, rec in enumerate(data):
+        try:
+            yield from_sharegpt(rec, env=env)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise TrajectoryFormatError(path, None, f"record {j} is not a ShareGPT episode: {e}") from e
