@@ -1,0 +1,782 @@
+"""The reasoning experience model M_exp: prompt format, strict output format, robust parser, batched
+prediction, SFT training and the `dreamgym train-em` command.
+
+Owns: how a transition query is written as a chat request (task, history window, current abstract state,
+action, k retrieved transitions), the documented output format and its parser, the failure state, the
+experience-model checkpoint layout, and the supervised training that teaches a preset the format.
+Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
+reasoning traces), trainers of the agent, the replay buffer's storage (it is used through `add`/`retrieve`).
+torch, transformers and peft are imported inside the functions that need them, so prediction through another
+backend of the LLM seam (and the synthetic environment built on it) never loads them.
+
+Input (one chat request per query; `render_user` below):
+
+    Task: <instruction>
+    Examples:                       (k retrieved transitions; absent with use_retrieval=False)
+    ## 1
+    State: <s clipped>
+    Action: <a>
+    Next: <s' clipped>
+    Reward: <r> Done: <true|false>
+    ...
+    History: <a_{t-H}> ; ... ; <a_{t-1}>   (absent with use_history=False or at the first step)
+    State:
+    <s_t>
+    Action: <a_t>
+
+Output (strict; the model is trained to write exactly this, the parser is lenient about whitespace and case):
+
+    <think>why a_t in s_t leads to s_{t+1} and r</think>     (absent with use_reasoning=False)
+    <state>
+    <s_{t+1}, the next abstract state>
+    </state>
+    <reward><r: 0 or 1, or a decimal in [0, 1] with binary_reward=False></reward>
+    <done><true|false></done>
+
+`done` means the task dynamics ended the episode (the real environment's `terminated`); truncation by a step
+limit is the synthetic environment's business, not the model's. The initial state of an episode is the answer
+to the pseudo-action `[reset]` on the empty state, so the model can also write initial states for tasks the real
+environment cannot reset to (curriculum variants).
+
+Failure state (our choice, after the paper's "an invalid action leads to a failure state with reward 0"): when
+an output stays malformed after `retries` re-generations (sampled at `retry_temperature`, one batched call per
+retry round), the prediction is `FAILURE_STATE` with reward 0.0 and done True, `failed=True`, and
+`model.stats["failures"]` is incremented. Done is True because there is no valid state to continue from; the
+synthetic environment reports it as a truncation (the world did not end the task; the simulator gave up) with
+`info["em_failure"] = True`, so trainers can tell it from a real outcome. Nothing here raises on bad output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import random
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym.config import ConfigError, describe, load_config, to_dict
+from dreamgym.llm.base import ChatRequest, SamplingParams
+from dreamgym.paths import atomic_write_text
+from dreamgym.types import Task, Trajectory, Transition
+
+log = logging.getLogger(__name__)
+
+RESET_ACTION = "[reset]"
+"""Pseudo-action whose answer is the initial state of an episode (the query's state is empty)."""
+FAILURE_STATE = "[failure] The simulated environment could not produce a valid next state. The episode ends."
+"""The state returned when the model's output stays malformed after all retries."""
+STOP = "</done>"
+EM_CONFIG_FILE = "em_config.json"
+MODEL_SUBDIR = "model"
+TRAIN_STATE_FILE = "trainer_state.pt"
+
+SYSTEM_PROMPT = (
+    "You are an experience model. Given the task, the history, the current state and the agent's action, reason "
+    "about what the action does inside <think> </think>, then write the next state inside <state> </state>, the "
+    "reward inside <reward> </reward> and whether the episode ends inside <done> </done>.")
+"""System message (sent when `ExperienceModelConfig.system_prompt` is on; the tiny preset learns without it)."""
+
+
+@dataclass
+class ExperienceModelConfig:
+    """What the experience model sees and how it answers. Saved with each checkpoint: prompts at inference
+    must be built exactly as in training."""
+
+    k: int = 3
+    """Retrieved transitions per query (the paper's top-k demonstrations)."""
+    history: int = 3
+    """Last H actions shown as history."""
+    use_retrieval: bool = True
+    """Ablation switch: False drops the retrieved examples from the prompt."""
+    use_reasoning: bool = True
+    """Ablation switch: False drops the <think> trace from the output (and its supervision)."""
+    use_history: bool = True
+    """Ablation switch: False drops the history line from the prompt."""
+    history_state_chars: int = 0
+    """Characters of each history state shown next to its action (0: actions only, the compact default)."""
+    example_state_chars: int = 240
+    """Each retrieved example's state is clipped to this many characters."""
+    example_next_state_chars: int = 400
+    """Each retrieved example's next state is clipped to this many characters."""
+    max_state_chars: int = 4000
+    """The current state is clipped to this many characters (before token-level fitting)."""
+    max_prompt_tokens: int = 1280
+    """Prompts longer than this drop examples (last first), then history, then clip the state."""
+    max_new_tokens: int = 512
+    """Generation budget per prediction (and the longest completion kept for training)."""
+    system_prompt: bool = False
+    """Send SYSTEM_PROMPT as a system message (useful for pretrained instruct models)."""
+    temperature: float = 0.0
+    """Sampling temperature of predictions; 0 is greedy (deterministic for the same prompts)."""
+    top_p: float = 1.0
+    """Nucleus mass when sampling."""
+    retries: int = 1
+    """Re-generations of a malformed output before the failure state."""
+    retry_temperature: float = 0.7
+    """Retries sample (greedy would repeat the same malformed text)."""
+    binary_reward: bool = True
+    """Train on the paper's outcome reward (1 at a successful final step, else 0) instead of the env's raw reward."""
+    embedder: str = "minilm"
+    """Retrieval embedder: 'minilm' (sentence-transformers all-MiniLM-L6-v2) or 'hashing' (fast, numpy)."""
+    mmr_lambda: float | None = None
+    """Diversity re-ranking of retrieved examples (maximal marginal relevance); None: plain top-k."""
+    retrieve_real_only: bool = False
+    """Retrieve only real transitions (default: real and synthetic, the paper's co-evolving buffer)."""
+
+    def validate(self) -> None:
+        if self.k < 0 or self.history < 0 or self.retries < 0:
+            raise ConfigError("k, history and retries must be >= 0")
+        if self.embedder not in ("minilm", "hashing"):
+            raise ConfigError(f"embedder: {self.embedder!r} is not 'minilm' or 'hashing'")
+
+
+# --------------------------------------------------------------------------------------------------- format
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(0, n)].rstrip() + " …"
+
+
+def format_reward(r: float) -> str:
+    return f"{round(float(r), 3):g}"
+
+
+def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
+    return (f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n"
+            f"Next: {_clip(ex.next_state, cfg.example_next_state_chars)}\n"
+            f"Reward: {format_reward(ex.reward)} Done: {'true' if ex.done else 'false'}")
+
+
+def render_user(query: Transition, examples: list[Transition], cfg: ExperienceModelConfig,
+                history: int | None = None, state_chars: int | None = None) -> str:
+    """The user message for one query (see the module docstring). `history`/`state_chars` override the config
+    while a prompt is being fitted to the token budget."""
+    parts = [f"Task: {query.task.instruction}"]
+    if cfg.use_retrieval and examples:
+        parts.append("Examples:")
+        parts += [render_example(i + 1, ex, cfg) for i, ex in enumerate(examples)]
+    h = cfg.history if history is None else history
+    if cfg.use_history and h > 0 and query.history:
+        items = []
+        for s, a in query.history[-h:]:
+            if cfg.history_state_chars > 0:
+                first = s.strip().splitlines()[0] if s.strip() else ""
+                items.append(f"{_clip(first, cfg.history_state_chars)} -> {a}")
+            else:
+                items.append(a)
+        parts.append("History: " + " ; ".join(items))
+    state = _clip(query.state, cfg.max_state_chars if state_chars is None else state_chars)
+    parts.append(f"State:\n{state if state.strip() else '(none)'}\nAction: {query.action}")
+    return "\n".join(parts)
+
+
+def build_request(query: Transition, examples: list[Transition], cfg: ExperienceModelConfig,
+                  count_tokens: Callable[[ChatRequest], int] | None = None,
+                  stats: Counter | None = None) -> ChatRequest:
+    """The chat request for `query`, fitted to `cfg.max_prompt_tokens` when `count_tokens` is given: drop
+    examples from the end, then the history, then halve the state until it fits."""
+
+    def make(ex: list[Transition], h: int, sc: int) -> ChatRequest:
+        msgs = [{"role": "system", "content": SYSTEM_PROMPT}] if cfg.system_prompt else []
+        return msgs + [{"role": "user", "content": render_user(query, ex, cfg, history=h, state_chars=sc)}]
+
+    examples = list(examples[: cfg.k]) if cfg.use_retrieval else []
+    h, sc = cfg.history, cfg.max_state_chars
+    req = make(examples, h, sc)
+    if count_tokens is None:
+        return req
+    while count_tokens(req) > cfg.max_prompt_tokens:
+        if examples:
+            examples.pop()
+            what = "examples_dropped"
+        elif h > 0 and query.history and cfg.use_history:
+            h = 0
+            what = "history_dropped"
+        elif sc > 64:
+            sc = min(sc, len(query.state)) // 2
+            what = "state_clipped"
+        else:
+            break
+        if stats is not None:
+            stats[what] += 1
+        req = make(examples, h, sc)
+    return req
+
+
+def format_completion(next_state: str, reward: float, done: bool, reasoning: str | None,
+                      use_reasoning: bool = True) -> str:
+    """The training target in the strict output format (see the module docstring)."""
+    think = f"<think>{' '.join((reasoning or '').split())}</think>\n" if use_reasoning else ""
+    return (f"{think}<state>\n{next_state.strip()}\n</state>\n<reward>{format_reward(reward)}</reward>\n"
+            f"<done>{'true' if done else 'false'}</done>")
+
+
+@dataclass
+class ParsedOutput:
+    next_state: str
+    reward: float
+    done: bool
+    reasoning: str
+
+
+_STATE_RE = re.compile(r"<state>(.*?)(?:</state>|(?=<reward>)|(?=<done>))", re.S | re.I)
+_REWARD_RE = re.compile(r"<reward>\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?|true|false)\s*(?:</reward>)?", re.I)
+_DONE_RE = re.compile(r"<done>\s*(true|false|yes|no|1|0)\b", re.I)
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|(?=<state>))", re.S | re.I)
+
+
+def parse_completion(text: str) -> tuple[ParsedOutput | None, str]:
+    """(parsed, "") for a well-formed output, else (None, reason). Lenient about whitespace, case, a missing
+    </state> or </reward> before the next tag, and text around the tags; strict about the presence of a
+    non-empty state, a reward in [0, 1] and a done flag."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty output"
+    m_state = _STATE_RE.search(text)
+    if not m_state:
+        return None, "no <state> block"
+    state = m_state.group(1).strip("\n").strip()
+    if not state:
+        return None, "empty <state>"
+    tail = text[m_state.end():]
+    m_r = _REWARD_RE.search(tail)
+    if not m_r:
+        return None, "no parseable <reward>"
+    raw = m_r.group(1).lower()
+    reward = 1.0 if raw == "true" else 0.0 if raw == "false" else float(raw)
+    if not (0.0 <= reward <= 1.0) or math.isnan(reward):
+        return None, f"reward {raw} outside [0, 1]"
+    m_d = _DONE_RE.search(tail[m_r.end():]) or _DONE_RE.search(tail)
+    if not m_d:
+        return None, "no parseable <done>"
+    done = m_d.group(1).lower() in ("true", "yes", "1")
+    m_t = _THINK_RE.search(text[: m_state.start()])
+    reasoning = " ".join(m_t.group(1).split()) if m_t else ""
+    return ParsedOutput(next_state=state, reward=reward, done=done, reasoning=reasoning), ""
+
+
+# ------------------------------------------------------------------------------------------------ prediction
+
+
+@dataclass
+class Prediction:
+    """The experience model's answer for one query."""
+
+    next_state: str
+    reward: float
+    done: bool
+    reasoning: str = ""
+    failed: bool = False
+    """True when every attempt was malformed: next_state is FAILURE_STATE, reward 0, done True."""
+    error: str = ""
+    """Why the last malformed attempt was rejected (empty when parsed)."""
+    attempts: int = 1
+    text: str = ""
+    """The raw text of the accepted (or last) attempt."""
+    examples: list[Transition] = field(default_factory=list)
+    """The retrieved transitions that were in the prompt."""
+
+
+def query_for(task: Task, state: str, action: str, history: list[tuple[str, str]] | None = None,
+              trajectory_id: str = "", step_index: int = 0, seed: int | None = None) -> Transition:
+    """A query is a Transition whose outcome fields are empty."""
+    return Transition(task=task, history=list(history or []), state=state, action=action, next_state="",
+                      reward=0.0, done=False, trajectory_id=trajectory_id, step_index=step_index, seed=seed)
+
+
+class ExperienceModel:
+    """M_exp over any LLM-seam backend, grounded by an optional replay buffer.
+
+    `predict(queries)` retrieves k neighbours for all queries at once (excluding each query's own trajectory),
+    makes one `llm.generate` call for the batch, one more per retry round for the malformed ones, and never
+    raises on bad output. `stats` counts predictions, generate calls, malformed outputs, retries, failures and
+    prompt-fitting events.
+    """
+
+    def __init__(self, llm: Any, buffer: Any = None, config: ExperienceModelConfig | None = None,
+                 env: str | None = None):
+        self.llm = llm
+        self.buffer = buffer
+        self.config = config or ExperienceModelConfig()
+        self.env = env
+        self.stats: Counter = Counter()
+
+    # Token counting is only possible when the backend exposes its prompt tokenization (HFBackend does).
+    def _count_tokens(self) -> Callable[[ChatRequest], int] | None:
+        fn = getattr(self.llm, "prompt_ids", None)
+        return (lambda req: len(fn(req))) if callable(fn) else None
+
+    def retrieve(self, queries: list[Transition]) -> list[list[Transition]]:
+        cfg = self.config
+        if not (cfg.use_retrieval and cfg.k > 0 and self.buffer is not None and queries):
+            return [[] for _ in queries]
+        try:
+            return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=cfg.retrieve_real_only,
+                                        mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True)
+        except Exception as e:  # noqa: BLE001 - retrieval helps; losing it for one batch must not end a rollout
+            self.stats["retrieval_errors"] += 1
+            log.warning("experience model: retrieval failed (%s: %s); predicting without examples",
+                        type(e).__name__, e)
+            return [[] for _ in queries]
+
+    def requests(self, queries: list[Transition], examples: list[list[Transition]] | None = None) -> list[ChatRequest]:
+        if examples is None:
+            examples = self.retrieve(queries)
+        count = self._count_tokens()
+        return [build_request(q, ex, self.config, count, self.stats) for q, ex in zip(queries, examples)]
+
+    def _params(self, temperature: float, seed: int | None) -> SamplingParams:
+        return SamplingParams(temperature=temperature, top_p=self.config.top_p,
+                              max_tokens=self.config.max_new_tokens, stop=[STOP], seed=seed)
+
+    def _generate(self, reqs: list[ChatRequest], params: SamplingParams) -> list[str]:
+        self.stats["generate_calls"] += 1
+        try:
+            comps = self.llm.generate(reqs, params)
+            texts = [c.text for c in comps]
+            if len(texts) != len(reqs):
+                raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
+            return texts
+        except Exception as e:  # noqa: BLE001 - a backend error is a malformed output for every request in it
+            self.stats["backend_errors"] += 1
+            log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
+            return [""] * len(reqs)
+
+    def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
+                seed: int | None = None) -> list[Prediction]:
+        """One prediction per query, in order. `examples` overrides retrieval (one list per query); `seed`
+        seeds sampling (used by retries, and by every attempt when `temperature` > 0)."""
+        if not queries:
+            return []
+        if examples is None:
+            examples = self.retrieve(queries)
+        reqs = self.requests(queries, examples)
+        base = 0 if seed is None else int(seed)
+        texts = self._generate(reqs, self._params(self.config.temperature, base))
+        results: list[Prediction | None] = [None] * len(queries)
+        attempts = [1] * len(queries)
+        pending = list(range(len(queries)))
+        errors = [""] * len(queries)
+        for attempt in range(self.config.retries + 1):
+            still = []
+            for i, text in zip(pending, texts):
+                parsed, err = parse_completion(text)
+                if parsed is None:
+                    self.stats["malformed"] += 1
+                    errors[i] = err
+                    still.append((i, text))
+                else:
+                    results[i] = Prediction(parsed.next_state, parsed.reward, parsed.done, parsed.reasoning,
+                                            attempts=attempts[i], text=text, examples=examples[i])
+            if not still or attempt == self.config.retries:
+                pending_texts = dict(still)
+                break
+            pending = [i for i, _ in still]
+            self.stats["retries"] += len(pending)
+            for i in pending:
+                attempts[i] += 1
+            texts = self._generate([reqs[i] for i in pending],
+                                   self._params(self.config.retry_temperature, base + 1000 * (attempt + 1)))
+        else:  # pragma: no cover - the loop always breaks
+            pending_texts = {}
+        for i, r in enumerate(results):
+            if r is None:
+                self.stats["failures"] += 1
+                results[i] = Prediction(FAILURE_STATE, 0.0, True, "", failed=True, error=errors[i],
+                                        attempts=attempts[i], text=pending_texts.get(i, ""), examples=examples[i])
+        self.stats["predictions"] += len(queries)
+        return results  # type: ignore[return-value]
+
+    def initial_states(self, tasks: list[Task], *, seed: int | None = None,
+                       trajectory_ids: list[str] | None = None) -> list[Prediction]:
+        """Model-written initial states: the answer to `[reset]` on the empty state, one per task."""
+        ids = trajectory_ids or [""] * len(tasks)
+        return self.predict([query_for(t, "", RESET_ACTION, trajectory_id=i) for t, i in zip(tasks, ids)],
+                            seed=seed)
+
+    @classmethod
+    def load(cls, path: str | Path, buffer: Any = None, *, device: str | None = None, batch_size: int = 32,
+             config_overrides: dict[str, Any] | None = None) -> "ExperienceModel":
+        """A trained checkpoint (see `train`) with an HFBackend. `buffer` is used for retrieval as is; build one
+        with `buffer_for(...)` from the training data to match training."""
+        from dreamgym.llm.hf import HFBackend
+
+        meta = read_checkpoint_meta(path)
+        cfg = dataclasses.replace(ExperienceModelConfig(**meta["model"]), **(config_overrides or {}))
+        model, tokenizer = load_checkpoint_model(path, device=device)
+        return cls(HFBackend(model, tokenizer, batch_size=batch_size), buffer=buffer, config=cfg,
+                   env=meta.get("env"))
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def _binary(r: float) -> float:
+    return 1.0 if r >= 1.0 - 1e-6 else 0.0
+
+
+def em_transitions(trajectories: list[Trajectory], history: int = 3, *, initial_states: bool = True,
+                   binary_reward: bool = True) -> list[Transition]:
+    """Experience-model transitions from real trajectories.
+
+    `done` is the step's `terminated` (a step-limit truncation is not the world's doing); a missing
+    `next_state` is taken from the following step; trajectories without an id get a stable one (their index),
+    so retrieval can exclude a transition's own trajectory; with `initial_states` each trajectory also yields
+    the `[reset]` transition to its initial state.
+    """
+    out: list[Transition] = []
+    for n, traj in enumerate(trajectories):
+        tid = traj.id or f"traj-{n}"
+        if not traj.steps:
+            continue
+        trs = traj.transitions(history=history)
+        for i, (tr, step) in enumerate(zip(trs, traj.steps)):
+            tr.trajectory_id = tid
+            tr.done = bool(step.terminated)
+            if not tr.next_state and i + 1 < len(traj.steps):
+                tr.next_state = traj.steps[i + 1].state
+            if binary_reward:
+                tr.reward = _binary(tr.reward)
+        trs = [t for t in trs if t.next_state]
+        if initial_states:
+            init = traj.initial_state or traj.steps[0].state
+            trs.insert(0, Transition(task=traj.task, history=[], state="", action=RESET_ACTION, next_state=init,
+                                     reward=0.0, done=False, reasoning="The episode starts in its initial state.",
+                                     source=traj.source, seed=traj.seed, trajectory_id=tid, step_index=-1))
+        out += trs
+    return out
+
+
+def make_embedder(name: str) -> Any:
+    from dreamgym import embed
+
+    return embed.MiniLMEmbedder() if name == "minilm" else embed.HashingEmbedder()
+
+
+def buffer_for(transitions: list[Transition], embedder: str = "minilm", path: str | Path | None = None) -> Any:
+    """A replay buffer seeded with `transitions` (real seed data), as retrieval sees it during training."""
+    from dreamgym.buffer import ReplayBuffer
+
+    buf = ReplayBuffer(path, make_embedder(embedder))
+    if transitions:
+        buf.add(transitions, seed_data=True)
+    return buf
+
+
+# -------------------------------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainEMConfig:
+    """`dreamgym train-em`: SFT of the experience model on annotated real transitions."""
+
+    env: str = "dial"
+    """Environment family of the data (dial, webshop, alfworld, ...)."""
+    data: str = ""
+    """Offline real trajectories (JSONL)."""
+    preset: str = "tiny"
+    """Model preset, local path or Hugging Face id to start from."""
+    out: str = ""
+    """Run directory for the checkpoint (default runs/em-<env>-<preset>)."""
+    model: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
+    """Prompt/output settings (saved with the checkpoint)."""
+    teacher: str = "env"
+    """Reasoning traces: 'env' (family explain, fills only missing traces) or 'keep' (use stored traces)."""
+    lora: bool | None = None
+    """LoRA via PEFT; None: full fine-tuning for tiny, LoRA for every other model."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator."""
+    lr: float | None = None
+    """Peak learning rate; None: 1e-3 for full fine-tuning, 2e-4 for LoRA."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    batch_size: int = 16
+    """Sequences per optimizer step."""
+    epochs: float = 2.0
+    """Passes over the data (ignored when max_steps > 0)."""
+    max_steps: int = 0
+    """Optimizer steps; 0: derived from epochs."""
+    warmup_steps: int = 30
+    """Linear warm-up before the cosine decay."""
+    max_transitions: int = 0
+    """Use at most this many transitions (0: all), sampled with the seed."""
+    seed: int = 0
+    """Seed for data order and dropout."""
+    threads: int = 2
+    """torch CPU threads."""
+    device: str | None = None
+    """'cpu', 'cuda' or None (pick automatically)."""
+    log_every: int = 20
+    """Log the loss every N steps."""
+    save_every: int = 500
+    """Checkpoint (with optimizer and RNG state, for resume) every N steps."""
+    resume: bool = True
+    """Continue from the checkpoint in `out` when one exists."""
+
+
+def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    p = Path(path) / EM_CONFIG_FILE
+    if not p.is_file():
+        raise FileNotFoundError(f"{path} is not an experience-model checkpoint (no {EM_CONFIG_FILE})")
+    return json.loads(p.read_text())
+
+
+def load_checkpoint_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) from a checkpoint: full weights, or the base preset plus the LoRA adapter (merged)."""
+    from dreamgym.presets import load_preset
+
+    meta = read_checkpoint_meta(path)
+    mdir = Path(path) / MODEL_SUBDIR
+    if meta.get("lora"):
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        base, _ = load_preset(meta["preset"], device=device)
+        model = PeftModel.from_pretrained(base, str(mdir)).merge_and_unload()
+        model.eval()
+        return model, AutoTokenizer.from_pretrained(str(mdir))
+    return load_preset(str(mdir), device=device)
+
+
+def _lr_at(step: int, peak: float, warmup: int, total: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / max(1, warmup)
+    frac = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def encode_examples(transitions: list[Transition], examples: list[list[Transition]], cfg: ExperienceModelConfig,
+                    backend: Any, stats: Counter) -> list[tuple[list[int], int]]:
+    """Token ids of prompt + completion for each transition, and the prompt length (the loss mask boundary).
+
+    The prompt is tokenized exactly as generation will see it (`backend.prompt_ids`, chat template applied
+    once); the completion is the strict output format followed by the tokenizer's end-of-turn token. Examples
+    whose completion exceeds `max_new_tokens` are skipped (counted): a model trained on cut-off targets would
+    learn never to close its tags."""
+    tok = backend.tokenizer
+    eos = tok.eos_token_id
+    count = lambda req: len(backend.prompt_ids(req))  # noqa: E731
+    out = []
+    for tr, ex in zip(transitions, examples):
+        prompt = backend.prompt_ids(build_request(tr, ex, cfg, count, stats))
+        target = format_completion(tr.next_state, tr.reward, tr.done, tr.reasoning, cfg.use_reasoning)
+        comp = tok(target, add_special_tokens=False)["input_ids"] + [eos]
+        if len(comp) > cfg.max_new_tokens:
+            stats["skipped_long_completion"] += 1
+            continue
+        out.append((list(prompt) + comp, len(prompt)))
+    return out
+
+
+def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches of similar length (sorted within windows of 50 batches) to cut padding."""
+    idx = list(range(len(lengths)))
+    rng.shuffle(idx)
+    window = batch_size * 50
+    batches = []
+    for w in range(0, len(idx), window):
+        chunk = sorted(idx[w:w + window], key=lambda i: lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
+
+    Loss (the paper's joint loss in our format): mean token cross-entropy over the whole completion,
+    -log P(R*, s_{t+1}, r, done | task, H, s_t, a_t, D_k), prompt tokens masked with -100. Inputs are the
+    transitions' own histories and the k neighbours retrieved from a buffer of the training data, excluding
+    each transition's own trajectory (so the model learns to use examples it did not come from).
+
+    Shapes: a batch is input_ids/labels/attention_mask of [batch_size, longest sequence in the batch].
+    """
+    import torch
+
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.metrics import MetricsLogger
+    from dreamgym.presets import load_preset
+
+    say = progress or (lambda m: log.info(m))
+    t_start = time.perf_counter()
+    torch.set_num_threads(max(1, cfg.threads))
+    out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
+    out.mkdir(parents=True, exist_ok=True)
+    mcfg = cfg.model
+
+    if trajectories is None:
+        from dreamgym.data import load_trajectories
+
+        trajectories = load_trajectories(cfg.data)
+    transitions = em_transitions(trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
+    rng = random.Random(cfg.seed)
+    if cfg.max_transitions and len(transitions) > cfg.max_transitions:
+        transitions = rng.sample(transitions, cfg.max_transitions)
+    if mcfg.use_reasoning and cfg.teacher == "env":
+        from dreamgym.reasoning import EnvTeacher, annotate
+
+        transitions = annotate(transitions, EnvTeacher(cfg.env))
+    say(f"{len(trajectories)} trajectories -> {len(transitions)} transitions")
+
+    t0 = time.perf_counter()
+    if mcfg.use_retrieval and mcfg.k > 0:
+        buf = buffer_for(transitions, mcfg.embedder)
+        examples: list[list[Transition]] = []
+        for i in range(0, len(transitions), 512):
+            examples += buf.retrieve(transitions[i:i + 512], k=mcfg.k, env=None, real_only=False,
+                                     mmr_lambda=mcfg.mmr_lambda, exclude_same_trajectory=True)
+    else:
+        examples = [[] for _ in transitions]
+    t_retrieval = time.perf_counter() - t0
+
+    device = cfg.device
+    state_path = out / TRAIN_STATE_FILE
+    resuming = cfg.resume and state_path.is_file() and (out / MODEL_SUBDIR).is_dir()
+    use_lora = cfg.lora if cfg.lora is not None else cfg.preset != "tiny"
+    if resuming and not use_lora:
+        model, tokenizer = load_preset(str(out / MODEL_SUBDIR), device=device)
+    else:
+        model, tokenizer = load_preset(cfg.preset, device=device)
+    if use_lora:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if resuming:
+            model = PeftModel.from_pretrained(model, str(out / MODEL_SUBDIR), is_trainable=True)
+        else:
+            model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                                     target_modules="all-linear", task_type="CAUSAL_LM"))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    backend = HFBackend(model, tokenizer)
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if max_pos and mcfg.max_prompt_tokens + mcfg.max_new_tokens > max_pos:
+        raise ConfigError(f"model.max_prompt_tokens + model.max_new_tokens = "
+                          f"{mcfg.max_prompt_tokens + mcfg.max_new_tokens} exceeds the model's {max_pos} positions")
+
+    stats: Counter = Counter()
+    t0 = time.perf_counter()
+    data = encode_examples(transitions, examples, mcfg, backend, stats)
+    t_encode = time.perf_counter() - t0
+    if not data:
+        raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")
+    lengths = [len(ids) for ids, _ in data]
+    n_batches = math.ceil(len(data) / cfg.batch_size)
+    total = cfg.max_steps or max(1, int(round(cfg.epochs * n_batches)))
+    say(f"{len(data)} examples (mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}), "
+        f"{total} steps of {cfg.batch_size}; skipped {dict(stats)}")
+
+    peak = cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=peak, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    step = 0
+    if resuming:
+        st = torch.load(state_path, map_location="cpu", weights_only=False)
+        opt.load_state_dict(st["optimizer"])
+        step = int(st["step"])
+        torch.set_rng_state(st["torch_rng"])
+        say(f"resuming from step {step}")
+
+    meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
+            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": 1}
+
+    def save(final: bool) -> None:
+        model.save_pretrained(str(out / MODEL_SUBDIR))
+        tokenizer.save_pretrained(str(out / MODEL_SUBDIR))
+        atomic_write_text(out / EM_CONFIG_FILE, json.dumps({**meta, "steps": step, "final": final}, indent=1))
+        buf = __import__("io").BytesIO()
+        torch.save({"optimizer": opt.state_dict(), "step": step, "torch_rng": torch.get_rng_state()}, buf)
+        from dreamgym.paths import atomic_write_bytes
+
+        atomic_write_bytes(state_path, buf.getvalue())
+
+    # The batch schedule is a pure function of (seed, epoch), so a resumed run sees the same batches.
+    def schedule(epoch: int) -> list[list[int]]:
+        return _batches(lengths, cfg.batch_size, random.Random(cfg.seed * 1000 + epoch))
+
+    metrics = MetricsLogger(out, tensorboard=False)
+    model.train()
+    pad = tokenizer.pad_token_id
+    t0 = time.perf_counter()
+    tokens_seen, loss_sum, loss_n = 0, 0.0, 0
+    last_loss = float("nan")
+    try:
+        while step < total:
+            epoch, pos = divmod(step, n_batches)
+            batch = schedule(epoch)[pos]
+            width = max(lengths[i] for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, i in enumerate(batch):
+                seq, plen = data[i]
+                ids[r, :len(seq)] = torch.tensor(seq)
+                labels[r, plen:len(seq)] = torch.tensor(seq[plen:])
+                mask[r, :len(seq)] = 1
+            dev = next(model.parameters()).device
+            for g in opt.param_groups:
+                g["lr"] = _lr_at(step, peak, cfg.warmup_steps, total)
+            loss = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), labels=labels.to(dev)).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            tokens_seen += int(mask.sum())
+            loss_sum, loss_n = loss_sum + float(loss), loss_n + 1
+            if step % cfg.log_every == 0 or step == total:
+                last_loss = loss_sum / loss_n
+                el = time.perf_counter() - t0
+                metrics.log(step, {"loss": last_loss, "lr": opt.param_groups[0]["lr"],
+                                   "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
+                say(f"step {step}/{total} loss {last_loss:.4f} ({el:.0f}s)")
+                loss_sum, loss_n = 0.0, 0
+            if cfg.save_every and step % cfg.save_every == 0 and step < total:
+                save(final=False)
+    finally:
+        metrics.close()
+    model.eval()
+    save(final=True)
+    summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
+               "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
+               "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
+               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "skipped": dict(stats)}
+    atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    """`dreamgym train-em --env dial --data traj.jsonl [--preset tiny] [--out dir] [--config y.yaml] key=value…`"""
+    p = argparse.ArgumentParser(prog="dreamgym train-em", description=train_main.__doc__,
+                                epilog="config fields (key=value):\n" + describe(TrainEMConfig),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", help="environment family")
+    p.add_argument("--data", help="offline trajectories (JSONL)")
+    p.add_argument("--preset", help="model preset, path or HF id (default tiny)")
+    p.add_argument("--out", help="checkpoint directory")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.k=2 epochs=3")
+    a = p.parse_args(argv)
+    over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "preset", "out")
+                                if (v := getattr(a, k)) is not None]
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        cfg = load_config(TrainEMConfig, a.config, over)
+        if not cfg.data:
+            raise ConfigError("data: give the offline trajectories with --data")
+        summary = train(cfg, progress=print)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"dreamgym train-em: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=1))
+    return 0

@@ -1,0 +1,255 @@
+"""The synthetic environment: a `TextEnv` whose dynamics are the reasoning experience model.
+
+Owns: episodes inside the experience model (task choice, initial state, step limit, admissibility of actions,
+the failure state as an episode end), batched stepping of many synthetic episodes with one model call, and
+writing every synthetic transition into the replay buffer.
+Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
+concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
+`admissible_from_state`).
+
+Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
+- `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
+  abstract state is the real environment's (family `make_env` + `reset` with that task, cached per task) when
+  `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`.
+- Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs).
+- An action that the state does not offer (by the family's `admissible_from_state`) is answered, without a
+  model call, with the same state and a notice (`invalid_action="noop"`, like the real environments), or sent
+  to the model (`invalid_action="model"`, the paper's failure feedback, only as good as the model's training).
+- A malformed model output that survives the retries ends the episode as a truncation with reward 0 and
+  `info["em_failure"] = True` (the experience model's failure state); `info["won"]` is reward 1 at termination.
+- Determinism: greedy decoding by default; with sampling, the seed of each model call is derived from the
+  episodes' reset seeds and step counts. Each episode's transitions carry an id derived from (task, seed), and
+  retrieval excludes the query's own id, so replaying a seed does not retrieve its own earlier synthetic steps.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+import zlib
+from typing import Any
+
+from dreamgym.env import TextEnv
+from dreamgym.envs import family
+from dreamgym.types import Task, Transition
+
+DEFAULT_MAX_STEPS = 30
+
+
+def _norm(a: str) -> str:
+    return " ".join(a.strip().lower().split())
+
+
+_TEMPLATE = re.compile(r"^(\w+)\[(?:<[^>]*>|\.\.\.|…|\*)\]$")
+
+
+def is_admissible(action: str, admissible: list[str] | None) -> bool:
+    """True when `action` is one of `admissible` (case and whitespace-insensitive). An entry written as a
+    template (`search[<query>]`, `search[...]`) admits any argument; an empty or missing list admits anything."""
+    if not admissible:
+        return True
+    a = _norm(action)
+    for e in admissible:
+        ne = _norm(e)
+        if a == ne:
+            return True
+        m = _TEMPLATE.match(ne)
+        if m and a.startswith(m.group(1) + "[") and a.endswith("]") and len(a) > len(m.group(1)) + 2:
+            return True
+    return False
+
+
+class SyntheticEnv(TextEnv):
+    """`SyntheticEnv(model, buffer=None, tasks=None, env=None, ...)`; `buffer` defaults to `model.buffer`.
+
+    Set `batched_step`: the rollout engine calls `SyntheticEnv.step_batch(envs, actions)` once per turn and all
+    live episodes sharing a model are predicted in one `model.predict` call."""
+
+    batched_step = True
+    is_synthetic = True
+
+    def __init__(self, model: Any, buffer: Any = None, tasks: list[Task] | None = None, *, env: str | None = None,
+                 split: str = "train", max_steps: int | None = None, initial_state: str = "auto",
+                 add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = ""):
+        super().__init__()
+        if initial_state not in ("auto", "real", "model"):
+            raise ValueError(f"initial_state must be 'auto', 'real' or 'model', got {initial_state!r}")
+        if invalid_action not in ("noop", "model"):
+            raise ValueError(f"invalid_action must be 'noop' or 'model', got {invalid_action!r}")
+        self.model = model
+        self.buffer = buffer if buffer is not None else getattr(model, "buffer", None)
+        name = env or getattr(model, "env", None) or (tasks[0].env if tasks else None)
+        if not name:
+            raise ValueError("SyntheticEnv needs the environment family (env=...) or a model/tasks that name it")
+        self.env_family = name
+        self.family = family(name)
+        self.split = split
+        self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
+        if not self.tasks:
+            raise ValueError(f"SyntheticEnv: no tasks for {name}/{split}")
+        self.initial_state_mode = initial_state
+        self.add_to_buffer = add_to_buffer
+        self.invalid_action = invalid_action
+        self.policy_version = policy_version
+        self._max_steps = max_steps
+        self._real_envs: dict[str, Any] = {}
+        self._init_cache: dict[tuple[str, str], str] = {}
+        self.task: Task = self.tasks[0]
+        self.state = ""
+        self.t = 0
+        self.history: list[tuple[str, str]] = []
+        self.episode_id = ""
+        self.seed_value: int | None = None
+        self._init_failed = False
+        self.stats = {"resets": 0, "steps": 0, "model_steps": 0, "invalid_actions": 0, "em_failures": 0,
+                      "real_initial_states": 0, "model_initial_states": 0}
+
+    # ------------------------------------------------------------------------------------------ reset
+
+    @property
+    def max_steps(self) -> int:
+        if self._max_steps is None:
+            real = self._real_env(self.split)
+            self._max_steps = int(getattr(real, "max_steps", 0) or DEFAULT_MAX_STEPS) if real else DEFAULT_MAX_STEPS
+        return self._max_steps
+
+    def _real_env(self, split: str) -> Any:
+        if split not in self._real_envs:
+            try:
+                self._real_envs[split] = self.family.make_env(split)
+            except Exception:  # noqa: BLE001 - no real env: the model writes initial states instead
+                self._real_envs[split] = None
+        return self._real_envs[split]
+
+    def _real_initial_state(self, task: Task) -> str | None:
+        real = self._real_env(task.split or self.split)
+        if real is None:
+            return None
+        try:
+            _, info = real.reset(seed=0, options={"task": task})
+            state = info.get("abstract_state")
+            return state if isinstance(state, str) and state.strip() else None
+        except Exception:  # noqa: BLE001 - e.g. a curriculum variant the real env has no game for
+            return None
+
+    def _initial_state(self, task: Task, seed: int | None) -> tuple[str, bool]:
+        key = (task.id, task.instruction)
+        if key in self._init_cache:
+            return self._init_cache[key], True
+        state = None
+        if self.initial_state_mode in ("auto", "real"):
+            state = self._real_initial_state(task)
+            if state is not None:
+                self.stats["real_initial_states"] += 1
+        if state is None and self.initial_state_mode in ("auto", "model"):
+            pred = self.model.initial_states([task], seed=seed, trajectory_ids=[self.episode_id])[0]
+            self.stats["model_initial_states"] += 1
+            if pred.failed:
+                return pred.next_state, False
+            state = pred.next_state
+        if state is None:
+            return "[failure] No initial state: the real environment could not reset to this task.", False
+        self._init_cache[key] = state
+        return state, True
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        adm = None if self._init_failed else list(self.family.admissible_from_state(self.state))
+        return {"task": self.task, "admissible_actions": adm, "abstract_state": self.state, "won": False,
+                "synthetic": True, "step": self.t, **extra}
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        task = options.get("task")
+        if task is None:
+            task = self.tasks[self.np_random.integers(len(self.tasks))] if seed is None else \
+                self.tasks[seed % len(self.tasks)]
+        self.task = task
+        self.seed_value = seed
+        # Stable per (task, seed): retrieval excludes it, so a replayed seed never sees its own old steps.
+        self.episode_id = (f"syn-{task.id}-s{seed}" if seed is not None else f"syn-{task.id}-{uuid.uuid4().hex[:10]}")
+        self.t = 0
+        self.history = []
+        self.state, ok = self._initial_state(task, seed)
+        self._init_failed = not ok
+        self.stats["resets"] += 1
+        return self.state, self._info(em_failure=not ok)
+
+    # ------------------------------------------------------------------------------------------- step
+
+    def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return type(self)._step_batch([self], [action])[0]
+
+    def _advance(self) -> None:
+        self.t += 1
+        self.stats["steps"] += 1
+
+    def _noop(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.stats["invalid_actions"] += 1
+        self.history.append((self.state, action))
+        self._advance()
+        obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
+        return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
+
+    def _failure_end(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._advance()
+        self.stats["em_failures"] += 1
+        return self.state, 0.0, False, True, self._info(em_failure=True, em_error=reason)
+
+    @classmethod
+    def _step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+        results: list[Any] = [None] * len(envs)
+        by_model: dict[int, list[int]] = {}
+        for i, (e, a) in enumerate(zip(envs, actions)):
+            assert isinstance(e, SyntheticEnv)
+            if e._init_failed:
+                results[i] = e._failure_end("no initial state")
+            elif e.invalid_action == "noop" and not is_admissible(a, e.family.admissible_from_state(e.state)):
+                results[i] = e._noop(a)
+            else:
+                by_model.setdefault(id(e.model), []).append(i)
+        for idx in by_model.values():
+            batch = [envs[i] for i in idx]
+            model = batch[0].model  # type: ignore[attr-defined]
+            h = int(getattr(getattr(model, "config", None), "history", 4))
+            queries = [Transition(task=e.task, history=list(e.history[-h:]) if h else [], state=e.state, action=actions[i],
+                                  next_state="", reward=0.0, done=False, source="synthetic", seed=e.seed_value,
+                                  trajectory_id=e.episode_id, step_index=e.t)
+                       for e, i in zip(batch, idx)]
+            # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
+            key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
+            preds = model.predict(queries, seed=zlib.crc32(key.encode()))
+            new: dict[int, tuple[Any, list[Transition]]] = {}
+            for e, q, p, i in zip(batch, queries, preds, idx):
+                if p.failed:
+                    results[i] = e._failure_end(p.error)
+                    continue
+                e.stats["model_steps"] += 1
+                q.next_state, q.reward, q.done, q.reasoning = p.next_state, float(p.reward), bool(p.done), p.reasoning
+                e.history.append((e.state, actions[i]))
+                e.state = p.next_state
+                e._advance()
+                terminated = bool(p.done)
+                truncated = not terminated and e.t >= e.max_steps
+                won = terminated and p.reward >= 1.0
+                results[i] = (e.state, float(p.reward), terminated, truncated,
+                              e._info(won=won, reasoning=p.reasoning, em_failure=False))
+                if e.add_to_buffer and e.buffer is not None:
+                    q.policy_version = e.policy_version
+                    new.setdefault(id(e.buffer), (e.buffer, []))[1].append(q)
+            for buf, trs in new.values():
+                try:
+                    buf.add(trs)
+                except Exception:  # noqa: BLE001 - losing buffer growth must not end the rollout
+                    for e in batch:
+                        e.stats["buffer_errors"] = e.stats.get("buffer_errors", 0) + 1
+        return results
+
+    def close(self) -> None:
+        for real in self._real_envs.values():
+            if real is not None:
+                try:
+                    real.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        self._real_envs = {}
+        super().close()
+
