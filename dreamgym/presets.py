@@ -37,7 +37,7 @@ PRESETS: dict[str, str] = {
 }
 
 # Bump when the tiny recipe changes in a way the hashed spec below does not capture.
-TINY_RECIPE_VERSION = 1
+TINY_RECIPE_VERSION = 2
 TINY_SEED = 0
 TINY_MODEL = dict(
     vocab_size=4096, hidden_size=192, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
@@ -173,7 +173,7 @@ def tokenizer_corpus() -> tuple[str, ...]:
 # ------------------------------------------------------------------------------------------------- tiny preset
 
 def _tiny_spec() -> dict[str, Any]:
-    corpus = "\x00".join(tokenizer_corpus()).encode("utf-8")
+    corpus = "\x00".join(tokenizer_corpus()).encode("utf-8")  # the tokenizer, hence the vocab size, follow from it
     return {"recipe": TINY_RECIPE_VERSION, "seed": TINY_SEED, "model": TINY_MODEL,
             "special": TINY_SPECIAL_TOKENS, "tags": TAG_TOKENS, "template": CHATML_TEMPLATE,
             "corpus_sha256": hashlib.sha256(corpus).hexdigest()}
@@ -221,11 +221,11 @@ def init_tiny_model(vocab_size: int = TINY_MODEL["vocab_size"]) -> Any:
 
 def _build_tiny(out: Path, spec: dict[str, Any]) -> None:
     tokenizer = train_tiny_tokenizer(tokenizer_corpus())
-    if len(tokenizer) > TINY_MODEL["vocab_size"]:
-        raise PresetError(f"tiny tokenizer has {len(tokenizer)} tokens, more than the model's vocabulary")
     ids = [tokenizer.convert_tokens_to_ids(t) for t in TINY_SPECIAL_TOKENS]
     assert ids == [TINY_MODEL["bos_token_id"], 1, TINY_MODEL["eos_token_id"], TINY_MODEL["pad_token_id"]], ids
-    model = init_tiny_model()
+    # The model's vocabulary is exactly the tokenizer's (at most TINY_MODEL's when the corpus is large enough to
+    # learn that many merges): an untrained model must never sample an id that decodes to nothing.
+    model = init_tiny_model(vocab_size=len(tokenizer))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     _write_manifest(out, "tiny", {**spec, "tokenizer_tokens": len(tokenizer), "corpus_texts": len(tokenizer_corpus())})

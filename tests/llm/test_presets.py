@@ -15,9 +15,9 @@ def tiny():
 
 
 def test_tiny_weights_are_the_seeded_init_and_reload_identically(tiny):
-    model, _ = tiny
+    model, tok = tiny
     again, _ = presets.load_preset("tiny", device="cpu")
-    fresh = presets.init_tiny_model()
+    fresh = presets.init_tiny_model(vocab_size=len(tok))
     for (name, p), q, r in zip(model.state_dict().items(), again.state_dict().values(), fresh.state_dict().values()):
         assert torch.equal(p, q), name
         assert torch.equal(p, r), name
@@ -38,7 +38,7 @@ def test_tiny_tokenizer_chat_template_tags_and_roundtrip(tiny):
     model, tok = tiny
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (
         model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id)
-    assert len(tok) <= model.config.vocab_size
+    assert len(tok) == model.config.vocab_size <= presets.TINY_MODEL["vocab_size"]  # no id decodes to nothing
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Task: set the dial to 3"}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTask: set the dial to 3<|im_end|>\n"
@@ -100,4 +100,4 @@ def test_broken_preset_dir_names_the_fix(tmp_path):
 def test_cli_info(capsys):
     assert presets.main(["info", "tiny"]) == 0
     out = capsys.readouterr().out
-    assert "parameters: 3," in out and "<|im_start|>assistant" in out
+    assert "parameters: " in out and "<|im_start|>assistant" in out

@@ -1,0 +1,250 @@
+"""The local transformers backend of the LLM seam: batched, KV-cached sampling with exact token ids and logprobs.
+
+Owns: chat-template application (once, with the generation prompt), left-padded batched decoding with a KV
+cache, temperature / top-p / max-token / stop-string / eos handling, seeded sampling, and per-token logprobs.
+Must not know: environments, trainers, the experience model, presets beyond `from_preset`.
+
+Trainers share `backend.model` with their optimizer: weights updated in place are used by the next
+`generate` call. Generation switches the model to eval mode and restores its previous mode afterwards.
+
+Contract details trainers rely on:
+- `Completion.token_ids` are exactly the sampled tokens, including a final eos token when the model emitted
+  one, and including the whole token that completed a stop string (its text may run a few characters past
+  the stop string; `Completion.text` is cut right after the stop string).
+- `Completion.logprobs[i]` is `log_softmax(logits)[token_ids[i]]` for the model's raw logits (temperature 1,
+  no top-p filtering), i.e. what a separate forward pass over prompt + generated tokens gives.
+- Seeds: request `i` of a call with `SamplingParams.seed = s` samples from its own generator seeded with
+  `row_seed(s, i)`, so its output does not depend on how the batch is chunked or what else is in it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+
+# Used for models whose tokenizer ships without a chat template (base models): the tiny preset's ChatML.
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def row_seed(seed: int, index: int) -> int:
+    """The generator seed of request `index` in a call seeded with `seed`. `row_seed(s, 0) == s`, so one request
+    sent alone with seed `row_seed(s, i)` (as the HTTP client does) samples what request i of the batch would."""
+    return (seed + index * _GOLDEN) & _MASK64
+
+
+@dataclass
+class _Row:
+    """One request being decoded: its prompt, its sampling settings and what it has produced so far."""
+
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str | None = None
+    finish: str | None = None
+
+
+class HFBackend:
+    """`LLM` over a local `transformers` causal LM. `batch_size` bounds the rows decoded together."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = max(1, int(batch_size))
+        self._lock = threading.Lock()  # one generation at a time: the model and its mode are shared state
+        gen_cfg = getattr(model, "generation_config", None)
+        eos = getattr(gen_cfg, "eos_token_id", None)
+        eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        if tokenizer.eos_token_id is not None:
+            eos.append(tokenizer.eos_token_id)
+        if not eos:
+            raise ValueError("the tokenizer and generation config define no eos token; cannot tell when to stop")
+        self.eos_ids = frozenset(eos)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        if not getattr(tokenizer, "chat_template", None):
+            tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # Asking for the last position's logits only avoids a (batch, prompt_len, vocab) tensor at prefill.
+        params = inspect.signature(base.forward).parameters
+        self._logits_to_keep = "logits_to_keep" in params
+        # transformers >= 5.2x names the KV cache argument `cache`; older versions call it `past_key_values`.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def from_preset(cls, name: str, *, device: str | None = None, batch_size: int = 32,
+                    dtype: Any = None) -> "HFBackend":
+        """A backend over `dreamgym.presets.load_preset(name)` (preset name, local path or HF id)."""
+        from dreamgym.presets import load_preset
+
+        model, tokenizer = load_preset(name, device=device, dtype=dtype)
+        return cls(model, tokenizer, batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        """Token ids of the chat-templated request with the assistant generation prompt. The template is
+        rendered to text once and tokenized without adding special tokens again (the template has them)."""
+        text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
+        """One completion per chat request, in order (see the module docstring for the contract)."""
+        return self.generate_from_ids([self.prompt_ids(r) for r in requests], params)
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]],
+                          params: SamplingParams | Sequence[SamplingParams],
+                          *, seeds: Sequence[int] | None = None) -> list[Completion]:
+        """Token-in/token-out generation for trainers. `params` is shared or given per prompt; `seeds`, when
+        given, are the per-prompt generator seeds (otherwise `row_seed(params.seed, i)`)."""
+        n = len(prompts)
+        plist = list(params) if isinstance(params, Sequence) else [params] * n
+        if len(plist) != n or (seeds is not None and len(seeds) != n):
+            raise ValueError("params and seeds must be one per prompt")
+        for p in prompts:
+            if len(p) == 0:
+                raise ValueError("cannot generate from an empty prompt")
+        if seeds is None:
+            # Unseeded calls draw from torch's global RNG, so `torch.manual_seed` upstream still reproduces runs.
+            base = {id(p): int(torch.randint(0, 2**62, (1,)).item()) for p in plist if p.seed is None}
+            seeds = [row_seed(p.seed if p.seed is not None else base[id(p)], i) for i, p in enumerate(plist)]
+        rows = [_Row(list(map(int, pr)), p, int(s)) for pr, p, s in zip(prompts, plist, seeds)]
+        # Similar lengths together means less padding; each row has its own generator, so order is free.
+        order = sorted(range(n), key=lambda i: -len(rows[i].prompt))
+        with self._lock:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                with torch.inference_mode():
+                    for k in range(0, n, self.batch_size):
+                        self._decode([rows[i] for i in order[k:k + self.batch_size]])
+            finally:
+                self.model.train(was_training)
+        return [Completion(text=r.text or "", token_ids=r.tokens, logprobs=r.logprobs, finish_reason=r.finish or
+                           "length", prompt_token_ids=r.prompt) for r in rows]
+
+    # ----------------------------------------------------------------------------------------- decoding
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Logits of the last position, float32, shape (batch, vocab)."""
+        kw = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        kw[self._cache_kw] = cache
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        return out.logits[:, -1, :].float()
+
+    def _decode(self, rows: list[_Row]) -> None:
+        """Decode one batch of rows to completion, filling each row's tokens, logprobs, text and finish."""
+        from transformers import DynamicCache
+
+        dev = self.device
+        max_new = max(r.params.max_tokens for r in rows)
+        live = [r for r in rows if r.params.max_tokens > 0]
+        for r in rows:
+            if r.params.max_tokens <= 0:
+                r.text, r.finish = "", "length"
+        if not live or max_new <= 0:
+            return
+        # Left padding puts every row's last prompt token in the same column; positions skip the padding so
+        # each row sees exactly the positions it would alone (needed for logprobs to match a plain forward).
+        width = max(len(r.prompt) for r in live)
+        ids = torch.full((len(live), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(live), width), dtype=torch.long)
+        for b, r in enumerate(live):
+            ids[b, width - len(r.prompt):] = torch.tensor(r.prompt)
+            mask[b, width - len(r.prompt):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
+        # All of a row's uniforms are drawn up front from its own generator: outputs depend only on its seed.
+        uniforms = torch.stack([torch.rand(max_new, generator=torch.Generator().manual_seed(r.seed),
+                                           dtype=torch.float64) for r in live]).to(dev)
+        temps = torch.tensor([r.params.temperature for r in live], dtype=torch.float32, device=dev)
+        top_ps = torch.tensor([r.params.top_p for r in live], dtype=torch.float64, device=dev)
+        slots = torch.arange(len(live), device=dev)  # which of `live` each batch row is
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, pos, cache)
+        next_pos = pos[:, -1] + 1
+        for step in range(max_new):
+            logprobs = torch.log_softmax(logits, dim=-1)
+            tokens = _sample(logits, temps[slots], top_ps[slots], uniforms[slots, step])
+            token_lp = logprobs.gather(1, tokens[:, None])[:, 0]
+            keep = []
+            for b, (slot, tok, lp) in enumerate(zip(slots.tolist(), tokens.tolist(), token_lp.tolist())):
+                r = live[slot]
+                r.tokens.append(tok)
+                r.logprobs.append(lp)
+                if self._finished(r):
+                    continue
+                keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(slots):  # drop finished rows so the rest decode at a smaller batch
+                sel = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(sel)
+                slots, tokens, mask, next_pos = slots[sel], tokens[sel], mask[sel], next_pos[sel]
+            mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=1)
+            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+
+    def _finished(self, r: _Row) -> bool:
+        """Check eos, stop strings and the token budget after a row's newest token; set text and finish."""
+        if r.tokens[-1] in self.eos_ids:
+            r.text, r.finish = self.tokenizer.decode(r.tokens[:-1]), "stop"
+            return True
+        if r.params.stop:
+            text = self.tokenizer.decode(r.tokens)
+            hits = [(text.find(s), -len(s), s) for s in r.params.stop if s and s in text]
+            if hits:
+                start, _, s = min(hits)  # the earliest stop string (the longest when two start together)
+                r.text, r.finish = text[: start + len(s)], "stop"
+                return True
+        if len(r.tokens) >= r.params.max_tokens:
+            r.text, r.finish = self.tokenizer.decode(r.tokens), "length"
+            return True
+        return False
+
+
+def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Next token per row by inverse-CDF sampling with the row's pre-drawn uniform `u` in [0, 1).
+
+    logits (B, V) float32; temps (B,) with 0 meaning greedy; top_ps (B,); u (B,) float64. Returns (B,) long.
+    Top-p keeps the smallest set of most likely tokens whose mass reaches top_p (at least one token).
+    """
+    greedy = logits.argmax(dim=-1)
+    sampled_rows = temps > 0
+    if not bool(sampled_rows.any()):
+        return greedy
+    probs = torch.softmax(logits / temps.clamp(min=1e-6)[:, None], dim=-1).double()
+    tokens = greedy.clone()
+    nucleus = sampled_rows & (top_ps < 1.0)
+    full = sampled_rows & ~nucleus
+    if bool(full.any()):
+        # Unsorted CDF is still monotone, so no sort is needed without top-p.
+        cdf = probs[full].cumsum(-1)
+        idx = torch.searchsorted(cdf, (u[full] * cdf[:, -1])[:, None], right=True)[:, 0]
+        tokens[full] = idx.clamp(max=probs.shape[1] - 1)
+    if bool(nucleus.any()):
+        p_sorted, order = probs[nucleus].sort(dim=-1, descending=True)
+        before = p_sorted.cumsum(-1) - p_sorted  # mass strictly above each token
+        p_sorted = p_sorted.masked_fill(before >= top_ps[nucleus][:, None], 0.0)
+        cdf = p_sorted.cumsum(-1)
+        idx = torch.searchsorted(cdf, (u[nucleus] * cdf[:, -1])[:, None], right=True).clamp(max=probs.shape[1] - 1)
+        tokens[nucleus] = order.gather(1, idx)[:, 0]
+    return tokens
+

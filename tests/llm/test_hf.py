@@ -1,0 +1,178 @@
+"""The transformers backend: exact token ids and logprobs, seeded sampling, stop/eos/length handling, batching."""
+
+import pytest
+import torch
+
+from dreamgym.llm import SamplingParams
+from dreamgym.llm.hf import HFBackend, _sample, row_seed
+
+TASKS = ["Task: set the dial to 3 and press submit", "Task: turn up", "hi",
+         "Task: set the dial to 7 and press submit. State: [dial] 2 [button] turn up [button] turn down"]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    torch.set_num_threads(2)
+    return HFBackend.from_preset("tiny", device="cpu")
+
+
+def chats(texts=TASKS):
+    return [[{"role": "user", "content": t}] for t in texts]
+
+
+def forward_logprobs(model, prompt, generated):
+    """log p(generated[i] | prompt, generated[:i]) from one plain forward pass, no padding, no cache."""
+    ids = torch.tensor([prompt + generated])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+    return [lp[len(prompt) - 1 + i, t].item() for i, t in enumerate(generated)]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0, max_tokens=24),
+                                    SamplingParams(temperature=0.7, top_p=0.8, max_tokens=24, seed=1),
+                                    SamplingParams(temperature=1.3, max_tokens=24, seed=2)])
+def test_logprobs_match_a_separate_forward_pass(backend, params):
+    outs = backend.generate(chats(), params)  # prompts of different lengths: left padding is exercised
+    for o in outs:
+        assert len(o.token_ids) == len(o.logprobs) > 0
+        ref = forward_logprobs(backend.model, o.prompt_token_ids, o.token_ids)
+        assert max(abs(a - b) for a, b in zip(ref, o.logprobs)) < 1e-4
+
+
+def test_greedy_picks_the_argmax_and_batch_equals_single(backend):
+    params = SamplingParams(temperature=0, max_tokens=20)
+    batched = backend.generate(chats(), params)
+    for req, b in zip(chats(), batched):
+        assert backend.generate([req], params)[0].token_ids == b.token_ids
+    o = batched[0]
+    ids = torch.tensor([o.prompt_token_ids + o.token_ids])
+    with torch.no_grad():
+        logits = backend.model(ids).logits[0]
+    assert logits[len(o.prompt_token_ids) - 1:-1].argmax(-1).tolist() == o.token_ids
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_batching(backend):
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=7)
+    a = backend.generate(chats() * 2, params)
+    b = backend.generate(chats() * 2, params)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    # Identical prompts in one batch get different samples (their own generators).
+    assert a[0].token_ids != a[len(TASKS)].token_ids
+    assert backend.generate(chats(), SamplingParams(temperature=1.0, max_tokens=16, seed=8))[0].token_ids \
+        != a[0].token_ids
+    # Request i alone, seeded with row_seed(seed, i), samples what it sampled inside the batch.
+    i = 2
+    alone = backend.generate_from_ids([a[i].prompt_token_ids], params, seeds=[row_seed(7, i)])[0]
+    assert alone.token_ids == a[i].token_ids
+    small = HFBackend(backend.model, backend.tokenizer, batch_size=1)
+    assert [x.token_ids for x in small.generate(chats() * 2, params)] == [x.token_ids for x in a]
+
+
+def test_unseeded_sampling_follows_torch_global_seed(backend):
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    torch.manual_seed(0)
+    a = backend.generate(chats(), params)
+    torch.manual_seed(0)
+    assert [x.token_ids for x in backend.generate(chats(), params)] == [x.token_ids for x in a]
+
+
+def test_stop_string_truncates_text_and_ids(backend):
+    params = SamplingParams(temperature=1.0, max_tokens=30, seed=3)
+    full = backend.generate(chats(), params)[0]
+    assert full.finish_reason == "length" and len(full.token_ids) == 30
+    stop = full.text[10:13]
+    first = full.text.find(stop)
+    cut = backend.generate(chats(), SamplingParams(temperature=1.0, max_tokens=30, seed=3,
+                                                   stop=["never-appears", stop]))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: first + len(stop)]
+    # The ids end with the token that completed the stop string: the shortest prefix whose text contains it.
+    k = len(cut.token_ids)
+    assert cut.token_ids == full.token_ids[:k] and cut.logprobs == pytest.approx(full.logprobs[:k])
+    assert stop in backend.tokenizer.decode(cut.token_ids) and stop not in backend.tokenizer.decode(
+        cut.token_ids[:-1])
+
+
+def test_eos_ends_generation_and_is_kept_in_ids_not_text(backend):
+    params = SamplingParams(temperature=0, max_tokens=20)
+    ref = backend.generate(chats(), params)[0]
+    eos_like = ref.token_ids[5]
+    k = ref.token_ids.index(eos_like)
+    be = HFBackend(backend.model, backend.tokenizer)
+    be.eos_ids = frozenset({eos_like})
+    o = be.generate(chats(), params)[0]
+    assert o.finish_reason == "stop" and o.token_ids == ref.token_ids[: k + 1]
+    assert o.text == backend.tokenizer.decode(ref.token_ids[:k])
+
+
+def test_length_limits(backend):
+    outs = backend.generate(chats(), SamplingParams(temperature=0, max_tokens=5))
+    assert all(o.finish_reason == "length" and len(o.token_ids) == 5 for o in outs)
+    mixed = backend.generate_from_ids([outs[0].prompt_token_ids] * 2, [SamplingParams(temperature=0, max_tokens=0),
+                                                                       SamplingParams(temperature=0, max_tokens=3)])
+    assert (mixed[0].token_ids, mixed[0].finish_reason) == ([], "length")
+    assert mixed[1].token_ids == outs[0].token_ids[:3]
+    with pytest.raises(ValueError):
+        backend.generate_from_ids([[]], SamplingParams())
+
+
+def test_tiny_top_p_is_greedy(backend):
+    greedy = backend.generate(chats(), SamplingParams(temperature=0, max_tokens=12))
+    nucleus = backend.generate(chats(), SamplingParams(temperature=1.0, top_p=1e-9, max_tokens=12, seed=4))
+    assert [o.token_ids for o in nucleus] == [o.token_ids for o in greedy]
+
+
+def test_sampler_follows_the_distribution():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0]]).repeat(20000, 1)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ones = torch.ones(20000)
+    tokens = _sample(logits, ones, torch.ones(20000, dtype=torch.float64), u)
+    freq = torch.bincount(tokens, minlength=5).double() / 20000
+    assert torch.allclose(freq, torch.softmax(logits[0], -1).double(), atol=0.01)
+    # top_p = 0.8: the two most likely tokens (mass 0.66 + 0.24) cover it; the rest never appear.
+    tokens = _sample(logits, ones, torch.full((20000,), 0.8, dtype=torch.float64), u)
+    freq = torch.bincount(tokens, minlength=5).double() / 20000
+    p = torch.softmax(logits[0], -1).double()[:2]
+    assert freq[2:].sum() == 0 and torch.allclose(freq[:2], p / p.sum(), atol=0.01)
+    # Temperature 0.5 sharpens.
+    tokens = _sample(logits, ones * 0.5, torch.ones(20000, dtype=torch.float64), u)
+    freq = torch.bincount(tokens, minlength=5).double() / 20000
+    assert torch.allclose(freq, torch.softmax(logits[0] / 0.5, -1).double(), atol=0.01)
+
+
+def test_prompt_ids_apply_the_template_once(backend):
+    req = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
+    ids = backend.prompt_ids(req)
+    assert backend.tokenizer.decode(ids) == ("<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
+                                             "<|im_start|>assistant\n")
+    assert ids.count(backend.tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+def test_sees_in_place_weight_updates_and_restores_train_mode(backend):
+    model = backend.model
+    params = SamplingParams(temperature=0, max_tokens=8)
+    before = backend.generate(chats(), params)
+    saved = model.model.norm.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            model.model.norm.weight.mul_(-1.0)  # what an optimizer step does: change weights in place
+        model.train()
+        after = backend.generate(chats(), params)
+        assert model.training
+        assert [o.token_ids for o in after] != [o.token_ids for o in before]
+    finally:
+        with torch.no_grad():
+            model.model.norm.weight.copy_(saved)
+        model.eval()
+    assert not model.training
+
+
+@pytest.mark.slow
+def test_smollm2_answers_a_chat_request_offline():
+    be = HFBackend.from_preset("smollm2-135m", device="cpu")
+    out = be.generate([[{"role": "user", "content": "What is the capital of France?"}]],
+                      SamplingParams(temperature=0, max_tokens=24))[0]
+    assert "Paris" in out.text and out.finish_reason == "stop"
+    assert out.token_ids[-1] in be.eos_ids and "<|im_end|>" not in out.text
+    ref = forward_logprobs(be.model, out.prompt_token_ids, out.token_ids)
+    assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4
