@@ -1,0 +1,386 @@
+"""Fidelity of the experience model on held-out real trajectories, and the `dreamgym eval-em` command.
+
+Owns: the fidelity metrics (teacher-forced next-state token F1 and exact match, reward accuracy, done
+accuracy; free-running false-success and self-contradiction rates), the consistency checks that define a
+self-contradiction (a generic one and one per environment family), and the report (table + JSON).
+Must not know: torch, trainers, how the experience model is trained. It knows the abstract-state formats of
+the families it has checks for (dial, webshop, alfworld) and nothing else about them.
+
+Metrics (DESIGN.md §1, "Theory": reward accuracy and domain-consistent transitions are what matter):
+- teacher-forced: each held-out transition is predicted from its real state, real history and action;
+  `state_f1` is the bag-of-whitespace-tokens F1 of predicted vs real next state (SQuAD style), `state_em`
+  exact match after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the
+  model's own reward mapping, done = the real `terminated`), `failure_rate` the share of failure states.
+  `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
+- free-running: each held-out episode is replayed from its real initial state with its real actions, feeding
+  the model its own predicted states and history, until the model says done or the actions run out.
+  `false_success` = share of really failed episodes in which the model declared success (reward 1);
+  `outcome_acc` = share of episodes whose predicted success equals the real one; `contradiction_rate` =
+  share of episodes with at least one self-contradiction, `contradictions_per_step` per predicted step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dreamgym.experience_model import (RESET_ACTION, ExperienceModel, Prediction, em_transitions, query_for,
+                                       read_checkpoint_meta)
+from dreamgym.paths import atomic_write_text
+from dreamgym.synthetic_env import is_admissible
+from dreamgym.types import Trajectory, Transition
+
+# ---------------------------------------------------------------------------------------------- text metrics
+
+
+def _tokens(s: str) -> list[str]:
+    return s.split()
+
+
+def token_f1(pred: str, gold: str) -> float:
+    p, g = _tokens(pred), _tokens(gold)
+    if not p and not g:
+        return 1.0
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    prec, rec = common / len(p), common / len(g)
+    return 2 * prec * rec / (prec + rec)
+
+
+def exact_match(pred: str, gold: str) -> bool:
+    return _tokens(pred) == _tokens(gold)
+
+
+# -------------------------------------------------------------------------------------- consistency checks
+
+Checker = Callable[[list[tuple[str, str]], str, str, str], list[str]]
+"""(episode so far as (state, action) pairs, state, action, next_state) -> contradictions found (reasons)."""
+
+
+def check_generic(family_mod: Any) -> Checker:
+    """The state changed although the action was not one the state offered."""
+
+    def check(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
+        try:
+            adm = family_mod.admissible_from_state(state)
+        except Exception:  # noqa: BLE001 - a state the family cannot parse offers nothing we can check
+            return []
+        if adm and not is_admissible(action, adm) and not exact_match(state, nxt):
+            return [f"state changed after unavailable action {action!r}"]
+        return []
+
+    return check
+
+
+def check_dial(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
+    """Dial: the value moves by exactly one on a turn (within 0..9) and never without one."""
+    from dreamgym.envs.dial import DIAL_MAX, DIAL_MIN, parse_state
+
+    a, b = parse_state(state), parse_state(nxt)
+    if b is None:
+        return ["next state has no dial value"]
+    if a is None:
+        return []
+    act = " ".join(action.lower().split())
+    if act == "turn up":
+        want = min(DIAL_MAX, a + 1)
+    elif act == "turn down":
+        want = max(DIAL_MIN, a - 1)
+    else:
+        want = a
+    return [] if b == want else [f"dial {a} -> {b} after {action!r} (expected {want})"]
+
+
+_WS_ID = re.compile(r"\b(B[0-9A-Z]{9})\b")
+
+
+def check_webshop(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
+    """WebShop: an item page must show a product that was listed in an earlier results page of the episode."""
+    item = _webshop_item(nxt)
+    if item is None or _webshop_item(state) == item:
+        return []
+    listed = set()
+    for s, _ in past + [(state, action)]:
+        if _webshop_item(s) is None:
+            listed |= set(_WS_ID.findall(s))
+    return [] if item in listed else [f"item page {item} whose product was not in the results"]
+
+
+def _webshop_item(state: str) -> str | None:
+    """The product id when `state` is an item page (it has Buy Now), else None."""
+    if not re.search(r"buy now", state, re.I):
+        return None
+    ids = _WS_ID.findall(state)
+    return ids[0] if ids else None
+
+
+_ALF_SEE = re.compile(r"(?:On|In) the ([a-z]+ \d+)[^.]*?, you see (.*?)\.", re.I)
+_ALF_OPEN_SEE = re.compile(r"The ([a-z]+ \d+) is open\. In it, you see (.*?)\.", re.I)
+_ALF_OBJ = re.compile(r"\b(?:a|an)\s+([a-z]+ \d+)")
+
+
+def _alf_contents(state: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rx in (_ALF_SEE, _ALF_OPEN_SEE):
+        for recep, items in rx.findall(state):
+            out[recep.lower()] = set() if "nothing" in items.lower() else set(_ALF_OBJ.findall(items.lower()))
+    return out
+
+
+def check_alfworld(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
+    """ALFWorld: what a receptacle is seen to contain changes only through take/put actions on it.
+
+    The last observed contents of each receptacle are tracked over the episode; take X from R removes X from
+    R, put X in/on R adds it. A later observation of R that differs from that is a contradiction."""
+    known: dict[str, set[str]] = {}
+    steps = past + [(state, action)]
+    for i, (s, a) in enumerate(steps):
+        for r, items in _alf_contents(s).items():
+            known[r] = set(items)
+        _alf_apply(known, a)
+    bad = []
+    for r, items in _alf_contents(nxt).items():
+        if r in known and known[r] != items:
+            gone, new = sorted(known[r] - items), sorted(items - known[r])
+            bad.append(f"{r}: {'+' + ','.join(new) if new else ''}{' -' + ','.join(gone) if gone else ''} "
+                       f"without an action")
+    return bad
+
+
+def _alf_apply(known: dict[str, set[str]], action: str) -> None:
+    a = " ".join(action.lower().split())
+    m = re.fullmatch(r"take (.+?) from (.+)", a)
+    if m and m.group(2) in known:
+        known[m.group(2)].discard(m.group(1))
+    m = re.fullmatch(r"(?:put|move) (.+?) (?:in/on|in|on|to) (.+)", a)
+    if m and m.group(2) in known:
+        known[m.group(2)].add(m.group(1))
+
+
+FAMILY_CHECKS: dict[str, Checker] = {"dial": check_dial, "webshop": check_webshop, "alfworld": check_alfworld}
+
+
+def checkers_for(env: str) -> list[Checker]:
+    from dreamgym.envs import family
+
+    out: list[Checker] = []
+    try:
+        out.append(check_generic(family(env)))
+    except Exception:  # noqa: BLE001 - an uninstalled family still gets its own check below
+        pass
+    if env in FAMILY_CHECKS:
+        out.append(FAMILY_CHECKS[env])
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- eval
+
+
+def _batched(model: ExperienceModel, queries: list[Transition], batch_size: int) -> list[Prediction]:
+    out: list[Prediction] = []
+    for i in range(0, len(queries), batch_size):
+        out += model.predict(queries[i:i + batch_size], seed=i)
+    return out
+
+
+def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_size: int = 32) -> dict[str, Any]:
+    """One-step predictions from real inputs (see the module docstring)."""
+    steps = [t for t in transitions if t.action != RESET_ACTION]
+    resets = [t for t in transitions if t.action == RESET_ACTION]
+    preds = _batched(model, steps, batch_size)
+    n = max(1, len(steps))
+    res: dict[str, Any] = {
+        "n": len(steps),
+        "state_f1": sum(token_f1(p.next_state, t.next_state) for p, t in zip(preds, steps)) / n,
+        "state_em": sum(exact_match(p.next_state, t.next_state) for p, t in zip(preds, steps)) / n,
+        "reward_acc": sum(abs(p.reward - t.reward) < 1e-6 for p, t in zip(preds, steps)) / n,
+        "done_acc": sum(p.done == t.done for p, t in zip(preds, steps)) / n,
+        "failure_rate": sum(p.failed for p in preds) / n,
+    }
+    pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
+    res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
+    if resets:
+        rp = _batched(model, resets, batch_size)
+        res["init_f1"] = sum(token_f1(p.next_state, t.next_state) for p, t in zip(rp, resets)) / len(resets)
+    return res
+
+
+def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: str,
+                 batch_size: int = 32) -> dict[str, Any]:
+    """Whole-episode replays inside the model, all episodes stepped together (see the module docstring)."""
+    checks = checkers_for(env)
+    h = model.config.history
+    eps = []
+    for n, traj in enumerate(trajectories):
+        if traj.steps:
+            eps.append({"traj": traj, "id": f"eval-{traj.id or n}", "state": traj.initial_state or traj.steps[0].state,
+                        "past": [], "t": 0, "live": True, "success": False, "contradictions": [], "failed": False})
+    steps_predicted = 0
+    while True:
+        live = [e for e in eps if e["live"]]
+        if not live:
+            break
+        for i in range(0, len(live), batch_size):
+            chunk = live[i:i + batch_size]
+            qs = [query_for(e["traj"].task, e["state"], e["traj"].steps[e["t"]].action,
+                            history=e["past"][-h:] if h else [], trajectory_id=e["id"], step_index=e["t"])
+                  for e in chunk]
+            preds = model.predict(qs, seed=steps_predicted)
+            for e, q, p in zip(chunk, qs, preds):
+                steps_predicted += 1
+                if p.failed:
+                    e["failed"], e["live"] = True, False
+                    continue
+                for c in checks:
+                    e["contradictions"] += c(e["past"], e["state"], q.action, p.next_state)
+                e["past"].append((e["state"], q.action))
+                e["state"] = p.next_state
+                e["t"] += 1
+                if p.reward >= 1.0:
+                    e["success"] = True
+                if p.done or e["t"] >= len(e["traj"].steps):
+                    e["live"] = False
+    failed_real = [e for e in eps if not e["traj"].won]
+    n = max(1, len(eps))
+    return {
+        "episodes": len(eps),
+        "false_success": (sum(e["success"] for e in failed_real) / len(failed_real)) if failed_real else None,
+        "outcome_acc": sum(e["success"] == bool(e["traj"].won) for e in eps) / n,
+        "contradiction_rate": sum(bool(e["contradictions"]) for e in eps) / n,
+        "contradictions_per_step": sum(len(e["contradictions"]) for e in eps) / max(1, steps_predicted),
+        "episode_failure_rate": sum(e["failed"] for e in eps) / n,
+        "examples": [c for e in eps for c in e["contradictions"]][:10],
+    }
+
+
+def evaluate(model: ExperienceModel, trajectories: list[Trajectory], env: str, *, max_transitions: int = 0,
+             max_episodes: int = 0, batch_size: int = 32) -> dict[str, Any]:
+    """Both parts of the fidelity report for one model (with its current config switches)."""
+    cfg = model.config
+    trs = em_transitions(trajectories, history=cfg.history, binary_reward=cfg.binary_reward)
+    if max_transitions:
+        trs = trs[:max_transitions]
+    t0 = time.perf_counter()
+    tf = teacher_forced(model, trs, batch_size)
+    t1 = time.perf_counter()
+    fr = free_running(model, trajectories[:max_episodes] if max_episodes else trajectories, env, batch_size)
+    return {**tf, **fr, "tf_time_s": t1 - t0, "fr_time_s": time.perf_counter() - t1,
+            "switches": {"retrieval": cfg.use_retrieval, "reasoning": cfg.use_reasoning, "history": cfg.use_history}}
+
+
+COLUMNS = [("state_f1", "F1"), ("state_em", "EM"), ("reward_acc", "rew acc"), ("done_acc", "done acc"),
+           ("failure_rate", "fail"), ("false_success", "false succ"), ("outcome_acc", "outcome"),
+           ("contradiction_rate", "contra")]
+
+
+def format_table(rows: dict[str, dict[str, Any]]) -> str:
+    width = max([len(k) for k in rows] + [5])
+    head = f"{'model':<{width}} " + " ".join(f"{c:>10}" for _, c in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for name, r in rows.items():
+        vals = [r.get(k) for k, _ in COLUMNS]
+        lines.append(f"{name:<{width}} " + " ".join(f"{v:>10.3f}" if isinstance(v, float) else f"{'-':>10}"
+                                                  for v in vals))
+    return "\n".join(lines)
+
+
+def _label(meta: dict[str, Any], path: str) -> str:
+    m = meta.get("model", {})
+    off = [s for s in ("retrieval", "reasoning", "history") if not m.get(f"use_{s}", True)]
+    return ("no " + "+".join(off) if off else "full") + f" ({Path(path).name})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`dreamgym eval-em --env dial --model DIR [--model DIR2 ...] --data heldout.jsonl [--train-data …]`"""
+    p = argparse.ArgumentParser(prog="dreamgym eval-em", description=(
+        "Fidelity of experience models on held-out real trajectories. Each --model is a checkpoint of "
+        "`dreamgym train-em` (ablation checkpoints are labelled by their switches); --inference-ablations "
+        "adds rows with retrieval or history switched off at inference for each model."))
+    p.add_argument("--env", required=True, help="environment family")
+    p.add_argument("--model", action="append", required=True, help="experience-model checkpoint (repeatable)")
+    p.add_argument("--data", required=True, help="held-out real trajectories (JSONL/Parquet)")
+    p.add_argument("--train-data", help="trajectories for the retrieval buffer (default: each model's training data)")
+    p.add_argument("--out", help="JSON report path (default: <first model>/fidelity.json)")
+    p.add_argument("--max-transitions", type=int, default=500, help="teacher-forced transitions (0: all)")
+    p.add_argument("--max-episodes", type=int, default=100, help="free-running episodes (0: all)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--inference-ablations", action="store_true",
+                   help="also evaluate each model with retrieval / history switched off at inference")
+    p.add_argument("--device", default=None)
+    a = p.parse_args(argv)
+
+    import random
+
+    from dreamgym.data import load_trajectories
+    from dreamgym.experience_model import buffer_for
+
+    try:
+        held = load_trajectories(a.data)
+    except (OSError, ValueError) as e:
+        print(f"dreamgym eval-em: {e}", file=sys.stderr)
+        return 2
+    random.Random(0).shuffle(held)  # a capped evaluation should see every policy, not the first in the file
+    rows: dict[str, dict[str, Any]] = {}
+    buffers: dict[tuple[str, str], Any] = {}
+    for path in a.model:
+        try:
+            meta = read_checkpoint_meta(path)
+        except FileNotFoundError as e:
+            print(f"dreamgym eval-em: {e}", file=sys.stderr)
+            return 2
+        buf = None
+        if meta["model"].get("use_retrieval", True) or a.inference_ablations:
+            src = a.train_data or meta.get("train", {}).get("data")
+            if not src or not Path(src).exists():
+                print(f"dreamgym eval-em: {path} needs retrieval data; pass --train-data", file=sys.stderr)
+                return 2
+            key = (str(src), meta["model"].get("embedder", "minilm"))
+            if key not in buffers:
+                trs = em_transitions(load_trajectories(src), history=meta["model"].get("history", 3),
+                                     binary_reward=meta["model"].get("binary_reward", True))
+                buffers[key] = buffer_for(trs, key[1])
+            buf = buffers[key]
+        model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size)
+        variants = [(_label(meta, path), model.config)]
+        if a.inference_ablations:
+            if model.config.use_retrieval:
+                variants.append((_label(meta, path) + " -retrieval@inf",
+                                 dataclasses.replace(model.config, use_retrieval=False)))
+            if model.config.use_history:
+                variants.append((_label(meta, path) + " -history@inf",
+                                 dataclasses.replace(model.config, use_history=False)))
+        base_cfg = model.config
+        for label, cfg in variants:
+            model.config = cfg
+            model.stats.clear()
+            r = evaluate(model, held, a.env, max_transitions=a.max_transitions, max_episodes=a.max_episodes,
+                         batch_size=a.batch_size)
+            r["model_stats"] = dict(model.stats)
+            r["train_summary"] = _train_summary(path)
+            rows[label] = r
+            print(f"{label}: " + ", ".join(f"{k}={v:.3f}" for k, v in r.items() if isinstance(v, float)),
+                  flush=True)
+        model.config = base_cfg
+    print()
+    print(format_table(rows))
+    out = Path(a.out or Path(a.model[0]) / "fidelity.json")
+    atomic_write_text(out, json.dumps({"env": a.env, "data": a.data, "rows": rows}, indent=1, default=str))
+    print(f"\nreport: {out}")
+    return 0
+
+
+def _train_summary(path: str) -> dict[str, Any] | None:
+    f = Path(path) / "train_summary.json"
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
