@@ -27,22 +27,13 @@ from typing import Any
 
 import torch
 
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
-
-_GOLDEN = 0x9E3779B97F4A7C15
-_MASK64 = (1 << 64) - 1
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
 
 # Used for models whose tokenizer ships without a chat template (base models): the tiny preset's ChatML.
 FALLBACK_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
     "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def row_seed(seed: int, index: int) -> int:
-    """The generator seed of request `index` in a call seeded with `seed`. `row_seed(s, 0) == s`, so one request
-    sent alone with seed `row_seed(s, i)` (as the HTTP client does) samples what request i of the batch would."""
-    return (seed + index * _GOLDEN) & _MASK64
 
 
 @dataclass

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from dreamgym.llm import SamplingParams
-from dreamgym.llm.hf import HFBackend, _sample, row_seed
+from dreamgym.llm.base import row_seed
+from dreamgym.llm.hf import HFBackend, _sample
 
 TASKS = ["Task: set the dial to 3 and press submit", "Task: turn up", "hi",
          "Task: set the dial to 7 and press submit. State: [dial] 2 [button] turn up [button] turn down"]
@@ -176,3 +177,10 @@ def test_smollm2_answers_a_chat_request_offline():
     assert out.token_ids[-1] in be.eos_ids and "<|im_end|>" not in out.text
     ref = forward_logprobs(be.model, out.prompt_token_ids, out.token_ids)
     assert max(abs(a - b) for a, b in zip(ref, out.logprobs)) < 1e-4
+
+
+def test_load_llm_spec_picks_the_local_backend():
+    from dreamgym.llm import LLM, load_llm
+
+    be = load_llm("hf:tiny", device="cpu", batch_size=4)
+    assert isinstance(be, HFBackend) and isinstance(be, LLM) and be.batch_size == 4

@@ -1,0 +1,280 @@
+"""`dreamgym serve-model`: any local model of ours as an OpenAI-compatible chat-completions endpoint.
+
+Owns: the HTTP surface (`POST /v1/chat/completions`, `GET /v1/models`, `GET /health`), the request schema and
+OpenAI-style errors, micro-batching of concurrent requests into one `HFBackend` call, and starting a server
+in-process on a loopback port (`start_server`) for tests and for rollout workers in the same process.
+Must not know: environments, trainers; how generation works (that is `HFBackend`).
+
+Extensions over the OpenAI schema, all optional for clients: each choice carries `token_ids` (the sampled ids)
+and `stop_reason` (the stop string that ended it, null on eos/length), the response carries `prompt_token_ids`
+(as vLLM's `return_token_ids` does). Choice `j` of a request with seed `s` samples with seed `row_seed(s, j)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import queue
+import secrets
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamgym.llm.base import Completion, SamplingParams, row_seed
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 256
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # content parts: keep the text ones
+            return "".join(p.get("text", "") for p in self.content if p.get("type") == "text")
+        return self.content or ""
+
+
+class ChatCompletionBody(BaseModel):
+    """The request fields we honour; unknown fields (e.g. `return_token_ids`) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[_Message] = Field(min_length=1)
+    n: int = Field(1, ge=1, le=128)
+    temperature: float = Field(1.0, ge=0.0, le=100.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    stream: bool = False
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code = status, message, kind, code
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    params: SamplingParams
+    seeds: list[int]
+    future: Future
+
+
+class MicroBatcher:
+    """Collects requests arriving within `wait_s` of each other (up to the backend's batch size in rows) and
+    decodes them in one `generate_from_ids` call, so concurrent clients share batched decoding."""
+
+    def __init__(self, backend: Any, wait_s: float = 0.005):
+        self.backend = backend
+        self.wait_s = wait_s
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="serve-model-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: list[int], params: SamplingParams, seeds: list[int]) -> Future:
+        fut: Future = Future()
+        self._queue.put(_Job(prompt, params, seeds, fut))
+        return fut
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            jobs, rows = [job], len(job.seeds)
+            deadline = time.monotonic() + self.wait_s
+            while rows < self.backend.batch_size:
+                try:
+                    nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                jobs.append(nxt)
+                rows += len(nxt.seeds)
+            self._run(jobs)
+
+    def _run(self, jobs: list[_Job]) -> None:
+        prompts = [j.prompt for j in jobs for _ in j.seeds]
+        params = [j.params for j in jobs for _ in j.seeds]
+        seeds = [s for j in jobs for s in j.seeds]
+        try:
+            outs = self.backend.generate_from_ids(prompts, params, seeds=seeds)
+        except Exception as e:  # noqa: BLE001 - a failed batch is reported to its requests, the server lives on
+            log.exception("generation failed for %d requests", len(jobs))
+            for j in jobs:
+                j.future.set_exception(e)
+            return
+        k = 0
+        for j in jobs:
+            j.future.set_result(outs[k:k + len(j.seeds)])
+            k += len(j.seeds)
+
+
+def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005) -> FastAPI:
+    """The FastAPI app serving `backend` (an `HFBackend`) under the model id `model_name`."""
+    app = FastAPI(title="DreamGym model server")
+    batcher = MicroBatcher(backend, wait_s=batch_wait_s)
+    app.state.batcher = batcher
+    context = getattr(backend.model.config, "max_position_embeddings", None)
+
+    @app.exception_handler(_HTTPError)
+    async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
+        return JSONResponse(status_code=e.status, content={"error": {"message": e.message, "type": e.kind,
+                                                                     "code": e.code, "param": None}})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        msg = "; ".join(f"{'.'.join(str(x) for x in err['loc'][1:])}: {err['msg']}" for err in e.errors())
+        return JSONResponse(status_code=400, content={"error": {"message": msg or "invalid request",
+                                                                "type": "invalid_request_error", "code": None,
+                                                                "param": None}})
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                            "owned_by": "dreamgym", "max_model_len": context}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionBody) -> dict[str, Any]:
+        if body.model and body.model != model_name:
+            raise _HTTPError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
+                             code="model_not_found")
+        if body.stream:
+            raise _HTTPError(400, "stream=true is not supported by dreamgym serve-model")
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            prompt = backend.prompt_ids(messages)
+        except Exception as e:  # noqa: BLE001 - a template that rejects these messages is the client's input
+            raise _HTTPError(400, f"chat template failed on these messages: {e}") from e
+        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        if context and len(prompt) + max_tokens > context:
+            raise _HTTPError(400, f"the prompt has {len(prompt)} tokens; with max_tokens={max_tokens} that exceeds "
+                                  f"the model's context length of {context}", code="context_length_exceeded")
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
+                                seed=body.seed)
+        base = body.seed if body.seed is not None else secrets.randbits(63)
+        fut = batcher.submit(prompt, params, [row_seed(base, j) for j in range(body.n)])
+        outs: list[Completion] = await asyncio.wrap_future(fut)
+        return _response(backend.tokenizer, model_name, prompt, outs, stop, body.logprobs)
+
+    return app
+
+
+def _response(tokenizer: Any, model_name: str, prompt: list[int], outs: list[Completion], stop: list[str],
+              logprobs: bool) -> dict[str, Any]:
+    choices = []
+    for j, o in enumerate(outs):
+        stop_reason = next((s for s in stop if o.finish_reason == "stop" and s and o.text.endswith(s)), None)
+        lp = None
+        if logprobs:
+            lp = {"content": [{"token": tok, "logprob": p, "bytes": list(tok.encode("utf-8")), "top_logprobs": []}
+                              for tok, p in zip((tokenizer.decode([t]) for t in o.token_ids), o.logprobs)]}
+        choices.append({"index": j, "message": {"role": "assistant", "content": o.text}, "logprobs": lp,
+                        "finish_reason": o.finish_reason, "stop_reason": stop_reason, "token_ids": o.token_ids})
+    n_out = sum(len(o.token_ids) for o in outs)
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": model_name, "choices": choices, "prompt_token_ids": prompt,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": n_out, "total_tokens": len(prompt) + n_out}}
+
+
+class ServerHandle:
+    """A server running in a background thread of this process. `url` is the API base (ends in /v1)."""
+
+    def __init__(self, server: Any, thread: threading.Thread, app: FastAPI, host: str, port: int):
+        self._server, self._thread, self._app = server, thread, app
+        self.host, self.port = host, port
+        self.url = f"http://{host}:{port}/v1"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        self._app.state.batcher.stop()
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_server(backend: Any, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "local",
+                 batch_wait_s: float = 0.005) -> ServerHandle:
+    """Serve `backend` from a background thread; `port=0` picks a free port. Returns once it accepts requests."""
+    import uvicorn
+
+    app = create_app(backend, model_name, batch_wait_s=batch_wait_s)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="serve-model", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            app.state.batcher.stop()
+            raise RuntimeError(f"model server on {host}:{sock.getsockname()[1]} failed to start")
+        time.sleep(0.01)
+    return ServerHandle(server, thread, app, host, sock.getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dreamgym serve-model",
+                                     description="Serve a local model as an OpenAI-compatible endpoint.")
+    parser.add_argument("--preset", default="tiny", help="preset name (tiny, smollm2-135m), local path or HF id")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--batch-size", type=int, default=32, help="most rows decoded together")
+    parser.add_argument("--served-model-name", default=None, help="model id clients use (default: --preset)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    import uvicorn
+
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.presets import PresetError
+
+    try:
+        backend = HFBackend.from_preset(args.preset, device=args.device, batch_size=args.batch_size)
+    except PresetError as e:
+        print(f"dreamgym serve-model: {e}")
+        return 1
+    name = args.served_model_name or args.preset
+    app = create_app(backend, name)
+    print(f"serving {name!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    finally:
+        app.state.batcher.stop()
+    return 0

@@ -1,0 +1,148 @@
+"""The HTTP backend against `dreamgym serve-model` on loopback: same outputs as the local backend, errors, retries."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+import torch
+
+from dreamgym.llm import SamplingParams, load_llm, row_seed
+from dreamgym.llm.hf import HFBackend
+from dreamgym.llm.http import LLMEndpointError, OpenAIHTTPBackend
+from dreamgym.llm.server import main as serve_main
+from dreamgym.llm.server import start_server
+
+REQS = [[{"role": "user", "content": t}] for t in ("Task: set the dial to 3", "hi", "State: [dial] 4 [button] submit")]
+
+
+@pytest.fixture(scope="module")
+def local():
+    torch.set_num_threads(2)
+    return HFBackend.from_preset("tiny", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(local):
+    handle = start_server(local, model_name="tiny")
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(server):
+    backend = load_llm(server.url + "#tiny", max_retries=1, backoff=0.05)
+    yield backend
+    backend.close()
+
+
+def test_http_matches_local_greedy_and_seeded(local, remote):
+    for params in (SamplingParams(temperature=0, max_tokens=16), SamplingParams(temperature=1.0, top_p=0.9,
+                                                                                 max_tokens=16, seed=11)):
+        want = local.generate(REQS, params)
+        got = remote.generate(REQS, params)
+        for w, g in zip(want, got):
+            assert g.text == w.text and g.token_ids == w.token_ids and g.finish_reason == w.finish_reason
+            assert g.prompt_token_ids == w.prompt_token_ids
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+
+
+def test_stop_string_kept_and_reported(local, remote, server):
+    full = local.generate(REQS[:1], SamplingParams(temperature=1.0, max_tokens=24, seed=5))[0]
+    stop = full.text[6:8]
+    params = SamplingParams(temperature=1.0, max_tokens=24, seed=5, stop=[stop])
+    got = remote.generate(REQS[:1], params)[0]
+    assert got.text == local.generate(REQS[:1], params)[0].text == full.text[: full.text.find(stop) + len(stop)]
+    raw = httpx.post(server.url + "/chat/completions", json={"messages": REQS[0], "stop": stop, "seed": 5,
+                                                             "max_tokens": 24}).json()
+    assert raw["choices"][0]["stop_reason"] == stop and raw["choices"][0]["finish_reason"] == "stop"
+
+
+def test_n_choices_use_row_seeds_and_models_listing(local, server):
+    body = {"model": "tiny", "messages": REQS[1], "n": 3, "seed": 2, "max_tokens": 8, "logprobs": True}
+    data = httpx.post(server.url + "/chat/completions", json=body).json()
+    assert [c["index"] for c in data["choices"]] == [0, 1, 2]
+    ids = [c["token_ids"] for c in data["choices"]]
+    prompt = local.prompt_ids(REQS[1])
+    want = local.generate_from_ids([prompt] * 3, SamplingParams(max_tokens=8), seeds=[row_seed(2, j) for j in range(3)])
+    assert ids == [w.token_ids for w in want] and len({tuple(i) for i in ids}) == 3
+    assert data["usage"]["completion_tokens"] == 24 and data["prompt_token_ids"] == prompt
+    assert len(data["choices"][0]["logprobs"]["content"]) == 8
+    assert httpx.get(server.url + "/models").json()["data"][0]["id"] == "tiny"
+    assert OpenAIHTTPBackend(server.url).model == "tiny"  # discovered from /models
+
+
+def test_rejections_are_isolated_or_reported(remote, server):
+    too_long = [{"role": "user", "content": "turn up " * 3000}]  # beyond the tiny model's 2048-token context
+    outs = remote.generate([REQS[0], too_long], SamplingParams(temperature=0, max_tokens=4))
+    assert outs[0].finish_reason == "length" and len(outs[0].token_ids) == 4
+    assert outs[1].finish_reason == "error" and remote.errors >= 1
+    wrong = OpenAIHTTPBackend(server.url, model="gpt-9", max_retries=0)
+    with pytest.raises(LLMEndpointError, match="not served here"):
+        wrong.generate(REQS, SamplingParams(max_tokens=4))
+    r = httpx.post(server.url + "/chat/completions", json={"messages": REQS[0], "temperature": -1})
+    assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
+
+
+def test_dead_endpoint_fails_fast_naming_the_url():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    backend = OpenAIHTTPBackend(url, model="tiny", max_retries=2, backoff=0.05)
+    t = time.perf_counter()
+    with pytest.raises(LLMEndpointError, match=f"127.0.0.1:{port}/v1/chat/completions.*3 attempts.*is the server running"):
+        backend.generate(REQS, SamplingParams(max_tokens=4))
+    assert time.perf_counter() - t < 3.0
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """A real HTTP server that answers 503, then 429 with Retry-After, then a valid completion."""
+
+    calls = 0
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        type(self).calls += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.calls <= 2:
+            self.send_response(503 if self.calls == 1 else 429)
+            self.send_header("Retry-After", "0.1")
+            body = b'{"error": {"message": "busy"}}'
+        else:
+            self.send_response(200)
+            body = json.dumps({"choices": [{"message": {"content": "ok"}, "finish_reason": "stop",
+                                            "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5}]}}]
+                              }).encode()
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_retries_with_backoff_on_5xx_and_429():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        backend = OpenAIHTTPBackend(f"http://127.0.0.1:{srv.server_port}/v1", model="m", max_retries=3,
+                                    backoff=0.01)
+        t = time.perf_counter()
+        out = backend.generate(REQS[:1], SamplingParams(max_tokens=4))[0]
+        assert time.perf_counter() - t >= 0.1  # Retry-After honoured
+        assert (out.text, out.token_ids, out.logprobs, _Flaky.calls) == ("ok", [7], [-0.5], 3)
+        _Flaky.calls = -10  # now it keeps answering 429: retries run out with a clear error
+        with pytest.raises(LLMEndpointError, match="2 attempts .HTTP 429: busy.; the server is reachable"):
+            OpenAIHTTPBackend(backend.base_url, model="m", max_retries=1, backoff=0.01).generate(
+                REQS[:1], SamplingParams())
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_serve_model_cli_reports_a_bad_preset(capsys):
+    assert serve_main(["--preset", "no-such-preset-anywhere", "--device", "cpu"]) == 1
+    assert "neither a preset" in capsys.readouterr().out
