@@ -1,0 +1,52 @@
+"""The ALFWorld environment family: generated (or official) games on the real ALFWorld engine.
+
+Owns: the family surface every DreamGym environment family exposes (see `dreamgym.envs`): `make_env`,
+`tasks`, `POLICIES`, `admissible_from_state`, `parse_goal`, `explain`, `corpus_text`.
+Must not know: models, torch, trainers. Importing this package does not start the engine.
+
+Splits: "train" (3,553 games by default, written and checked lazily on first use unless
+`dreamgym alfworld generate --train` made them all), "valid_seen" (140 games, the training floor plans with new
+arrangements), "valid_unseen" (134 games on the 24 held-out floor plans), and "test" = valid_unseen followed by
+valid_seen. With `ALFWORLD_DATA` set, the official game files of each split are used instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamgym.envs.alfworld import games
+from dreamgym.envs.alfworld.corpus import corpus_text
+from dreamgym.envs.alfworld.goals import explain, parse_goal
+from dreamgym.envs.alfworld.knowledge import TASK_TYPES, ALFWorldMissing
+from dreamgym.envs.alfworld.policies import POLICIES, ExpertPolicy, NoisyPolicy, RandomPolicy
+from dreamgym.envs.alfworld.state import admissible_from_state
+from dreamgym.types import Task
+
+SPLITS = ("train", "valid_seen", "valid_unseen", "test")
+
+
+def tasks(split: str = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+    """The tasks of a split; each `Task.goal` names its game file (`goal["game_file"]`) and its structured goal
+    (task_type, object, receptacle, toggle). `n` limits the split (train: also how many games it has)."""
+    if split == "test":
+        out = tasks("valid_unseen", seed=seed) + tasks("valid_seen", seed=seed)
+        return out[:n] if n is not None else out
+    if split not in games.SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}; known: {', '.join(SPLITS)}")
+    if games.official_root() is not None:
+        rows = games.official_rows(split)
+        rows = rows[:n] if n is not None else rows
+    else:
+        rows = list(games.split_rows(split, n, seed))
+    return [Task(id=f"alfworld-{r['game_id']}", env="alfworld", instruction=r["instruction"], goal=dict(r["goal"]),
+                 split=split) for r in rows]
+
+
+def make_env(split: str = "train", **kwargs: Any):
+    from dreamgym.envs.alfworld.env import ALFWorldEnv
+
+    return ALFWorldEnv(split=split, **kwargs)
+
+
+__all__ = ["ALFWorldMissing", "ExpertPolicy", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS", "TASK_TYPES",
+           "admissible_from_state", "corpus_text", "explain", "make_env", "parse_goal", "tasks"]

@@ -1,0 +1,131 @@
+"""Scripted ALFWorld policies for offline trajectories: the planner's expert walkthrough (ALFWorld's
+"oracle"), a noisy expert that takes detours and recovers, and a uniform random policy.
+
+Owns: how each policy picks a command from (observation, info). The expert reads `info["walkthrough"]`
+(the engine planner's plan, given at reset) and `info["admissible_actions"]`; the noisy expert also reads the
+abstract state to recover after a detour.
+Must not know: the engine, game files, models, torch.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from dreamgym.envs.alfworld.state import parse_state
+from dreamgym.types import Task
+
+FALLBACK = "look"
+
+
+class ExpertPolicy:
+    """Replays the planner's walkthrough; if a step is not admissible (it never is on checked games) it looks."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+        self.plan: list[str] = []
+        self.i = 0
+
+    def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
+        self.plan = list(info.get("walkthrough") or [])
+        self.i = 0
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        if self.i >= len(self.plan):
+            return FALLBACK
+        action = self.plan[self.i]
+        adm = info.get("admissible_actions")
+        if adm is not None and action not in adm:
+            return FALLBACK
+        self.i += 1
+        return action
+
+
+class NoisyPolicy(ExpertPolicy):
+    """The expert with detours (p=0.25 per step): going to a wrong receptacle, opening a wrong receptacle,
+    picking up a wrong object and putting it back, or just looking/examining. Before each plan step it recovers:
+    it walks back to where the plan left the agent and finishes any put-back it owes."""
+
+    def __init__(self, seed: int = 0, p: float = 0.25):
+        super().__init__(seed)
+        self.p = p
+        self.expected: str | None = None  # where the plan has put the agent
+        self.owed: list[str] = []  # commands a detour must finish (e.g. put the wrong object back)
+
+    def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
+        super().reset(task, obs, info)
+        self.expected = None
+        self.owed = []
+
+    def _detour(self, state: Any, adm: list[str]) -> str | None:
+        kind = self.rng.choice(("goto", "open", "wrong_object", "observe"))
+        if kind == "goto":
+            gos = [a for a in adm if a.startswith("go to ")]
+            return self.rng.choice(gos) if gos else None
+        if kind == "open":
+            closed = [r for r in state.receptacles if state.is_openable(r) and r not in state.opened]
+            if not closed:
+                return None
+            r = self.rng.choice(closed)
+            if r == state.location:
+                return f"open {r}"
+            self.owed = [f"open {r}"]
+            return f"go to {r}"
+        if kind == "wrong_object":
+            takes = [a for a in adm if a.startswith("take ")]
+            if takes and state.location:
+                take = self.rng.choice(takes)
+                obj = take[len("take "):].split(" from ")[0]
+                self.owed = [f"go to {state.location}", f"move {obj} to {state.location}"]
+                return take
+            return None
+        return self.rng.choice(["look", "inventory"] + [a for a in adm if a.startswith("examine ")])
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        adm = list(info.get("admissible_actions") or [])
+        state = parse_state(info.get("abstract_state", ""))
+        while self.owed:  # finish what a detour started (open the wrong receptacle, put the wrong object back)
+            step = self.owed.pop(0)
+            if step in adm:
+                return step
+        if self.rng.random() < self.p and self.i < len(self.plan):
+            detour = self._detour(state, adm)
+            if detour and detour in adm:
+                return detour
+            self.owed = []
+        while self.i < len(self.plan):
+            action = self.plan[self.i]
+            target = action.split(" ", 2)[-1] if action.startswith("go to ") else action.split(" ", 1)[-1]
+            done_already = ((action.startswith("go to ") and state.location == target)
+                            or (action.startswith("open ") and target in state.opened))
+            if not done_already:
+                break
+            self.i += 1  # a detour already did this step
+            if action.startswith("go to "):
+                self.expected = target
+        if self.i >= len(self.plan):
+            return self.rng.choice(adm) if adm else FALLBACK
+        action = self.plan[self.i]
+        if not action.startswith("go to ") and self.expected and state.location != self.expected:
+            back = f"go to {self.expected}"
+            if back in adm:
+                return back
+        if action in adm:
+            self.i += 1
+            if action.startswith("go to "):
+                self.expected = action[len("go to "):]
+            return action
+        # Blocked (a receptacle the plan found open was closed meanwhile): open it, else any admissible command.
+        opens = [a for a in adm if a.startswith("open ") and a[len("open "):] in action]
+        return opens[0] if opens else (self.rng.choice(adm) if adm else FALLBACK)
+
+
+class RandomPolicy(ExpertPolicy):
+    """Uniform over the admissible commands."""
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        adm = info.get("admissible_actions") or [FALLBACK]
+        return self.rng.choice(list(adm))
+
+
+POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "random": RandomPolicy}

@@ -1,0 +1,259 @@
+"""The ALFWorld abstract state: the latest observation plus what the agent knows, as compact plain text,
+and the admissible commands rebuilt from that text alone.
+
+Owns: the state text format, `StateTracker` (updates the agent's knowledge from the engine's feedback
+sentences only, never from hidden engine facts), `parse_state`, and `admissible_from_state` (ALFWorld's
+command grammar over the receptacles and objects the state names; this is how the synthetic environment
+offers actions).
+Must not know: the engine, game files, policies, models, torch.
+
+Format (every line always present, in this order; lists sorted as "cabinet 2" < "cabinet 10"):
+
+    Task: put a clean mug in coffeemachine.
+    Observation: You open the cabinet 3. The cabinet 3 is open. In it, you see a mug 1.
+    Location: cabinet 3 (open)            -- or "middle of the room"; "(closed)" / "(open)" for openables
+    Inventory: nothing                    -- or "mug 1 (clean)"
+    Opened: cabinet 3                     -- receptacles the agent opened and has not closed; "none"
+    Lamps on: none
+    Altered: none                         -- objects the agent cleaned/heated/cooled, e.g. "mug 1 (clean)"
+    Known contents: cabinet 3: mug 1; countertop 1: apple 1, knife 2; drawer 1: nothing
+    Receptacles: cabinet 1, cabinet 2, cabinet 3, coffeemachine 1, countertop 1, drawer 1, sinkbasin 1
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from dreamgym.envs.alfworld.knowledge import can_contain, lower_set, type_of
+
+START = "middle of the room"
+_NAME = r"[a-z]+ \d+"
+
+
+def name_key(name: str) -> tuple[str, int, str]:
+    m = re.match(r"^([a-z]+) (\d+)$", name)
+    return (m.group(1), int(m.group(2)), "") if m else (name, 0, name)
+
+
+def parse_list(text: str) -> list[str]:
+    """'a apple 1, a bread 2, and a knife 1' -> ['apple 1', 'bread 2', 'knife 1'] ('nothing' -> [])."""
+    text = text.strip().rstrip(".").strip()
+    if not text or text == "nothing":
+        return []
+    parts = re.split(r",\s*and\s+|,\s*|\s+and\s+", text)
+    out = []
+    for p in parts:
+        p = re.sub(r"^(a|an|the)\s+", "", p.strip())
+        if re.fullmatch(_NAME, p):
+            out.append(p)
+    return out
+
+
+def _join(names: list[str] | set[str]) -> str:
+    return ", ".join(sorted(names, key=name_key)) or "none"
+
+
+@dataclass
+class AbstractState:
+    """The agent's knowledge; `render()` gives the state text, `parse_state` reads it back."""
+
+    task: str = ""
+    observation: str = ""
+    location: str | None = None
+    inventory: str | None = None
+    opened: set[str] = field(default_factory=set)
+    lamps_on: set[str] = field(default_factory=set)
+    altered: dict[str, set[str]] = field(default_factory=dict)  # object -> {"clean", "hot", "cool"}
+    known: dict[str, list[str]] = field(default_factory=dict)  # receptacle -> objects last seen in it
+    receptacles: list[str] = field(default_factory=list)
+
+    def is_openable(self, name: str | None) -> bool:
+        return bool(name) and type_of(name) in lower_set("openable")  # type: ignore[arg-type]
+
+    def visible(self) -> bool:
+        """Whether the agent can reach into the receptacle it stands at."""
+        return self.location is not None and (not self.is_openable(self.location) or self.location in self.opened)
+
+    def _props(self, obj: str) -> str:
+        props = self.altered.get(obj)
+        return f" ({', '.join(sorted(props))})" if props else ""
+
+    def render(self) -> str:
+        if self.location is None:
+            loc = START
+        elif self.is_openable(self.location):
+            loc = f"{self.location} ({'open' if self.location in self.opened else 'closed'})"
+        else:
+            loc = self.location
+        inv = f"{self.inventory}{self._props(self.inventory)}" if self.inventory else "nothing"
+        altered = ", ".join(f"{o}{self._props(o)}" for o in sorted(self.altered, key=name_key) if self.altered[o])
+        known = "; ".join(f"{r}: {', '.join(sorted(self.known[r], key=name_key)) or 'nothing'}"
+                          for r in sorted(self.known, key=name_key))
+        task = self.task if self.task.endswith(".") or not self.task else self.task + "."
+        return "\n".join([
+            f"Task: {task}",
+            f"Observation: {' '.join(self.observation.split())}",
+            f"Location: {loc}",
+            f"Inventory: {inv}",
+            f"Opened: {_join(self.opened)}",
+            f"Lamps on: {_join(self.lamps_on)}",
+            f"Altered: {altered or 'none'}",
+            f"Known contents: {known or 'none'}",
+            f"Receptacles: {_join(self.receptacles)}",
+        ])
+
+
+class StateTracker:
+    """Folds the engine's feedback sentences into an `AbstractState` (deterministic, text only)."""
+
+    def __init__(self) -> None:
+        self.state = AbstractState()
+
+    def reset(self, task: str, observation: str) -> AbstractState:
+        self.state = AbstractState(task=task.strip())
+        intro = observation.split("Your task is to:")[0].strip()
+        self.state.observation = intro
+        m = re.search(r"you see (.*?)\.\s*$", intro, flags=re.S)
+        self.state.receptacles = sorted(set(parse_list(m.group(1))) if m else set(), key=name_key)
+        return self.state
+
+    def update(self, action: str, feedback: str) -> AbstractState:
+        s = self.state
+        fb = " ".join(feedback.split())
+        s.observation = fb
+        self._arrive(fb)
+        m = re.match(rf"You open the ({_NAME})\.", fb)
+        if m:
+            s.opened.add(m.group(1))
+            self._contents(m.group(1), fb)
+        m = re.match(rf"You close the ({_NAME})\.", fb)
+        if m:
+            s.opened.discard(m.group(1))
+        m = re.match(rf"You pick up the ({_NAME}) from the ({_NAME})\.", fb)
+        if m:
+            s.inventory = m.group(1)
+            if m.group(2) in s.known and m.group(1) in s.known[m.group(2)]:
+                s.known[m.group(2)].remove(m.group(1))
+        m = re.match(rf"You move the ({_NAME}) to the ({_NAME})\.", fb)
+        if m:
+            s.inventory = None
+            s.known.setdefault(m.group(2), [])
+            if m.group(1) not in s.known[m.group(2)]:
+                s.known[m.group(2)].append(m.group(1))
+        m = re.match(rf"You (heat|cool|clean) the ({_NAME}) using the ({_NAME})\.", fb)
+        if m:
+            verb, obj = m.group(1), m.group(2)
+            props = s.altered.setdefault(obj, set())
+            props.add({"heat": "hot", "cool": "cool", "clean": "clean"}[verb])
+            if verb == "heat":
+                props.discard("cool")
+            elif verb == "cool":
+                props.discard("hot")
+        m = re.match(rf"You turn (on|off) the ({_NAME})\.", fb)
+        if m:
+            (s.lamps_on.add if m.group(1) == "on" else s.lamps_on.discard)(m.group(2))
+        m = re.match(r"You are carrying: (.*)\.$", fb)
+        if m:
+            held = parse_list(m.group(1))
+            s.inventory = held[0] if held else None
+        if fb.startswith("You are not carrying anything"):
+            s.inventory = None
+        m = re.match(rf"You are facing the ({_NAME})\.", fb)
+        if m:
+            s.location = m.group(1)
+        if fb.startswith("You are in the middle of a room"):
+            s.location = None
+        return s
+
+    def _arrive(self, fb: str) -> None:
+        m = re.match(rf"You arrive at ({_NAME})\.", fb)
+        if m:
+            self.state.location = m.group(1)
+            self._contents(m.group(1), fb)
+            return
+        m = re.match(rf"(?:On the|The) ({_NAME})(?:,| is open\.)", fb)
+        if m:  # "examine <receptacle>" answers with the arrival sentence minus "You arrive at"
+            self._contents(m.group(1), fb)
+
+    def _contents(self, recep: str, fb: str) -> None:
+        m = re.search(rf"(?:On the {recep}, you see|The {recep} is open\. In it, you see) (.*?)\.(?:\s|$)", fb)
+        if m:
+            self.state.known[recep] = parse_list(m.group(1))
+
+
+def _line(state: str, key: str) -> str | None:
+    m = re.search(rf"^{re.escape(key)}:[ \t]*(.*)$", state, flags=re.M)
+    return m.group(1).strip() if m else None
+
+
+def _names(text: str | None) -> list[str]:
+    if not text or text == "none":
+        return []
+    return [n for n in (x.strip() for x in text.split(",")) if re.fullmatch(_NAME, n)]
+
+
+def parse_state(state: str) -> AbstractState:
+    """Read a state text back (tolerant: missing or malformed lines give empty knowledge, never an error)."""
+    s = AbstractState()
+    s.task = _line(state, "Task") or ""
+    s.observation = _line(state, "Observation") or ""
+    loc = _line(state, "Location") or START
+    m = re.match(rf"^({_NAME})(?: \((open|closed)\))?$", loc)
+    s.location = m.group(1) if m else None
+    s.opened = set(_names(_line(state, "Opened")))
+    if m and m.group(2) == "open":
+        s.opened.add(m.group(1))
+    elif m and m.group(2) == "closed":
+        s.opened.discard(m.group(1))
+    s.lamps_on = set(_names(_line(state, "Lamps on")))
+    for obj, props in re.findall(rf"({_NAME}) \(([a-z, ]+)\)", _line(state, "Altered") or ""):
+        s.altered[obj] = {p.strip() for p in props.split(",") if p.strip() in ("clean", "hot", "cool")}
+    inv = _line(state, "Inventory") or "nothing"
+    m = re.match(rf"^({_NAME})(?: \(([a-z, ]+)\))?$", inv)
+    if m:
+        s.inventory = m.group(1)
+        if m.group(2):
+            s.altered.setdefault(m.group(1), set()).update(
+                p.strip() for p in m.group(2).split(",") if p.strip() in ("clean", "hot", "cool"))
+    for part in (_line(state, "Known contents") or "").split(";"):
+        if ":" in part:
+            recep, objs = part.split(":", 1)
+            recep = recep.strip()
+            if re.fullmatch(_NAME, recep):
+                s.known[recep] = [] if objs.strip() in ("nothing", "") else _names(objs)
+    s.receptacles = sorted(set(_names(_line(state, "Receptacles"))), key=name_key)
+    return s
+
+
+def admissible_from_state(state: str) -> list[str]:
+    """ALFWorld's admissible commands for a state text, rebuilt from the command grammar and ALFRED's
+    tables (which receptacle holds what, what can be cleaned/heated/cooled/toggled). Sorted like the engine's."""
+    s = parse_state(state)
+    cmds = {"look", "inventory", "help"}
+    cmds.update(f"go to {r}" for r in s.receptacles if r != s.location)
+    toggleable, pickupable = lower_set("toggleable"), lower_set("pickupable")
+    if s.location is not None:
+        loc_type = type_of(s.location)
+        cmds.add(f"examine {s.location}")
+        if s.is_openable(s.location):
+            cmds.add(f"close {s.location}" if s.location in s.opened else f"open {s.location}")
+        if s.visible():
+            for obj in s.known.get(s.location, []):
+                # The engine only offers "examine <object>" for the object in hand (its examineObject
+                # precondition's receptacle branch is lost in fast-downward's translation), so neither do we.
+                if type_of(obj) in toggleable:
+                    cmds.add(f"use {obj}")
+                elif s.inventory is None and type_of(obj) in pickupable:
+                    cmds.add(f"take {obj} from {s.location}")
+        if s.inventory is not None:
+            held = type_of(s.inventory)
+            if s.visible() and held in can_contain().get(loc_type, ()):
+                cmds.add(f"move {s.inventory} to {s.location}")
+            for verb, recep_type, kinds in (("heat", "microwave", "heatable"), ("cool", "fridge", "coolable"),
+                                            ("clean", "sinkbasin", "cleanable")):
+                if loc_type == recep_type and held in lower_set(kinds):
+                    cmds.add(f"{verb} {s.inventory} with {s.location}")
+    if s.inventory is not None:
+        cmds.add(f"examine {s.inventory}")
+    return sorted(cmds)
