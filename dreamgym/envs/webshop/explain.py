@@ -76,7 +76,8 @@ def explain(tr: Transition) -> str:
     if verb == "search" and after["page"] == "results":
         found = (f"page 1 of {after['n_pages']} with {after['total']} products" if after["total"]
                  else "no results, only Back to Search")
-        return (f"Searching for \"{arg[:60]}\" opens the results: {found}. The goal is {_goal_phrase(goal)}; "
+        q = arg if len(arg) <= 80 else arg[:79] + "…"
+        return (f"Searching for \"{q}\" opens the results: {found}. The goal is {_goal_phrase(goal)}; "
                 f"nothing is bought yet, so the reward is 0.{end}")
     if after["page"] == "results":
         how = ("goes back to" if before["page"] in ("item",) else "moves to")

@@ -156,9 +156,13 @@ _PRICE = re.compile(
 @lru_cache(maxsize=1)
 def _lexicon() -> dict[str, Any]:
     """Surface forms of product types, attribute phrases and option values, longest first."""
+    all_attrs = {a for t in vocab.PRODUCT_TYPES for a in t.attributes} | set(vocab.GENERIC_ATTRIBUTES)
     type_forms: list[tuple[str, vocab.ProductType]] = []
     for t in vocab.PRODUCT_TYPES:
-        forms = {t.name, t.query, t.display.lower()}
+        forms = {t.name, t.display.lower()}
+        # A query such as "non stick frying pan" would swallow the attribute "non stick": skip those.
+        if not any(_find(a, t.query) for a in all_attrs):
+            forms.add(t.query)
         for f in list(forms):
             forms.add(f[:-1] if f.endswith("s") else f + "s")
         type_forms.extend((f, t) for f in forms)
@@ -171,8 +175,7 @@ def _lexicon() -> dict[str, Any]:
             type_forms.append((n, owners[0]))
             type_forms.append((n + "s" if not n.endswith("s") else n[:-1], owners[0]))
     type_forms.sort(key=lambda x: -len(x[0]))
-    attributes = sorted({a for t in vocab.PRODUCT_TYPES for a in t.attributes} | set(vocab.GENERIC_ATTRIBUTES),
-                        key=len, reverse=True)
+    attributes = sorted(all_attrs, key=len, reverse=True)
     known = set(vocab.TEMPLATE_WORDS)
     for t in vocab.PRODUCT_TYPES:
         for text in (t.name, t.query, t.display.lower(), *t.attributes, *t.nouns, *t.materials,
