@@ -126,7 +126,7 @@ class ExperienceModelConfig:
     binary_reward: bool = True
     """Train on the paper's outcome reward (1 at a successful final step, else 0) instead of the env's raw reward."""
     embedder: str = "minilm"
-    """Retrieval embedder: 'minilm' (sentence-transformers all-MiniLM-L6-v2) or 'hashing' (fast, numpy)."""
+    """Retrieval embedder (dreamgym.embed.make_embedder): 'minilm' (all-MiniLM-L6-v2) or 'hashing[:dim]' (fast)."""
     mmr_lambda: float | None = None
     """Diversity re-ranking of retrieved examples (maximal marginal relevance); None: plain top-k."""
     retrieve_real_only: bool = False
@@ -135,8 +135,8 @@ class ExperienceModelConfig:
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:
             raise ConfigError("k, history and retries must be >= 0")
-        if self.embedder not in ("minilm", "hashing"):
-            raise ConfigError(f"embedder: {self.embedder!r} is not 'minilm' or 'hashing'")
+        if self.embedder.partition(":")[0] not in ("minilm", "hashing"):
+            raise ConfigError(f"embedder: {self.embedder!r} is not 'minilm' or 'hashing[:dim]'")
 
 
 # --------------------------------------------------------------------------------------------------- format
@@ -455,17 +455,33 @@ def em_transitions(trajectories: list[Trajectory], history: int = 3, *, initial_
     return out
 
 
-def make_embedder(name: str) -> Any:
-    from dreamgym import embed
+class MemoEmbedder:
+    """Wraps an embedder with a text -> vector memo: identical texts are embedded once, and the training
+    transitions embedded when the buffer is seeded are not embedded again when they are the queries."""
 
-    return embed.MiniLMEmbedder() if name == "minilm" else embed.HashingEmbedder()
+    def __init__(self, inner: Any):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self._memo: dict[str, Any] = {}
+
+    def encode(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if missing:
+            for t, v in zip(missing, np.asarray(self.inner.encode(missing), dtype=np.float32)):
+                self._memo[t] = v
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self._memo[t] for t in texts])
 
 
 def buffer_for(transitions: list[Transition], embedder: str = "minilm", path: str | Path | None = None) -> Any:
-    """A replay buffer seeded with `transitions` (real seed data), as retrieval sees it during training."""
+    """A replay buffer seeded with `transitions` (real seed data), as retrieval sees it during training.
+    The embedder is memoized (see `MemoEmbedder`), which makes seeding plus retrieval one embedding pass."""
     from dreamgym.buffer import ReplayBuffer
+    from dreamgym.embed import make_embedder
 
-    buf = ReplayBuffer(path, make_embedder(embedder))
+    buf = ReplayBuffer(path, MemoEmbedder(make_embedder(embedder)))
     if transitions:
         buf.add(transitions, seed_data=True)
     return buf
@@ -733,7 +749,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             opt.step()
             step += 1
             tokens_seen += int(mask.sum())
-            loss_sum, loss_n = loss_sum + float(loss), loss_n + 1
+            loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
             if step % cfg.log_every == 0 or step == total:
                 last_loss = loss_sum / loss_n
                 el = time.perf_counter() - t0

@@ -100,70 +100,57 @@ def check_dial(past: list[tuple[str, str]], state: str, action: str, nxt: str) -
     return [] if b == want else [f"dial {a} -> {b} after {action!r} (expected {want})"]
 
 
-_WS_ID = re.compile(r"\b(B[0-9A-Z]{9})\b")
-
-
 def check_webshop(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-    """WebShop: an item page must show a product that was listed in an earlier results page of the episode."""
-    item = _webshop_item(nxt)
-    if item is None or _webshop_item(state) == item:
-        return []
-    listed = set()
-    for s, _ in past + [(state, action)]:
-        if _webshop_item(s) is None:
-            listed |= set(_WS_ID.findall(s))
-    return [] if item in listed else [f"item page {item} whose product was not in the results"]
+    """WebShop: arriving at an item page shows a product that was listed in a results page earlier in the
+    episode (and the one that was clicked); a sub-page (description/features/reviews) belongs to the item
+    it was opened from."""
+    from dreamgym.envs.webshop.pages import parse_abstract
 
-
-def _webshop_item(state: str) -> str | None:
-    """The product id when `state` is an item page (it has Buy Now), else None."""
-    if not re.search(r"buy now", state, re.I):
-        return None
-    ids = _WS_ID.findall(state)
-    return ids[0] if ids else None
-
-
-_ALF_SEE = re.compile(r"(?:On|In) the ([a-z]+ \d+)[^.]*?, you see (.*?)\.", re.I)
-_ALF_OPEN_SEE = re.compile(r"The ([a-z]+ \d+) is open\. In it, you see (.*?)\.", re.I)
-_ALF_OBJ = re.compile(r"\b(?:a|an)\s+([a-z]+ \d+)")
-
-
-def _alf_contents(state: str) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for rx in (_ALF_SEE, _ALF_OPEN_SEE):
-        for recep, items in rx.findall(state):
-            out[recep.lower()] = set() if "nothing" in items.lower() else set(_ALF_OBJ.findall(items.lower()))
-    return out
-
-
-def check_alfworld(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-    """ALFWorld: what a receptacle is seen to contain changes only through take/put actions on it.
-
-    The last observed contents of each receptacle are tracked over the episode; take X from R removes X from
-    R, put X in/on R adds it. A later observation of R that differs from that is a contradiction."""
-    known: dict[str, set[str]] = {}
-    steps = past + [(state, action)]
-    for i, (s, a) in enumerate(steps):
-        for r, items in _alf_contents(s).items():
-            known[r] = set(items)
-        _alf_apply(known, a)
+    cur, new = parse_abstract(state), parse_abstract(nxt)
     bad = []
-    for r, items in _alf_contents(nxt).items():
-        if r in known and known[r] != items:
-            gone, new = sorted(known[r] - items), sorted(items - known[r])
-            bad.append(f"{r}: {'+' + ','.join(new) if new else ''}{' -' + ','.join(gone) if gone else ''} "
-                       f"without an action")
+    if new["page"] == "item" and not (cur["page"] in ("item", "description", "features", "reviews")
+                                      and cur["asin"] == new["asin"]):
+        listed = {ln["asin"] for s, _ in past + [(state, action)] for ln in parse_abstract(s)["links"]}
+        if new["asin"] not in listed:
+            bad.append(f"item page {new['asin']} whose product was not in the results")
+        m = re.fullmatch(r"\s*click\[\s*(\S+)\s*\]\s*", action, re.I)
+        if m and m.group(1).upper() in {a.upper() for a in listed} and m.group(1).upper() != new["asin"].upper():
+            bad.append(f"clicked {m.group(1)} but the item page shows {new['asin']}")
+    if new["page"] in ("description", "features", "reviews") and cur["asin"] and new["asin"] != cur["asin"]:
+        bad.append(f"{new['page']} of {new['asin']} opened from the page of {cur['asin']}")
     return bad
 
 
-def _alf_apply(known: dict[str, set[str]], action: str) -> None:
-    a = " ".join(action.lower().split())
-    m = re.fullmatch(r"take (.+?) from (.+)", a)
-    if m and m.group(2) in known:
-        known[m.group(2)].discard(m.group(1))
-    m = re.fullmatch(r"(?:put|move) (.+?) (?:in/on|in|on|to) (.+)", a)
-    if m and m.group(2) in known:
-        known[m.group(2)].add(m.group(1))
+def check_alfworld(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
+    """ALFWorld: the known contents of a receptacle and the inventory change only through take/put.
+
+    For a receptacle known before and after the step, the contents must be unchanged, or (take X from R)
+    lose exactly X, or (put X in/on R) gain exactly X; a known receptacle must not vanish from the agent's
+    knowledge; the inventory changes only on take (to the taken object) or put (to nothing)."""
+    from dreamgym.envs.alfworld.state import parse_state
+
+    a, b = parse_state(state), parse_state(nxt)
+    act = " ".join(action.lower().split())
+    take = re.fullmatch(r"take (.+?) from (.+)", act)
+    put = re.fullmatch(r"(?:put|move) (.+?) (?:in/on|in|on|to) (.+)", act)
+    bad = []
+    for r, before in a.known.items():
+        if r not in b.known:
+            bad.append(f"{r} vanished from the known contents")
+            continue
+        x, y = set(before), set(b.known[r])
+        if x == y or (take and take.group(2) == r and y == x - {take.group(1)}) or \
+                (put and put.group(2) == r and y == x | {put.group(1)}):
+            continue
+        gone, new = sorted(x - y), sorted(y - x)
+        bad.append(f"{r}: {('+' + ','.join(new)) if new else ''}{(' -' + ','.join(gone)) if gone else ''} "
+                   f"after {action!r}")
+    if a.inventory != b.inventory:
+        ok = (take and b.inventory == take.group(1) and a.inventory is None) or \
+             (put and a.inventory == put.group(1) and b.inventory is None)
+        if not ok:
+            bad.append(f"inventory {a.inventory or 'nothing'} -> {b.inventory or 'nothing'} after {action!r}")
+    return bad
 
 
 FAMILY_CHECKS: dict[str, Checker] = {"dial": check_dial, "webshop": check_webshop, "alfworld": check_alfworld}

@@ -1,0 +1,121 @@
+"""Synthetic transitions per second (a batch of episodes stepped together inside the experience model) versus
+the real environment's steps per second, and their ratio.
+
+    python benchmarks/bench_synthetic.py --env dial [--model CHECKPOINT] [--episodes 32] [--threads 2]
+
+Without --model, a small tiny-preset experience model is trained on freshly collected dial data first and
+cached (under $DREAMGYM_CACHE/bench); its training time is printed but not part of the measurement.
+The real environment is stepped with its random policy in one process (no batching); the synthetic one runs
+`--episodes` SyntheticEnv episodes with random admissible actions, one `step_batch` (one model call) per turn,
+with a replay buffer (hashing embedder) seeded from real data and growing with every synthetic step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+
+def real_steps_per_s(env_name: str, seconds: float = 3.0) -> tuple[float, int]:
+    from dreamgym.envs import family
+
+    fam = family(env_name)
+    env = fam.make_env("train")
+    rng = random.Random(0)
+    n, t0, ep = 0, time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        obs, info = env.reset(seed=ep)
+        ep += 1
+        while True:
+            acts = info.get("admissible_actions") or fam.admissible_from_state(info["abstract_state"])
+            obs, r, term, trunc, info = env.step(rng.choice(acts) if acts else "look")
+            n += 1
+            if term or trunc:
+                break
+    env.close()
+    return n / (time.perf_counter() - t0), n
+
+
+def default_model(env_name: str) -> Path:
+    from dreamgym.collect import collect
+    from dreamgym.experience_model import ExperienceModelConfig, TrainEMConfig, train
+    from dreamgym.paths import cache_dir
+
+    spec = {"env": env_name, "episodes": 600, "max_steps": 300, "k": 2, "embedder": "hashing", "v": 1}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    root = cache_dir("bench")
+    out = root / f"em-{env_name}-{key}"
+    if (out / "train_summary.json").is_file():
+        return out
+    data = root / f"{env_name}-{key}.jsonl"
+    collect(env_name, {"oracle": 0.5, "noisy": 0.3, "random": 0.2}, spec["episodes"], data, overwrite=True,
+            progress=False)
+    t0 = time.perf_counter()
+    train(TrainEMConfig(env=env_name, data=str(data), out=str(out), max_steps=spec["max_steps"], resume=False,
+                        model=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
+    print(f"trained a benchmark experience model in {time.perf_counter() - t0:.0f}s -> {out}")
+    return out
+
+
+def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int) -> dict:
+    from dreamgym.data import load_trajectories
+    from dreamgym.envs import family
+    from dreamgym.experience_model import ExperienceModel, buffer_for, em_transitions, read_checkpoint_meta
+    from dreamgym.synthetic_env import SyntheticEnv
+
+    meta = read_checkpoint_meta(model_dir)
+    seed_trs = em_transitions(load_trajectories(meta["train"]["data"])[:300], history=meta["model"]["history"])
+    buf = buffer_for(seed_trs, "hashing")
+    model = ExperienceModel.load(model_dir, buffer=buf, device="cpu", batch_size=episodes,
+                                 config_overrides={"embedder": "hashing"})
+    fam = family(env_name)
+    envs = [SyntheticEnv(model) for _ in range(episodes)]
+    rng = random.Random(0)
+    infos = [e.reset(seed=i)[1] for i, e in enumerate(envs)]
+    n, calls, t0 = 0, 0, time.perf_counter()
+    for _ in range(turns):
+        live = [i for i, e in enumerate(envs) if not e._done]
+        if not live:  # start new episodes where all ended, so the batch stays full
+            infos = [e.reset(seed=1000 + calls * episodes + i)[1] for i, e in enumerate(envs)]
+            live = list(range(episodes))
+        acts = []
+        for i in live:
+            adm = infos[i]["admissible_actions"] or fam.admissible_from_state(infos[i]["abstract_state"])
+            acts.append(rng.choice(adm) if adm else "look")
+        outs = SyntheticEnv.step_batch([envs[i] for i in live], acts)
+        for i, o in zip(live, outs):
+            infos[i] = o[4]
+        n += len(live)
+        calls += 1
+    dt = time.perf_counter() - t0
+    return {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt,
+            "failures": model.stats["failures"], "buffer_size": len(buf)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env", default="dial")
+    ap.add_argument("--model", help="experience-model checkpoint (default: train a small one, cached)")
+    ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--turns", type=int, default=6, help="batched turns to time")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(a.threads)
+    model_dir = Path(a.model) if a.model else default_model(a.env)
+    real, real_n = real_steps_per_s(a.env)
+    syn = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns)
+    print(f"env={a.env} model={model_dir} torch threads={a.threads}")
+    print(f"real environment:   {real:10.1f} steps/s ({real_n} steps, one process)")
+    print(f"synthetic (x{a.episodes}):   {syn['per_s']:10.1f} transitions/s ({syn['transitions']} transitions in "
+          f"{syn['model_calls']} batched model calls, {syn['seconds']:.1f}s, {syn['failures']} failure states)")
+    print(f"ratio synthetic/real: {syn['per_s'] / real:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Shared helpers for the experience-model tests (not a test module).
+
+- `dial_sim`: a scripted FakeLLM answer function that plays the dial's rules from the prompt, so the synthetic
+  environment and the fidelity code can be tested against a known-correct "model";
+- `dial_trajectories`: real dial trajectories from the family's scripted policies;
+- `trained_dial_model`: a tiny experience model trained on real dial data, built once and cached on disk
+  (keyed by the training code and settings), so the test session pays for training at most once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from dreamgym.collect import run_episode
+from dreamgym.envs import dial
+from dreamgym.experience_model import RESET_ACTION, format_completion
+from dreamgym.paths import cache_dir
+
+
+def dial_sim(req: list[dict[str, str]]) -> str:
+    """Answer an experience-model request with the dial's true dynamics (read from the prompt)."""
+    user = req[-1]["content"]
+    body, action = user.rsplit("\nAction: ", 1)
+    state = body.rsplit("State:\n", 1)[1]
+    target = int(re.search(r"set the dial to (\d+)", user).group(1))
+    if action == RESET_ACTION:
+        return format_completion(dial.abstract_state((target + 5) % 10), 0.0, False, "The episode starts.")
+    v = dial.parse_state(state)
+    if v is None:
+        return format_completion(state, 0.0, False, "Not a dial state.")
+    a = " ".join(action.lower().split())
+    if a == "turn up":
+        v = min(dial.DIAL_MAX, v + 1)
+    elif a == "turn down":
+        v = max(dial.DIAL_MIN, v - 1)
+    elif a == "submit":
+        return format_completion(dial.abstract_state(v), float(v == target), True, "Submit ends it.")
+    return format_completion(dial.abstract_state(v), 0.0, False, "The dial moves.")
+
+
+def dial_trajectories(n: int, split: str = "train", seed: int = 0,
+                      mix: tuple[str, ...] = ("oracle", "noisy", "noisy", "random")):
+    env = dial.make_env(split)
+    tasks = dial.tasks(split)
+    out = []
+    for i in range(n):
+        name = mix[i % len(mix)]
+        traj = run_episode(env, dial.POLICIES[name](seed=seed * 100_000 + i), seed=seed * 100_000 + i,
+                           task=tasks[(i * 7 + seed) % len(tasks)], policy_name=name,
+                           traj_id=f"dial-{split}-{seed}-{i}")
+        out.append(traj)
+    return out
+
+
+TRAIN_SETTINGS = {"episodes": 400, "max_steps": 260, "batch_size": 16, "k": 2, "embedder": "hashing",
+                  "lr": 2e-3, "warmup_steps": 20}
+
+
+def trained_dial_model() -> Path:
+    """A checkpoint of the tiny preset trained with retrieval on real dial data (cached; ~1-2 min to build)."""
+    src = (Path(__file__).resolve().parents[1] / "dreamgym" / "experience_model.py").read_bytes()
+    key = hashlib.sha256(src + json.dumps(TRAIN_SETTINGS, sort_keys=True).encode()).hexdigest()[:12]
+    root = cache_dir("test-artifacts")
+    out = root / f"em-dial-{key}"
+    with open(root / f"em-dial-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes build it once
+        if (out / "train_summary.json").is_file():
+            return out
+        from dreamgym.experience_model import ExperienceModelConfig, TrainEMConfig, train
+        from dreamgym.data import write_jsonl
+
+        s = TRAIN_SETTINGS
+        trajs = dial_trajectories(s["episodes"])
+        data = root / f"em-dial-{key}.jsonl"
+        write_jsonl(data, trajs)
+        cfg = TrainEMConfig(env="dial", data=str(data), preset="tiny", out=str(out), resume=False,
+                            model=ExperienceModelConfig(k=s["k"], embedder=s["embedder"]),
+                            max_steps=s["max_steps"], batch_size=s["batch_size"], lr=s["lr"],
+                            warmup_steps=s["warmup_steps"], log_every=1000, save_every=0)
+        train(cfg, trajectories=trajs)
+    return out

@@ -1,0 +1,213 @@
+import dataclasses
+import json
+
+import pytest
+
+from dreamgym.buffer import ReplayBuffer
+from dreamgym.embed import HashingEmbedder
+from dreamgym.envs.dial import abstract_state, parse_state
+from dreamgym.experience_model import (FAILURE_STATE, RESET_ACTION, ExperienceModel, ExperienceModelConfig,
+                                       build_request, em_transitions, format_completion, parse_completion,
+                                       query_for, train_main)
+from dreamgym.llm.fake import FakeLLM
+from dreamgym.types import Task, Transition
+from em_helpers import dial_sim, dial_trajectories, trained_dial_model
+
+TASK = Task(id="dial-3-5", env="dial", instruction="set the dial to 5 and press submit", goal={"target": 5, "start": 3})
+
+
+def _q(v: int, action: str, history=None, tid: str = "q") -> Transition:
+    return query_for(TASK, abstract_state(v), action, history=history, trajectory_id=tid)
+
+
+# ------------------------------------------------------------------------------------------ output format
+
+def test_format_and_parse_round_trip():
+    text = format_completion(abstract_state(4), 1.0, True, "The dial  moves\nup.")
+    assert text.startswith("<think>The dial moves up.</think>\n<state>\n[dial] 4")
+    assert text.endswith("<reward>1</reward>\n<done>true</done>")
+    p, err = parse_completion(text)
+    assert err == "" and p.next_state == abstract_state(4) and p.reward == 1.0 and p.done and \
+        p.reasoning == "The dial moves up."
+    no_think = format_completion("s", 0.0, False, "ignored", use_reasoning=False)
+    assert "<think>" not in no_think and parse_completion(no_think)[0].reasoning == ""
+
+
+@pytest.mark.parametrize("text", [
+    "<STATE>[dial] 2</STATE><Reward> 0.0 </Reward><done>False</done>",
+    "junk before <think>x</think><state>\n[dial] 2\n<reward>0<done>no trailing text",
+    "<state>[dial] 2</state>\n<reward>0</reward>\n<done>0</done>",
+])
+def test_parser_is_lenient_about_layout(text):
+    p, err = parse_completion(text)
+    assert err == "" and p.next_state == "[dial] 2" and p.reward == 0.0 and p.done is False
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("", "empty output"),
+    ("the dial turns", "no <state> block"),
+    ("<state>   </state><reward>0</reward><done>true</done>", "empty <state>"),
+    ("<state>x</state><reward>lots</reward><done>true</done>", "no parseable <reward>"),
+    ("<state>x</state><reward>7</reward><done>true</done>", "reward 7 outside [0, 1]"),
+    ("<state>x</state><reward>0</reward><done>maybe</done>", "no parseable <done>"),
+    ("<state>x</state><reward>0</reward>", "no parseable <done>"),
+])
+def test_parser_rejects_malformed_output_with_a_reason(text, reason):
+    p, err = parse_completion(text)
+    assert p is None and err == reason
+
+
+# ------------------------------------------------------------------------------------------- prompts
+
+def test_prompt_has_task_examples_history_state_action_and_ablations_drop_them():
+    ex = Transition(task=TASK, history=[], state=abstract_state(7), action="turn down",
+                    next_state=abstract_state(6), reward=0.0, done=False)
+    q = _q(3, "turn up", history=[(abstract_state(1), "turn up"), (abstract_state(2), "turn up")])
+    cfg = ExperienceModelConfig(k=2, history=1)
+    user = build_request(q, [ex], cfg)[-1]["content"]
+    assert user.startswith("Task: set the dial to 5")
+    assert "Examples:\n## 1\nState: [dial] 7" in user and "Next: [dial] 6" in user
+    assert "History: turn up\n" in user  # only the last H=1 action
+    assert user.endswith("State:\n" + abstract_state(3) + "\nAction: turn up")
+    off = dataclasses.replace(cfg, use_retrieval=False, use_history=False)
+    user_off = build_request(q, [ex], off)[-1]["content"]
+    assert "Examples" not in user_off and "History" not in user_off and user_off.endswith("Action: turn up")
+    assert build_request(q, [], dataclasses.replace(cfg, system_prompt=True))[0]["role"] == "system"
+
+
+def test_prompt_is_fitted_to_the_token_budget():
+    ex = [Transition(task=TASK, history=[], state=abstract_state(i), action="turn up",
+                     next_state=abstract_state(i + 1), reward=0.0, done=False) for i in range(3)]
+    q = _q(3, "turn up", history=[(abstract_state(2), "turn up")])
+    words = lambda req: sum(len(m["content"].split()) for m in req)  # noqa: E731 - a simple token counter
+    cfg = ExperienceModelConfig(k=3, max_prompt_tokens=words(build_request(q, ex, ExperienceModelConfig(k=3))) - 1)
+    stats = {}
+    from collections import Counter
+    stats = Counter()
+    req = build_request(q, ex, cfg, words, stats)
+    assert words(req) <= cfg.max_prompt_tokens and req[-1]["content"].count("## ") == 2
+    assert stats == {"examples_dropped": 1}
+    tight = dataclasses.replace(cfg, max_prompt_tokens=12)
+    req = build_request(q, ex, tight, words, stats)
+    assert "Examples" not in req[-1]["content"] and "History" not in req[-1]["content"]
+    assert stats["history_dropped"] == 1 and req[-1]["content"].endswith("Action: turn up")
+
+
+def test_em_transitions_use_terminated_as_done_and_add_initial_states():
+    trajs = dial_trajectories(8)
+    trs = em_transitions(trajs, history=2)
+    resets = [t for t in trs if t.action == RESET_ACTION]
+    assert len(resets) == 8 and all(t.state == "" and t.next_state == tr.initial_state for t, tr in zip(resets, trajs))
+    steps = [t for t in trs if t.action != RESET_ACTION]
+    assert len(steps) == sum(len(t.steps) for t in trajs)
+    flat = [s for t in trajs for s in t.steps]
+    assert [t.done for t in steps] == [s.terminated for s in flat]  # truncation is not the model's to predict
+    assert all(t.trajectory_id for t in trs) and all(len(t.history) <= 2 for t in trs)
+
+
+# ------------------------------------------------------------------------------- prediction with FakeLLM
+
+def test_malformed_output_is_retried_then_becomes_the_failure_state_and_is_counted():
+    good = format_completion(abstract_state(4), 0.0, False, "ok")
+
+    def answer(req):
+        return "I refuse to use the format" if "Action: submit" in req[-1]["content"] else good
+
+    llm = FakeLLM(answer)
+    m = ExperienceModel(llm, config=ExperienceModelConfig(retries=2))
+    preds = m.predict([_q(3, "turn up"), _q(3, "submit"), _q(3, "turn up")])
+    assert [p.failed for p in preds] == [False, True, False]
+    fail = preds[1]
+    assert fail.next_state == FAILURE_STATE and fail.reward == 0.0 and fail.done is True
+    assert fail.attempts == 3 and fail.error == "no <state> block"
+    # One generate call for the batch, then one per retry round holding only the malformed request.
+    assert m.stats["generate_calls"] == 3 and len(llm.calls) == 3 + 2
+    assert m.stats["malformed"] == 3 and m.stats["retries"] == 2 and m.stats["failures"] == 1
+    assert m.stats["predictions"] == 3
+
+
+def test_a_retry_can_recover_and_backend_errors_never_raise():
+    llm = FakeLLM(["<state>cut off", format_completion(abstract_state(4), 0.0, False, "ok")])
+    m = ExperienceModel(llm, config=ExperienceModelConfig(retries=1))
+    (p,) = m.predict([_q(3, "turn up")])
+    assert not p.failed and p.attempts == 2 and parse_state(p.next_state) == 4 and m.stats["failures"] == 0
+
+    class Dead:
+        def generate(self, requests, params):
+            raise TimeoutError("backend down")
+
+    dead = ExperienceModel(Dead(), config=ExperienceModelConfig(retries=1))
+    (p,) = dead.predict([_q(3, "turn up")])
+    assert p.failed and dead.stats["backend_errors"] == 2 and dead.stats["failures"] == 1
+
+
+def test_predict_retrieves_from_the_buffer_excluding_the_own_trajectory():
+    trajs = dial_trajectories(6)
+    buf = ReplayBuffer(None, HashingEmbedder())
+    buf.add(em_transitions(trajs, history=2), seed_data=True)
+    llm = FakeLLM(dial_sim)
+    m = ExperienceModel(llm, buffer=buf, config=ExperienceModelConfig(k=2), env="dial")
+    own = trajs[0].id
+    q = em_transitions([trajs[0]], history=2)[1]
+    (p,) = m.predict([query_for(q.task, q.state, q.action, q.history, trajectory_id=own)])
+    assert len(p.examples) == 2 and all(e.trajectory_id != own for e in p.examples)
+    assert llm.calls[-1][-1]["content"].count("## ") == 2
+    assert p.next_state == q.next_state  # the scripted dial rules
+    no_ret = ExperienceModel(llm, buffer=buf, config=ExperienceModelConfig(use_retrieval=False))
+    (p,) = no_ret.predict([q])
+    assert p.examples == [] and "Examples" not in llm.calls[-1][-1]["content"]
+
+
+# ------------------------------------------------------------------------------ a trained tiny model
+
+@pytest.fixture(scope="module")
+def trained():
+    return trained_dial_model()
+
+
+def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_format(trained):
+    meta = json.loads((trained / "em_config.json").read_text())
+    assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 2
+    assert (trained / "model" / "config.json").is_file() and (trained / "trainer_state.pt").is_file()
+    m = ExperienceModel.load(trained, device="cpu")
+    qs = [_q(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down")]
+    preds = m.predict(qs)
+    assert m.stats["failures"] == 0
+    # A few hundred steps on 2.5M random-init parameters: the format always, the dynamics mostly.
+    right = sum(parse_state(p.next_state) == parse_state(q.state) + (1 if "up" in q.action else -1)
+                for p, q in zip(preds, qs))
+    assert right >= 4, [p.text for p in preds]
+
+
+def test_retrieval_changes_the_prediction(trained):
+    """The model reads its k examples: the same query with different retrieved transitions gets a different
+    answer, and misleading examples pull the predicted state toward theirs."""
+    m = ExperienceModel.load(trained, device="cpu")
+    q = _q(3, "turn up")
+
+    def examples(v_next: int, reward: float = 0.0, done: bool = False) -> list[Transition]:
+        return [Transition(task=TASK, history=[], state=abstract_state(3), action="turn up",
+                           next_state=abstract_state(v_next), reward=reward, done=done)] * 2
+
+    true_ex, odd_ex = m.predict([q, q], examples=[examples(4), examples(8, 1.0, True)])
+    none = m.predict([q], examples=[[]])[0]
+    assert true_ex.text != odd_ex.text
+    assert {true_ex.text, odd_ex.text, none.text} != {true_ex.text}
+    assert parse_state(true_ex.next_state) == 4
+
+
+def test_train_em_cli_resumes_from_its_checkpoint(tmp_path, trained):
+    from dreamgym.data import write_jsonl
+
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, dial_trajectories(20))
+    out = tmp_path / "em"
+    args = ["--env", "dial", "--data", str(data), "--out", str(out), "max_steps=4", "batch_size=4",
+            "model.embedder=hashing", "model.k=1", "save_every=2", "log_every=2"]
+    assert train_main(args) == 0
+    s1 = json.loads((out / "train_summary.json").read_text())
+    assert s1["steps"] == 4 and (out / "metrics.jsonl").is_file()
+    assert train_main(args[:-4] + ["max_steps=6", "model.embedder=hashing", "model.k=1"]) == 0
+    meta = json.loads((out / "em_config.json").read_text())
+    assert meta["steps"] == 6 and json.loads((out / "train_summary.json").read_text())["steps"] == 6
+    assert train_main(["--env", "dial", "--data", str(data), "nonsense.key=1"]) == 2

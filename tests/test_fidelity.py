@@ -1,0 +1,145 @@
+import json
+
+import pytest
+
+from dreamgym.data import write_jsonl
+from dreamgym.envs import family
+from dreamgym.envs.dial import abstract_state, parse_state
+from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig, em_transitions, format_completion
+from dreamgym.fidelity import (check_alfworld, check_dial, check_generic, check_webshop, checkers_for, exact_match,
+                               free_running, main, teacher_forced, token_f1)
+from dreamgym.llm.fake import FakeLLM
+from em_helpers import dial_sim, dial_trajectories, trained_dial_model
+
+
+def test_token_f1_and_exact_match():
+    assert token_f1("a b c", "a b c") == 1.0 and token_f1("a b", "c d") == 0.0
+    assert token_f1("a b c d", "a b") == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert token_f1("", "") == 1.0 and exact_match(" a\nb ", "a b") and not exact_match("a", "a b")
+
+
+def test_dial_check_flags_changes_without_a_turn():
+    assert check_dial([], abstract_state(3), "turn up", abstract_state(4)) == []
+    assert check_dial([], abstract_state(9), "turn up", abstract_state(9)) == []
+    assert check_dial([], abstract_state(3), "submit", abstract_state(5))
+    assert check_dial([], abstract_state(3), "turn up", abstract_state(6))
+    assert check_dial([], abstract_state(3), "turn up", "no dial here")
+
+
+def test_generic_check_flags_a_state_change_after_an_unavailable_action():
+    chk = check_generic(family("dial"))
+    assert chk([], abstract_state(3), "dance", abstract_state(5))
+    assert chk([], abstract_state(3), "dance", abstract_state(3)) == []
+    assert chk([], abstract_state(3), "turn up", abstract_state(4)) == []
+
+
+RESULTS = ('[page] results for "red mug", page 1 of 1 (2 total)\n[button] Back to Search\n'
+           '[link] B000000001 | Red Mug | $5.00\n[link] B000000002 | Blue Mug | $6.00')
+
+
+def _item(asin: str) -> str:
+    return f"[page] item {asin}\n[button] Back to Search\n[button] < Prev\n[text] A mug\n[button] Buy Now"
+
+
+def test_webshop_check_flags_an_item_page_not_in_the_results():
+    search = "[page] search\n[searchbox] search"
+    past = [(search, "search[red mug]")]
+    assert check_webshop(past, RESULTS, "click[B000000001]", _item("B000000001")) == []
+    assert check_webshop(past, RESULTS, "click[B000000001]", _item("B0ZZZZZZZ9"))
+    assert any("clicked" in r for r in check_webshop(past, RESULTS, "click[B000000001]", _item("B000000002")))
+    # Staying on the same item (choosing an option) is fine even when its listing is out of the window.
+    assert check_webshop([], _item("B0ZZZZZZZ9"), "click[red]", _item("B0ZZZZZZZ9")) == []
+    assert check_webshop([], _item("B000000001"), "click[Description]",
+                         "[page] description of B000000002\n[button] < Prev")
+
+
+ALF = ("Task: put a mug in desk.\nObservation: {obs}\nLocation: {loc}\nInventory: {inv}\nOpened: none\n"
+       "Lamps on: none\nAltered: none\nKnown contents: {known}\nReceptacles: cabinet 1, desk 1, shelf 1")
+
+
+def _alf(known: str, inv: str = "nothing", loc: str = "desk 1", obs: str = "ok") -> str:
+    return ALF.format(known=known, inv=inv, loc=loc, obs=obs)
+
+
+def test_alfworld_check_flags_objects_that_appear_or_vanish_without_an_action():
+    s0 = _alf("desk 1: mug 1, pen 2; shelf 1: nothing")
+    assert check_alfworld([], s0, "take mug 1 from desk 1", _alf("desk 1: pen 2; shelf 1: nothing", inv="mug 1")) == []
+    s1 = _alf("desk 1: pen 2; shelf 1: nothing", inv="mug 1")
+    assert check_alfworld([], s1, "put mug 1 in/on shelf 1", _alf("desk 1: pen 2; shelf 1: mug 1", loc="shelf 1")) == []
+    assert check_alfworld([], s0, "go to shelf 1", _alf("desk 1: mug 1, pen 2; shelf 1: nothing", loc="shelf 1")) == []
+    # A failed take (hands full in the real engine) keeps everything as it was: consistent too.
+    assert check_alfworld([], s0, "take pen 2 from desk 1", s0) == []
+    appear = check_alfworld([], s0, "go to shelf 1", _alf("desk 1: mug 1, pen 2; shelf 1: apple 3", loc="shelf 1"))
+    assert appear and "+apple 3" in appear[0]
+    assert check_alfworld([], s0, "look", _alf("desk 1: pen 2; shelf 1: nothing"))  # the mug vanished
+    assert check_alfworld([], s0, "look", _alf("shelf 1: nothing"))  # the desk vanished from knowledge
+    assert check_alfworld([], s0, "look", _alf("desk 1: mug 1, pen 2; shelf 1: nothing", inv="pen 2"))
+
+
+def test_family_checks_find_nothing_on_real_dial_and_webshop_episodes():
+    for name, trajs in (("dial", dial_trajectories(12)), ("webshop", _webshop_episodes(4))):
+        checks = checkers_for(name)
+        assert len(checks) == 2
+        for t in trajs:
+            past = []
+            for s in t.steps:
+                for c in checks:
+                    assert c(past, s.state, s.action, s.next_state) == [], (name, s.action)
+                past.append((s.state, s.action))
+
+
+def _webshop_episodes(n: int):
+    from dreamgym.collect import run_episode
+
+    ws = family("webshop")
+    env = ws.make_env("train")
+    tasks = ws.tasks("train")
+    return [run_episode(env, ws.POLICIES[p](seed=i), seed=i, task=tasks[i], policy_name=p)
+            for i in range(n) for p in ("oracle", "noisy", "random")]
+
+
+def _fake(fn) -> ExperienceModel:
+    return ExperienceModel(FakeLLM(fn), config=ExperienceModelConfig(k=0), env="dial")
+
+
+def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
+    trajs = dial_trajectories(16, split="test", seed=3)
+    trs = em_transitions(trajs, history=3)
+    perfect = _fake(dial_sim)
+    tf = teacher_forced(perfect, trs)
+    assert tf["n"] == sum(len(t.steps) for t in trajs)
+    assert tf["state_f1"] == 1.0 and tf["state_em"] == 1.0 and tf["reward_acc"] == 1.0 and tf["done_acc"] == 1.0
+    fr = free_running(perfect, trajs, "dial")
+    assert fr["false_success"] == 0.0 and fr["outcome_acc"] == 1.0 and fr["contradiction_rate"] == 0.0
+
+    def liar(req):  # jumps the dial to 7 and always claims success
+        return format_completion(abstract_state(7), 1.0, True, "Success!")
+
+    bad = _fake(liar)
+    tf = teacher_forced(bad, trs)
+    assert tf["reward_acc"] < 1.0 and tf["done_acc"] < 1.0
+    fr = free_running(bad, trajs, "dial")
+    assert any(not t.won for t in trajs)
+    assert fr["false_success"] == 1.0 and fr["contradiction_rate"] > 0.5 and fr["examples"]
+
+
+def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
+    model_dir = trained_dial_model()
+    held = tmp_path / "held.jsonl"
+    write_jsonl(held, dial_trajectories(8, split="test", seed=5))
+    meta = json.loads((model_dir / "em_config.json").read_text())
+    out = tmp_path / "fid.json"
+    rc = main(["--env", "dial", "--model", str(model_dir), "--data", str(held), "--train-data", meta["train"]["data"],
+               "--out", str(out), "--max-transitions", "24", "--max-episodes", "4", "--inference-ablations"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "rew acc" in text and "-retrieval@inf" in text and "-history@inf" in text
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert len(rows) == 3
+    for r in rows.values():
+        for k in ("state_f1", "state_em", "reward_acc", "done_acc", "false_success", "contradiction_rate"):
+            assert r[k] is None or 0.0 <= r[k] <= 1.0
+        assert r["n"] == 24 and r["episodes"] == 4
+    assert main(["--env", "dial", "--model", str(tmp_path), "--data", str(held)]) == 2
+    assert parse_state(abstract_state(3)) == 3

@@ -1,0 +1,124 @@
+import pytest
+
+from dreamgym.buffer import ReplayBuffer
+from dreamgym.embed import HashingEmbedder
+from dreamgym.env import check_env
+from dreamgym.envs import dial
+from dreamgym.experience_model import FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions
+from dreamgym.llm.fake import FakeLLM
+from dreamgym.synthetic_env import SyntheticEnv, is_admissible
+from dreamgym.types import Task
+from em_helpers import dial_sim, dial_trajectories, trained_dial_model
+
+
+def _model(fn=dial_sim, buffer=None, **cfg) -> ExperienceModel:
+    return ExperienceModel(FakeLLM(fn), buffer=buffer, config=ExperienceModelConfig(**cfg), env="dial")
+
+
+def _buffer() -> ReplayBuffer:
+    buf = ReplayBuffer(None, HashingEmbedder())
+    buf.add(em_transitions(dial_trajectories(6), history=2), seed_data=True)
+    return buf
+
+
+def test_synthetic_env_passes_check_env_and_grows_the_buffer():
+    buf = _buffer()
+    n0 = len(buf)
+    env = SyntheticEnv(_model(buffer=buf, k=2))
+    assert env.is_synthetic and env.batched_step and env.env_family == "dial"
+    check_env(env)
+    synthetic = [t for t in buf.transitions() if t.source == "synthetic"]
+    assert len(buf) > n0 and synthetic and all(t.trajectory_id.startswith("syn-dial-") for t in synthetic)
+    assert all(t.next_state and t.reasoning for t in synthetic)
+
+
+def test_reset_uses_the_real_initial_state_and_steps_follow_the_model():
+    task = Task(id="dial-2-4", env="dial", instruction="set the dial to 4 and press submit", goal={"target": 4, "start": 2})
+    env = SyntheticEnv(_model())
+    obs, info = env.reset(options={"task": task})
+    assert dial.parse_state(obs) == 2 and info["task"] is task and info["abstract_state"] == obs
+    assert info["admissible_actions"] == ["turn up", "turn down", "submit"] and env.stats["real_initial_states"] == 1
+    for _ in range(2):
+        obs, r, term, trunc, info = env.step("turn up")
+    assert dial.parse_state(obs) == 4 and not term and info["reasoning"]
+    obs, r, term, trunc, info = env.step("submit")
+    assert r == 1.0 and term and not trunc and info["won"] is True
+
+
+def test_initial_state_comes_from_the_model_when_the_real_env_cannot_reset():
+    # A curriculum-style variant without a structured goal: the real dial cannot start it, the model can.
+    variant = Task(id="v1", env="dial", instruction="set the dial to 8 and press submit", goal={"note": "x"})
+    model = _model()
+    env = SyntheticEnv(model, tasks=[variant])
+    obs, info = env.reset(seed=0)
+    assert dial.parse_state(obs) == 3 and env.stats["model_initial_states"] == 1
+    assert "Action: [reset]" in model.llm.calls[-1][-1]["content"]
+    only_real = SyntheticEnv(model, tasks=[variant], initial_state="real")
+    obs, info = only_real.reset(seed=0)
+    assert info["em_failure"] and info["admissible_actions"] is None
+    obs, r, term, trunc, info = only_real.step("turn up")
+    assert trunc and r == 0.0 and info["em_failure"]
+
+
+def test_step_batch_makes_one_model_call_for_all_live_envs_and_matches_single_steps():
+    model = _model()
+    envs = [SyntheticEnv(model) for _ in range(4)]
+    for i, e in enumerate(envs):
+        e.reset(seed=i)
+    calls = model.stats["generate_calls"]
+    actions = ["turn up", "turn down", "submit", "turn up"]
+    batched = SyntheticEnv.step_batch(envs, actions)
+    assert model.stats["generate_calls"] == calls + 1
+    singles = []
+    for i, (e, a) in enumerate(zip([SyntheticEnv(_model()) for _ in range(4)], actions)):
+        e.reset(seed=i)
+        singles.append(e.step(a))
+    assert [b[:4] for b in batched] == [s[:4] for s in singles]
+    # The ended episode answers after-end without a model call; the others keep going in one call.
+    calls = model.stats["generate_calls"]
+    again = SyntheticEnv.step_batch(envs, ["turn up"] * 4)
+    assert again[2][4]["episode_over"] and model.stats["generate_calls"] == calls + 1
+
+
+def test_invalid_action_is_a_noop_without_a_model_call_unless_asked():
+    model = _model()
+    env = SyntheticEnv(model)
+    obs, _ = env.reset(seed=1)
+    calls = model.stats["generate_calls"]
+    o, r, term, trunc, info = env.step("dance")
+    assert info["invalid_action"] and info["abstract_state"] == obs and "Nothing happens" in o
+    assert r == 0.0 and not term and model.stats["generate_calls"] == calls and env.stats["invalid_actions"] == 1
+    env2 = SyntheticEnv(model, invalid_action="model")
+    env2.reset(seed=1)
+    env2.step("dance")
+    assert model.stats["generate_calls"] == calls + 1
+
+
+def test_malformed_model_output_ends_the_episode_as_failure_state():
+    model = _model(fn=lambda req: "the dial, probably?", retries=1)
+    env = SyntheticEnv(model)
+    env.reset(seed=0)
+    obs, r, term, trunc, info = env.step("turn up")
+    assert trunc and not term and r == 0.0 and info["em_failure"] and info["won"] is False
+    assert model.stats["failures"] == 1 and model.stats["malformed"] == 2 and env.stats["em_failures"] == 1
+    assert FAILURE_STATE.startswith("[failure]")
+
+
+def test_step_limit_truncates():
+    env = SyntheticEnv(_model(), max_steps=3)
+    env.reset(seed=0)
+    outs = [env.step("turn down") for _ in range(3)]
+    assert [o[3] for o in outs] == [False, False, True] and not any(o[2] for o in outs)
+
+
+def test_is_admissible_templates():
+    assert is_admissible(" Turn  UP ", ["turn up"]) and not is_admissible("turn", ["turn up"])
+    assert is_admissible("search[red shoes]", ["search[<query>]", "click[Next]"])
+    assert not is_admissible("search[]", ["search[...]"]) and is_admissible("anything", [])
+
+
+def test_synthetic_env_on_the_trained_tiny_model_is_deterministic():
+    model = ExperienceModel.load(trained_dial_model(), buffer=_buffer(), device="cpu")
+    env = SyntheticEnv(model)
+    check_env(env, n_steps=3)
+    assert model.stats["predictions"] > 0
