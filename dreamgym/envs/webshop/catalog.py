@@ -63,7 +63,8 @@ class Product:
 # ---------------------------------------------------------------------------------------------------------
 # Generation
 
-_ASIN_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
+_ASIN_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # 32 symbols: 5 random bits each
+_REVIEW_SCORES = (5, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 2, 1)
 _TITLE_EXTRAS = ("Classic", "Premium", "Everyday", "Essential", "Ultra", "Pro", "Deluxe", "Original",
                  "Signature", "Basic", "Plus", "Comfort", "Lite", "Max", "Select")
 _BULLET_TAILS = ("built for everyday use", "a customer favorite for years", "tested for quality and comfort",
@@ -134,7 +135,7 @@ def _make_product(rng: random.Random, asin: str, ptype: vocab.ProductType) -> Pr
                             rng.choice(_DESC_CLOSERS)))
     reviews = []
     for _ in range(rng.choice((0, 1, 1, 2, 2, 3))):
-        score = rng.choices((5, 4, 3, 2, 1), weights=(5, 4, 2, 1, 1))[0]
+        score = rng.choice(_REVIEW_SCORES)
         reviews.append({"score": score, "title": rng.choice(_REVIEW_TITLES[score]),
                         "body": rng.choice(_REVIEW_BODIES[score]).format(t=ptype.name, a=rng.choice(attrs))})
     rating = round(sum(r["score"] for r in reviews) / len(reviews), 1) if reviews else None
@@ -155,7 +156,8 @@ def generate_products(n: int = DEFAULT_N_PRODUCTS, seed: int = DEFAULT_SEED) -> 
     products = []
     for i in range(n):
         while True:
-            asin = "B0" + "".join(rng.choices(_ASIN_CHARS, k=8))
+            bits = rng.getrandbits(40)
+            asin = "B0" + "".join(_ASIN_CHARS[(bits >> (5 * k)) & 31] for k in range(8))
             if asin not in seen:
                 seen.add(asin)
                 break

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]  # the original's price bounds
 N_TEST = 500
 TRAIN_GOALS_PER_PRODUCT = 2
+MAX_TRAIN_GOALS = 20_000  # large catalogs: a pool this size is plenty (the original has 12,087 instructions)
 
 _OPENERS = ("i am looking for", "i'm looking for", "i need", "i want", "i would like", "find me",
             "can you find me", "i'd like to buy", "please find", "show me", "get me", "i am searching for",
@@ -124,7 +125,8 @@ def make_goal(product: "Product", rng: random.Random) -> dict[str, Any]:
 
 def make_splits(products: list["Product"], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     """Fixed splits: a 500-goal test set (one goal per held-out target product; fewer for tiny catalogs)
-    and a training pool (two goals per remaining product). No training instruction equals a test one."""
+    and a training pool (two goals per remaining product, at most `MAX_TRAIN_GOALS`). No training
+    instruction equals a test one."""
     rng = random.Random(f"webshop-goals-{seed}")
     order = list(range(len(products)))
     rng.shuffle(order)
@@ -132,8 +134,10 @@ def make_splits(products: list["Product"], seed: int = 0) -> dict[str, list[dict
     n_test = max(1, n_test) if len(products) > 1 else 0
     test = [make_goal(products[i], rng) for i in order[:n_test]]
     seen = {g["instruction_text"] for g in test}
-    train = []
+    train: list[dict[str, Any]] = []
     for i in order[n_test:]:
+        if len(train) >= MAX_TRAIN_GOALS:
+            break
         for _ in range(TRAIN_GOALS_PER_PRODUCT):
             g = make_goal(products[i], rng)
             if g["instruction_text"] not in seen:

@@ -162,27 +162,27 @@ class NoisyPolicy(OraclePolicy):
 
     def _on_results(self, p: dict[str, Any]) -> str:
         r = self.rng.random()
-        if p["links"] and r < 0.2:
+        if p["links"] and r < 0.3:
             return click(self.rng.choice(p["links"])["asin"])        # a wrong (random) click
-        if r < 0.27 and self.qi + 1 < len(self.queries):
+        if r < 0.37 and self.qi + 1 < len(self.queries):
             self.qi += 1
             return click(BACK_TO_SEARCH)                              # give up on this query
-        if r < 0.3 and PREV_PAGE in p["buttons"]:
+        if r < 0.4 and PREV_PAGE in p["buttons"]:
             return click(PREV_PAGE)
         return super()._on_results(p)
 
     def _on_item(self, p: dict[str, Any]) -> str:
         wanted = self.winning_options(p["asin"])
         r = self.rng.random()
-        if r < 0.08:
+        if r < 0.18:
             return click(BUY_NOW)                                     # early buy
-        if r < 0.2 and self.browsed < 2:
+        if r < 0.3 and self.browsed < 2:
             self.browsed += 1
             return click(self.rng.choice(SUB_PAGES))                  # read the description / reviews
         if wanted is None:
             return click(PREV_PAGE) if r < 0.85 else click(BUY_NOW)
-        if r < 0.26 and p["options"]:
-            return click(self.rng.choice(p["options"])["value"])     # a wrong option
+        if r < 0.4 and p["options"]:
+            return click(self.rng.choice(p["options"])["value"])     # a wrong (or redundant) option
         return super()._on_item(p)
 
     def act(self, obs: str, info: dict[str, Any]) -> str:

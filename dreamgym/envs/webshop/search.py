@@ -41,9 +41,21 @@ def _stem(tok: str) -> str:
     return tok
 
 
+_STEMS: dict[str, str] = {}
+
+
 def tokenize(text: str) -> list[str]:
     """Lower-cased alphanumeric runs, stop words and one-letter tokens dropped, plurals folded."""
-    return [_stem(t) for t in _WORD.findall(text.lower()) if len(t) > 1 and t not in _STOP]
+    out = []
+    for t in _WORD.findall(text.lower()):
+        if len(t) > 1 and t not in _STOP:
+            s = _STEMS.get(t)
+            if s is None:
+                s = _stem(t)
+                if len(_STEMS) < 1_000_000:  # memo: catalog vocabularies are small, queries may not be
+                    _STEMS[t] = s
+            out.append(s)
+    return out
 
 
 class SearchEngine:
