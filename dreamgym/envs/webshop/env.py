@@ -54,9 +54,16 @@ def goal_to_task(goal: dict[str, Any], split: str, index: int, prefix: str = "we
                 goal=goal, split=split)
 
 
+_TASKS: dict[tuple[str, str], list[Task]] = {}
+
+
 def catalog_tasks(catalog: Catalog, split: str) -> list[Task]:
-    prefix = "webshop" if catalog.key == synthetic_key() else f"webshop[{catalog.key}]"
-    return [goal_to_task(g, split, i, prefix) for i, g in enumerate(catalog.goals(split))]
+    """The tasks of a catalog's split, built once per process (callers get a copy of the list)."""
+    key = (catalog.key, split)
+    if key not in _TASKS:
+        prefix = "webshop" if catalog.key == synthetic_key() else f"webshop[{catalog.key}]"
+        _TASKS[key] = [goal_to_task(g, split, i, prefix) for i, g in enumerate(catalog.goals(split))]
+    return list(_TASKS[key])
 
 
 class WebShopEnv(TextEnv):
@@ -122,7 +129,7 @@ class WebShopEnv(TextEnv):
         if verb == "search":
             if s.kind != "search":
                 return s, "search[...] only works on the search page: click[Back to Search] first."
-            query = " ".join(arg.split())[:MAX_QUERY_CHARS]
+            query = " ".join("".join(c if c.isprintable() else " " for c in arg).split())[:MAX_QUERY_CHARS]
             if not query:
                 return s, "Empty search query: write search[your words]."
             return PageState("results", query=query, results=tuple(self.catalog.search.search(query)), page=1), ""

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 PRODUCT_WINDOW = 10          # results per page, as the original
 TITLE_LIMIT = 32             # characters of a result title kept in the abstract state
 TEXT_LIMIT = 120             # characters of a [text] line kept in the abstract state
+QUERY_LIMIT = 40             # characters of the query repeated in a results page's [page] header
 SEARCH_PLACEHOLDER = "search[<query>]"
 
 BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, BUY_NOW = "Back to Search", "Next >", "< Prev", "Buy Now"
@@ -94,7 +95,7 @@ def _jinja() -> jinja2.Environment:
 def page_text(state: PageState) -> str:
     """The `[page]` header of the abstract state."""
     if state.kind == "results":
-        q = state.query if len(state.query) <= 60 else state.query[:59] + "…"
+        q = state.query if len(state.query) <= QUERY_LIMIT else state.query[:QUERY_LIMIT - 1] + "…"
         return f'results for "{q}", page {state.page} of {state.n_pages} ({len(state.results)} total)'
     if state.kind == "item":
         return f"item {state.asin}"
