@@ -149,7 +149,7 @@ def test_search_only_on_the_search_page(env):
 
 
 @pytest.mark.parametrize("query", ["x" * 10_000, "shirt " * 2000, "☃ ünïcødé 日本語 🛒", "[[[]]]", "<script>alert(1)</script>",
-                                   "&amp; &lt;b&gt;", "\x00\x01\t\n"])
+                                   "&amp; &lt;b&gt;", "shirt\x00\x01\t\nmachine wash"])
 def test_odd_queries_are_answered_with_a_results_page(env, query):
     env.reset(seed=10)
     obs, r, term, trunc, info = env.step(f"search[{query}]")
@@ -159,6 +159,12 @@ def test_odd_queries_are_answered_with_a_results_page(env, query):
     assert "<script>" not in info["raw_obs"].split("</head>")[1].replace("&lt;script&gt;", "")  # escaped
     _, _, _, _, info = env.step("click[Back to Search]")
     assert info["page"] == "search"
+
+
+def test_control_characters_only_is_an_empty_query(env):
+    env.reset(seed=10)
+    _, _, _, _, info = env.step("search[\x00\x01\t\n]")
+    assert info["page"] == "search" and "Empty search query" in info["notice"]
 
 
 def test_no_results_page_offers_only_back_to_search(env):
