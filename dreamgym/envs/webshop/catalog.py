@@ -24,7 +24,7 @@ from dreamgym.envs.webshop.reward import title_nouns
 from dreamgym.envs.webshop.search import SearchEngine
 from dreamgym.paths import atomic_write_bytes, cache_dir
 
-CATALOG_VERSION = 1  # bump when generation changes, so stale on-disk caches are not reused
+CATALOG_VERSION = 2  # bump when generation changes, so stale on-disk caches are not reused
 DEFAULT_N_PRODUCTS = 2000
 DEFAULT_SEED = 0
 # Catalogs at least this large are cached on disk (smaller ones rebuild faster than they load).
@@ -119,7 +119,7 @@ def _make_product(rng: random.Random, asin: str, ptype: vocab.ProductType) -> Pr
     if rng.random() < 0.4:
         parts.append(rng.choice(_TITLE_EXTRAS))
     parts.extend(title_attrs[:1])
-    if material:
+    if material and material not in " ".join(title_attrs).lower():  # no "Engineered Wood Wood"
         parts.append(material.title())
     parts.append(ptype.display)
     title = " ".join(parts)
