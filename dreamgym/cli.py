@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
     "train-em": ("dreamgym.experience_model:train_main", "train the reasoning experience model (SFT)"),
     "eval-em": ("dreamgym.fidelity:main", "fidelity of the experience model on held-out real transitions"),
-    "train": ("dreamgym.pipeline:train_main", "train an agent: algo=grpo|ppo|sft|dpo, mode=real|dream|s2r"),
+    "train": ("dreamgym.train:main", "train an agent in a real environment: --algo grpo|ppo|sft|dpo --env NAME"),
     "eval": ("dreamgym.evaluate:main", "evaluate a policy on held-out real test tasks"),
     "table": ("dreamgym.table:main", "reproduce the shape of the paper's Table 1 at small scale"),
     "serve-model": ("dreamgym.llm.server:main", "serve a local model as an OpenAI-compatible endpoint"),

@@ -1,0 +1,98 @@
+"""The agent policy's text interface: the prompt it reads each turn and the reply format it writes.
+
+Owns: the system prompt, `build_messages` (the chat request for one turn, rebuilt every turn from the task,
+the last H turns and the current state, so context stays bounded on long episodes), the reply format
+`<think>…</think><action>…</action>`, `format_response` (the inverse, used to turn demonstrations into
+training targets) and `parse_action`.
+Must not know: models, tokenizers, torch, environments (states are plain strings), trainers.
+
+Reply format (documented contract between the prompt, SFT targets and the rollout engine):
+
+    <think>free-text reasoning, may be empty</think><action>exactly one action string</action>
+
+`parse_action` returns the stripped text between the first `<action>` and the following `</action>`; it
+returns None when either tag is missing or the action is empty. Text outside the tags is ignored. The rollout
+engine stops generation at `</action>` (ACTION_STOP) so a reply never holds two actions. What happens with a
+reply that has no parseable action is the rollout engine's decision (see dreamgym.rollout).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dreamgym.llm.base import ChatRequest
+from dreamgym.types import Task
+
+ACTION_STOP = "</action>"
+
+# Worded with the vocabulary the tiny preset's tokenizer was trained on, so it costs few tokens there.
+SYSTEM_PROMPT = (
+    "You are an agent acting in a text environment. Read the task and the current state, think step by step "
+    "inside <think> </think>, then give exactly one action inside <action> </action>."
+)
+
+_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.S)
+_THINK_RE = re.compile(r"<think>(.*?)</think>", re.S)
+
+
+@dataclass
+class AgentConfig:
+    history: int = 2
+    """H: how many of the most recent (state, action) turns are shown in the prompt."""
+    show_admissible: bool = True
+    """List the environment's admissible actions in the prompt when it can name them."""
+    max_admissible: int = 60
+    """At most this many admissible actions are listed (long ALFWorld lists are cut, with a count)."""
+    system_prompt: str = ""
+    """Replaces the default system prompt when non-empty."""
+
+    def validate(self) -> None:
+        if self.history < 0:
+            raise ValueError("agent.history must be >= 0")
+
+
+def build_messages(task: Task, history: Sequence[tuple[str, str]], state: str,
+                   admissible_actions: Sequence[str] | None = None,
+                   config: AgentConfig | None = None) -> ChatRequest:
+    """The chat request for one turn.
+
+    `history` is the episode's earlier turns as (state seen, action taken), oldest first (the same shape as
+    `Transition.history`); only the last `config.history` are shown. `state` is the current (abstract) state.
+    """
+    cfg = config or AgentConfig()
+    shown = list(history)[-cfg.history:] if cfg.history > 0 else []
+    parts = [f"Task: {task.instruction}"]
+    if shown:
+        first = len(history) - len(shown) + 1
+        lines = [f"Step {first + i}:\n{s}\nAction: {a}" for i, (s, a) in enumerate(shown)]
+        parts.append("History:\n" + "\n".join(lines))
+    parts.append(f"Current state:\n{state}")
+    if cfg.show_admissible and admissible_actions:
+        acts = list(admissible_actions)
+        listed = " | ".join(acts[: cfg.max_admissible])
+        more = f" (and {len(acts) - cfg.max_admissible} more)" if len(acts) > cfg.max_admissible else ""
+        parts.append(f"Available actions: {listed}{more}")
+    return [{"role": "system", "content": cfg.system_prompt or SYSTEM_PROMPT},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def format_response(action: str, thought: str = "") -> str:
+    """The reply the policy should write for `action` (with an optional thought): the SFT/DPO target text."""
+    return f"<think>{thought}</think><action>{action}</action>"
+
+
+def parse_action(text: str) -> str | None:
+    """The action in a reply, or None when the reply has no complete, non-empty `<action>…</action>`."""
+    m = _ACTION_RE.search(text)
+    if m is None:
+        return None
+    action = " ".join(m.group(1).split())
+    return action or None
+
+
+def parse_thought(text: str) -> str:
+    """The reasoning inside `<think>…</think>` ("" when absent)."""
+    m = _THINK_RE.search(text)
+    return m.group(1).strip() if m else ""

@@ -1,0 +1,488 @@
+"""The rollout engine: many multi-turn episodes at once, token-in/token-out, with failures isolated.
+
+Owns: `run_rollouts` (batched policy generation across all live episodes each turn; real environments stepped
+in a thread pool with per-step and per-episode timeouts; environments that declare `batched_step` stepped
+with one `step_batch` call per turn), `Turn`/`Episode` (what was sampled, exactly: prompt ids, generated ids
+and their sampling log-probabilities), `RealStepBudget` (a hard cap on real-environment steps),
+`Episode.to_trajectory` (provenance: real/synthetic, seed, policy version) and `rollout_metrics`.
+Must not know: any concrete environment (it gets a `TextEnv` factory), trainers, optimisers, the loss.
+
+Decisions (documented here because trainers and evaluation depend on them):
+- The policy sees the environment's abstract state (`info["abstract_state"]`), the same text for real and
+  synthetic environments, so a policy trained in one transfers to the other.
+- Each turn's prompt is rebuilt by `dreamgym.agent.build_messages` from the task, the last H (state, action)
+  turns and the current state; if it exceeds `max_prompt_tokens` the oldest history turns are dropped, and
+  if even the bare prompt is too long the episode ends with reason "prompt_too_long".
+- A reply without a parseable action (`parse_action` is None): with `on_invalid_action="end"` (default) the
+  turn is kept with reward 0 and the episode ends with reason "invalid_action" — the paper's "invalid action
+  leads to a failure state with reward 0", and the policy is trained away from it. With "pass" the raw reply
+  text goes to the environment, which answers with its invalid-action notice. Either way it is counted.
+- An environment that raises (in reset or step), exceeds `step_timeout_s` on one step, or an episode that
+  runs past `episode_timeout_s`, ends with that reason and the error text; the rest of the batch continues.
+  Such episodes are not the policy's doing: `Episode.trainable` is False and trainers skip them. A timed-out
+  environment is abandoned (its thread cannot be killed; it is never used again).
+- Every step of an environment without `is_synthetic = True` takes one unit from the `RealStepBudget` before
+  it runs; when none is left the episode ends with reason "budget" (not trainable), so the cap is never
+  exceeded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, parse_action, parse_thought
+from dreamgym.env import TextEnv
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
+from dreamgym.types import Step, Task, Trajectory
+
+# End reasons. The first group are outcomes of the policy's own behaviour (trained on); the rest are failures
+# of the environment, the budget or the context window (never trained on, always counted).
+POLICY_ENDS = ("terminated", "truncated", "max_turns", "invalid_action")
+FAILURE_ENDS = ("reset_error", "env_error", "step_timeout", "episode_timeout", "budget", "generation_error",
+                "prompt_too_long")
+
+
+class PolicyBackend(Protocol):
+    """What the rollout engine needs from a policy backend (dreamgym.llm.hf.HFBackend provides it)."""
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]: ...
+
+    def generate_from_ids(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+
+
+@dataclass
+class RolloutConfig:
+    max_turns: int = 50
+    """Hard cap on turns per episode (the environment's own step limit usually ends it first)."""
+    max_new_tokens: int = 64
+    """Tokens the policy may generate per turn."""
+    max_prompt_tokens: int = 1536
+    """Longest prompt; older history turns are dropped to fit."""
+    temperature: float = 1.0
+    """Sampling temperature of the policy during rollouts (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass during rollouts."""
+    step_timeout_s: float = 60.0
+    """A single environment step (or reset) that takes longer ends its episode ("step_timeout")."""
+    episode_timeout_s: float = 1800.0
+    """An episode running longer than this (wall clock) ends with "episode_timeout"."""
+    env_workers: int = 32
+    """Threads stepping real environments concurrently."""
+    on_invalid_action: Literal["end", "pass"] = "end"
+    """Reply without a parseable action: end the episode with reward 0, or pass the raw text to the env."""
+
+    def validate(self) -> None:
+        if self.max_turns < 1 or self.max_new_tokens < 1 or self.env_workers < 1:
+            raise ValueError("rollout.max_turns, max_new_tokens and env_workers must be >= 1")
+
+
+class RealStepBudget:
+    """A thread-safe hard cap on real-environment steps. `take()` reserves one step or says there is none."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int = 1) -> bool:
+        with self._lock:
+            if self.limit is not None and self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit is None else self.limit - self.used
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"limit": self.limit, "used": self.used}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.limit, self.used = d["limit"], int(d["used"])
+
+
+@dataclass
+class Turn:
+    """One policy turn: the exact tokens sampled and what the environment answered."""
+
+    state: str
+    """The (abstract) state the policy was shown."""
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    """Sampling log-probabilities of `completion_ids` (temperature-1 model log-probs)."""
+    text: str
+    action: str | None
+    """The parsed action (None: the reply had none)."""
+    finish_reason: str = "stop"
+    history_shown: int = 0
+    """How many history turns the prompt actually held (fewer than H when the prompt had to be cut)."""
+    admissible_actions: list[str] | None = None
+    observation: str = ""
+    next_state: str = ""
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    stepped: bool = False
+    """Whether the environment was stepped with this turn's action."""
+
+
+@dataclass
+class Episode:
+    task: Task
+    seed: int
+    group: int
+    """Episodes of the same task slot (same task, same seed) share a group id: the GRPO group."""
+    member: int
+    source: Literal["real", "synthetic"] = "real"
+    policy_version: str = ""
+    initial_observation: str = ""
+    initial_state: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    won: bool = False
+    end_reason: str = ""
+    error: str | None = None
+    invalid_actions: int = 0
+    wall_time_s: float = 0.0
+    _start: float = field(default=0.0, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.end_reason != ""
+
+    @property
+    def reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def trainable(self) -> bool:
+        """True when the episode ended by the policy's own behaviour and has at least one turn."""
+        return self.end_reason in POLICY_ENDS and len(self.turns) > 0
+
+    @property
+    def history(self) -> list[tuple[str, str]]:
+        return [(t.state, t.action if t.action is not None else t.text) for t in self.turns]
+
+    def to_trajectory(self, policy: str = "agent") -> Trajectory:
+        """The episode as a `dreamgym.types.Trajectory` (only turns that reached the environment become steps).
+
+        Step.state/next_state are abstract states; Step.info keeps the observation, the raw reply, the agent's
+        thought (`agent_thought`), the admissible actions and, on the last step, the end reason.
+        """
+        steps = []
+        stepped = [t for t in self.turns if t.stepped]
+        for i, t in enumerate(stepped):
+            info: dict[str, Any] = {"observation": t.observation, "reply": t.text, "agent_thought": parse_thought(t.text),
+                                    "admissible_actions": t.admissible_actions}
+            if i == len(stepped) - 1:
+                info.update(end_reason=self.end_reason, won=self.won)
+            steps.append(Step(state=t.state, action=t.action if t.action is not None else t.text.strip(),
+                              reward=t.reward, terminated=t.terminated, truncated=t.truncated,
+                              next_state=t.next_state, info=info))
+        return Trajectory(task=self.task, steps=steps, source=self.source, seed=self.seed, policy=policy,
+                          policy_version=self.policy_version, initial_state=self.initial_state, won=self.won,
+                          start_time=time.time() - self.wall_time_s, wall_time_s=self.wall_time_s,
+                          id=f"{self.policy_version or policy}:{self.task.id}:s{self.seed}:g{self.group}m{self.member}")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _mix(*xs: int) -> int:
+    """Deterministic 31-bit seed from integers (Python's hash() of ints is stable, but keep it explicit)."""
+    h = 0x9E3779B1
+    for x in xs:
+        h = (h * 1_000_003 ^ (int(x) & 0xFFFFFFFF)) & 0x7FFFFFFF
+    return h
+
+
+def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]], timeout: float) -> list[tuple[str, Any]]:
+    """Run `fns` in the pool; each gets `timeout` seconds from the moment it starts running (time queued behind
+    other work does not count). Returns per call ("ok", value), ("error", exception) or ("timeout", None)."""
+    starts: list[float | None] = [None] * len(fns)
+
+    def run(i: int) -> Any:
+        starts[i] = time.monotonic()
+        return fns[i]()
+
+    futs: dict[Future, int] = {pool.submit(run, i): i for i in range(len(fns))}
+    out: list[tuple[str, Any]] = [("timeout", None)] * len(fns)
+    pending = set(futs)
+    while pending:
+        started = [starts[futs[f]] for f in pending if starts[futs[f]] is not None]
+        now = time.monotonic()
+        wait_s = max(0.0, min(s + timeout for s in started) - now) + 1e-3 if started else 0.05
+        done, pending = wait(pending, timeout=wait_s, return_when=FIRST_COMPLETED)
+        for f in done:
+            exc = f.exception()
+            out[futs[f]] = ("error", exc) if exc is not None else ("ok", f.result())
+        now = time.monotonic()
+        expired = {f for f in pending if starts[futs[f]] is not None and now - starts[futs[f]] > timeout}
+        pending -= expired  # left as ("timeout", None); the thread is abandoned
+    return out
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+@dataclass
+class _Slot:
+    """Runtime state of one episode (the environment and what the policy needs next turn)."""
+
+    ep: Episode
+    env: TextEnv | None = None
+    state: str = ""
+    admissible: list[str] | None = None
+    abandoned: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], *,
+                 group_size: int = 1, seed: int = 0, config: RolloutConfig | None = None,
+                 budget: RealStepBudget | None = None, agent: AgentConfig | None = None,
+                 policy_version: str = "", stats: dict[str, float] | None = None,
+                 task_seeds: Sequence[int] | None = None) -> list[Episode]:
+    """Play `group_size` episodes of every task (members of a group share the environment seed) and return
+    them in order (task-major). Never raises for environment or parse failures; see the module docstring.
+
+    `seed` fixes the environment seeds (`reset(seed=_mix(seed, task_index))`, or `task_seeds[task_index]` when
+    given) and the sampling seed of each turn, so the same seed, policy and environments give the same
+    episodes. `stats`, when given, is filled with timing and token counts (gen_time_s, env_time_s,
+    gen_tokens, prompt_tokens, generate_calls, real_steps, synthetic_steps).
+    """
+    cfg = config or RolloutConfig()
+    agent = agent or AgentConfig()
+    st = stats if stats is not None else {}
+    for k in ("gen_time_s", "env_time_s", "gen_tokens", "prompt_tokens", "generate_calls", "real_steps",
+              "synthetic_steps"):
+        st.setdefault(k, 0.0)
+    slots: list[_Slot] = []
+    for ti, task in enumerate(tasks):
+        env_seed = int(task_seeds[ti]) if task_seeds is not None else _mix(seed, ti)
+        for m in range(group_size):
+            slots.append(_Slot(Episode(task=task, seed=env_seed, group=ti, member=m, policy_version=policy_version)))
+    if not slots:
+        return []
+
+    pool = ThreadPoolExecutor(max_workers=min(cfg.env_workers, len(slots)), thread_name_prefix="dreamgym-env")
+    try:
+        _reset_all(pool, slots, env_factory, cfg, st)
+        turn = 0
+        while True:
+            live = [s for s in slots if not s.ep.done]
+            if not live:
+                break
+            now = time.monotonic()
+            for s in live:
+                if now - s.ep._start > cfg.episode_timeout_s:
+                    _close(s, "episode_timeout", f"episode ran past {cfg.episode_timeout_s}s")
+                elif len(s.ep.turns) >= cfg.max_turns:
+                    _close(s, "max_turns")
+            live = [s for s in slots if not s.ep.done]
+            if not live:
+                break
+            to_step = _policy_turn(backend, live, cfg, agent, _mix(seed, 7919, turn), st)
+            _env_turn(pool, to_step, cfg, budget, st)
+            turn += 1
+    finally:
+        for s in slots:
+            if not s.ep.done:  # only reachable if the backend raised: record it, then let the error propagate
+                _close(s, "generation_error", "the rollout was interrupted")
+            if s.env is not None and not s.abandoned:
+                try:
+                    s.env.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [s.ep for s in slots]
+
+
+def _close(s: _Slot, reason: str, error: str | None = None) -> None:
+    if not s.ep.done:
+        s.ep.end_reason = reason
+        s.ep.error = error
+        s.ep.wall_time_s = time.monotonic() - s.ep._start
+
+
+def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], env_factory: Callable[[], TextEnv],
+               cfg: RolloutConfig, st: dict[str, float]) -> None:
+    def make_and_reset(s: _Slot) -> Callable[[], Any]:
+        def fn() -> Any:
+            env = env_factory()
+            s.env = env
+            return env.reset(seed=s.ep.seed, options={"task": s.ep.task})
+        return fn
+
+    t0 = time.monotonic()
+    for s in slots:
+        s.ep._start = t0
+    results = _call_all(pool, [make_and_reset(s) for s in slots], cfg.step_timeout_s)
+    st["env_time_s"] += time.monotonic() - t0
+    for s, (status, value) in zip(slots, results):
+        if status == "ok":
+            obs, info = value
+            s.ep.source = "synthetic" if getattr(s.env, "is_synthetic", False) else "real"
+            s.ep.initial_observation = obs
+            s.state = s.ep.initial_state = str(info.get("abstract_state", obs))
+            s.admissible = info.get("admissible_actions")
+        elif status == "timeout":
+            s.abandoned = True
+            _close(s, "step_timeout", f"reset took longer than {cfg.step_timeout_s}s")
+        else:
+            _close(s, "reset_error", _err(value))
+
+
+def _fit_prompt(backend: PolicyBackend, s: _Slot, cfg: RolloutConfig, agent: AgentConfig) -> tuple[list[int], int] | None:
+    """Prompt ids for this turn, dropping the oldest history turns until it fits; None when nothing fits."""
+    history = s.ep.history
+    for h in range(min(agent.history, len(history)), -1, -1):
+        a = dataclasses.replace(agent, history=h)
+        ids = backend.prompt_ids(build_messages(s.ep.task, history, s.state, s.admissible, a))
+        if len(ids) <= cfg.max_prompt_tokens:
+            return ids, h
+    return None
+
+
+def _policy_turn(backend: PolicyBackend, live: list[_Slot], cfg: RolloutConfig, agent: AgentConfig,
+                 turn_seed: int, st: dict[str, float]) -> list[tuple[_Slot, str]]:
+    """Generate one reply for every live episode in a single batched call; return (slot, action) to step."""
+    prompts, owners, shown = [], [], []
+    for s in live:
+        fit = _fit_prompt(backend, s, cfg, agent)
+        if fit is None:
+            _close(s, "prompt_too_long", f"the prompt exceeds {cfg.max_prompt_tokens} tokens even without history")
+            continue
+        prompts.append(fit[0])
+        shown.append(fit[1])
+        owners.append(s)
+    if not prompts:
+        return []
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
+                            stop=[ACTION_STOP], seed=turn_seed)
+    t0 = time.monotonic()
+    completions = backend.generate_from_ids(prompts, params)
+    st["gen_time_s"] += time.monotonic() - t0
+    st["generate_calls"] += 1
+    to_step: list[tuple[_Slot, str]] = []
+    for s, ids, h, c in zip(owners, prompts, shown, completions):
+        st["gen_tokens"] += len(c.token_ids)
+        st["prompt_tokens"] += len(ids)
+        action = parse_action(c.text)
+        t = Turn(state=s.state, prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
+                 text=c.text, action=action, finish_reason=c.finish_reason, history_shown=h,
+                 admissible_actions=list(s.admissible) if s.admissible is not None else None)
+        s.ep.turns.append(t)
+        if c.finish_reason == "error":
+            _close(s, "generation_error", c.text or "the backend reported an error")
+        elif action is None:
+            s.ep.invalid_actions += 1
+            if cfg.on_invalid_action == "end":
+                _close(s, "invalid_action")
+            else:
+                to_step.append((s, c.text.strip()))
+        else:
+            to_step.append((s, action))
+    return to_step
+
+
+def _record(s: _Slot, out: tuple[str, float, bool, bool, dict[str, Any]]) -> None:
+    obs, reward, terminated, truncated, info = out
+    t = s.ep.turns[-1]
+    t.stepped = True
+    t.observation, t.reward, t.terminated, t.truncated = obs, float(reward), bool(terminated), bool(truncated)
+    t.next_state = str(info.get("abstract_state", obs))
+    s.state, s.admissible = t.next_state, info.get("admissible_actions")
+    if terminated or truncated:
+        s.ep.won = bool(info.get("won", False))
+        _close(s, "terminated" if terminated else "truncated")
+
+
+def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: RolloutConfig,
+              budget: RealStepBudget | None, st: dict[str, float]) -> None:
+    """Step every environment that got an action: batched classes with one `step_batch` call, the rest in the
+    thread pool. Real steps are taken from the budget first."""
+    ready: list[tuple[_Slot, str]] = []
+    for s, action in to_step:
+        if s.ep.source == "real":
+            if budget is not None and not budget.take():
+                s.ep.turns[-1].reward = 0.0
+                _close(s, "budget", f"real-step budget of {budget.limit} used up")
+                continue
+            st["real_steps"] += 1
+        else:
+            st["synthetic_steps"] += 1
+        ready.append((s, action))
+    if not ready:
+        return
+    t0 = time.monotonic()
+    batched: dict[type, list[tuple[_Slot, str]]] = {}
+    single: list[tuple[_Slot, str]] = []
+    for s, a in ready:
+        cls = type(s.env)
+        (batched.setdefault(cls, []) if getattr(cls, "batched_step", False) else single).append((s, a))
+
+    calls: list[Callable[[], Any]] = [(lambda s=s, a=a: s.env.step(a)) for s, a in single]  # type: ignore[union-attr]
+    groups = list(batched.items())
+    calls += [(lambda cls=cls, g=g: cls.step_batch([s.env for s, _ in g], [a for _, a in g])) for cls, g in groups]
+    results = _call_all(pool, calls, cfg.step_timeout_s)
+
+    for (s, _), (status, value) in zip(single, results[: len(single)]):
+        _settle(s, status, value, cfg)
+    retry: list[tuple[_Slot, str]] = []
+    for (cls, g), (status, value) in zip(groups, results[len(single):]):
+        if status == "ok":
+            for (s, _), out in zip(g, value):
+                _record(s, out)
+        elif status == "timeout":
+            for s, _ in g:
+                _settle(s, "timeout", None, cfg)
+        else:
+            retry += g  # one bad episode must not sink the batch: step each alone to find it
+    if retry:
+        for (s, _), (status, value) in zip(retry, _call_all(pool, [(lambda s=s, a=a: s.env.step(a)) for s, a in retry],
+                                                               cfg.step_timeout_s)):
+            _settle(s, status, value, cfg)
+    st["env_time_s"] += time.monotonic() - t0
+
+
+def _settle(s: _Slot, status: str, value: Any, cfg: RolloutConfig) -> None:
+    if status == "ok":
+        _record(s, value)
+    elif status == "timeout":
+        s.abandoned = True
+        _close(s, "step_timeout", f"a step took longer than {cfg.step_timeout_s}s")
+    else:
+        _close(s, "env_error", _err(value))
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Scalars describing a batch of episodes. Success/reward/length are over the trainable episodes (those
+    the policy is responsible for); failures are counted separately."""
+    ok = [e for e in episodes if e.trainable]
+    n_turns = sum(len(e.turns) for e in episodes)
+    out: dict[str, float] = {
+        "episodes": float(len(episodes)),
+        "episodes_trainable": float(len(ok)),
+        "episodes_failed": float(len(episodes) - len(ok)),
+        "success_rate": sum(e.won for e in ok) / len(ok) if ok else 0.0,
+        "mean_reward": sum(e.reward for e in ok) / len(ok) if ok else 0.0,
+        "mean_turns": sum(len(e.turns) for e in ok) / len(ok) if ok else 0.0,
+        "invalid_action_rate": sum(e.invalid_actions for e in episodes) / n_turns if n_turns else 0.0,
+        "turns": float(n_turns),
+    }
+    for reason in POLICY_ENDS + FAILURE_ENDS:
+        n = sum(e.end_reason == reason for e in episodes)
+        if n:
+            out[f"end_{reason}"] = float(n)
+    return out
