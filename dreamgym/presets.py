@@ -7,8 +7,10 @@ device/dtype choice, and the `dreamgym presets build|info NAME` command.
 Must not know: trainers, the experience model, generation (see `dreamgym.llm.hf`). Environments are read only
 through the family surface (`corpus_text()`, tasks and policies) to gather tokenizer training text.
 
-Presets live under `cache_dir("presets", "<name>-<version hash>")`. A build writes into a temporary sibling
-directory and renames it into place, so a killed build never leaves a directory that loads as a preset.
+Presets live under `cache_dir("presets", "<name>-<hash of everything the preset is a function of>")`; for tiny
+that includes the tokenizer corpus, so a family whose text changes gets a new tokenizer. A build writes into a
+temporary sibling directory and renames it into place, so a killed build never leaves a directory that loads as
+a preset. `index.json` there maps cheap keys (file fingerprints) to directories so loading skips the corpus.
 """
 
 from __future__ import annotations
@@ -172,11 +174,28 @@ def tokenizer_corpus() -> tuple[str, ...]:
 
 # ------------------------------------------------------------------------------------------------- tiny preset
 
+def _tiny_recipe() -> dict[str, Any]:
+    return {"recipe": TINY_RECIPE_VERSION, "seed": TINY_SEED, "model": TINY_MODEL, "special": TINY_SPECIAL_TOKENS,
+            "tags": TAG_TOKENS, "template": CHATML_TEMPLATE, "prompt_vocabulary": PROMPT_VOCABULARY}
+
+
 def _tiny_spec() -> dict[str, Any]:
-    corpus = "\x00".join(tokenizer_corpus()).encode("utf-8")  # the tokenizer, hence the vocab size, follow from it
-    return {"recipe": TINY_RECIPE_VERSION, "seed": TINY_SEED, "model": TINY_MODEL,
-            "special": TINY_SPECIAL_TOKENS, "tags": TAG_TOKENS, "template": CHATML_TEMPLATE,
-            "corpus_sha256": hashlib.sha256(corpus).hexdigest()}
+    """Everything the tiny preset is a function of, including the corpus (hence the tokenizer and vocab size)."""
+    corpus = "\x00".join(tokenizer_corpus()).encode("utf-8")
+    return {**_tiny_recipe(), "corpus_sha256": hashlib.sha256(corpus).hexdigest()}
+
+
+def _tiny_quick_key() -> str:
+    """A cheap stand-in for `_tiny_spec`: gathering the corpus takes seconds (families build indexes), reading
+    the environment package's files takes milliseconds. Same files => same corpus, so the directory found for
+    this key last time is reused; when a file changes the corpus is gathered again (and if it did not change,
+    the existing preset is still reused)."""
+    h = hashlib.sha256(json.dumps(_tiny_recipe(), sort_keys=True).encode())
+    root = Path(__file__).parent / "envs"
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode() + b"\x00" + path.read_bytes())
+    return "tiny:" + h.hexdigest()[:16]
 
 
 def _spec_hash(spec: dict[str, Any]) -> str:
@@ -276,11 +295,21 @@ def _build_smollm2(out: Path, spec: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------- build and load
 
 _BUILDERS = {"tiny": (_tiny_spec, _build_tiny), "smollm2-135m": (_smollm2_spec, _build_smollm2)}
+_QUICK_KEYS = {"tiny": _tiny_quick_key, "smollm2-135m": lambda: "smollm2:" + _spec_hash(_smollm2_spec())}
 _MANIFEST = "dreamgym_preset.json"
+_INDEX = "index.json"  # quick key -> preset directory name
 
 
 def _write_manifest(out: Path, name: str, spec: dict[str, Any]) -> None:
     atomic_write_text(out / _MANIFEST, json.dumps({"preset": name, "built": time.time(), **spec}, indent=1))
+
+
+def _read_index(root: Path) -> dict[str, str]:
+    try:
+        index = json.loads((root / _INDEX).read_text())
+        return index if isinstance(index, dict) else {}
+    except (OSError, ValueError):
+        return {}  # missing or damaged: it is only a shortcut, the specs are recomputed
 
 
 def build_preset(name: str, *, force: bool = False) -> Path:
@@ -288,10 +317,23 @@ def build_preset(name: str, *, force: bool = False) -> Path:
     if name not in _BUILDERS:
         raise PresetError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
     spec_fn, build_fn = _BUILDERS[name]
+    root = cache_dir("presets")
+    quick = _QUICK_KEYS[name]()
+    known = _read_index(root).get(quick)
+    if known and not force and (root / known / _MANIFEST).is_file():
+        return root / known
     spec = spec_fn()
-    final = cache_dir("presets") / f"{name}-{_spec_hash(spec)}"
-    if (final / _MANIFEST).is_file() and not force:
-        return final
+    final = root / f"{name}-{_spec_hash(spec)}"
+    if force or not (final / _MANIFEST).is_file():
+        _build_into(final, name, spec, build_fn)
+    index = _read_index(root)
+    index[quick] = final.name
+    atomic_write_text(root / _INDEX, json.dumps(index, indent=1, sort_keys=True))
+    return final
+
+
+def _build_into(final: Path, name: str, spec: dict[str, Any], build_fn: Any) -> None:
+    """Build into a temporary sibling directory, then rename it into place."""
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".building"))
     try:
         log.info("building preset %s into %s", name, final)
@@ -305,7 +347,6 @@ def build_preset(name: str, *, force: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def resolve(name: str) -> Path | str:

@@ -193,20 +193,28 @@ class HFBackend:
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
 
+    def _text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     def _finished(self, r: _Row) -> bool:
         """Check eos, stop strings and the token budget after a row's newest token; set text and finish."""
         if r.tokens[-1] in self.eos_ids:
-            r.text, r.finish = self.tokenizer.decode(r.tokens[:-1]), "stop"
+            r.text, r.finish = self._text(r.tokens[:-1]), "stop"
             return True
         if r.params.stop:
-            text = self.tokenizer.decode(r.tokens)
-            hits = [(text.find(s), -len(s), s) for s in r.params.stop if s and s in text]
-            if hits:
-                start, _, s = min(hits)  # the earliest stop string (the longest when two start together)
-                r.text, r.finish = text[: start + len(s)], "stop"
-                return True
+            # A stop string completed by the newest token lies within its last 4 bytes/char * len tokens (each
+            # token is at least one byte); decoding only that tail keeps the per-step check O(1), the full
+            # decode happens once, on a hit.
+            window = 4 * max(len(s) for s in r.params.stop) + 4
+            if any(s and s in self._text(r.tokens[-window:]) for s in r.params.stop):
+                text = self._text(r.tokens)
+                hits = [(text.find(s), -len(s), s) for s in r.params.stop if s and s in text]
+                if hits:
+                    start, _, s = min(hits)  # the earliest stop string (the longest when two start together)
+                    r.text, r.finish = text[: start + len(s)], "stop"
+                    return True
         if len(r.tokens) >= r.params.max_tokens:
-            r.text, r.finish = self.tokenizer.decode(r.tokens), "length"
+            r.text, r.finish = self._text(r.tokens), "length"
             return True
         return False
 

@@ -75,8 +75,20 @@ def test_build_is_atomic_and_cached(tmp_path, monkeypatch):
     path = presets.build_preset("tiny")
     assert path.parent == tmp_path / "presets" and path.name.startswith("tiny-")
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
-    assert [p.name for p in (tmp_path / "presets").iterdir()] == [path.name]  # no temp build dir left behind
+    # No temporary build directory is left behind.
+    assert [p.name for p in (tmp_path / "presets").iterdir() if p.is_dir()] == [path.name]
     stamp = os.stat(path / "model.safetensors").st_mtime_ns
+
+    def no_corpus():
+        raise AssertionError("a cached preset must load without gathering the corpus")
+
+    monkeypatch.setattr(presets, "tokenizer_corpus", no_corpus)
+    assert presets.build_preset("tiny") == path
+    assert os.stat(path / "model.safetensors").st_mtime_ns == stamp
+    # A lost index only costs a corpus pass: the same directory is found again from the full spec.
+    monkeypatch.undo()
+    monkeypatch.setenv("DREAMGYM_CACHE", str(tmp_path))
+    (tmp_path / "presets" / "index.json").write_text("{not json")
     assert presets.build_preset("tiny") == path
     assert os.stat(path / "model.safetensors").st_mtime_ns == stamp
 
