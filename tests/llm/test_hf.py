@@ -184,3 +184,19 @@ def test_load_llm_spec_picks_the_local_backend():
 
     be = load_llm("hf:tiny", device="cpu", batch_size=4)
     assert isinstance(be, HFBackend) and isinstance(be, LLM) and be.batch_size == 4
+
+
+def test_lora_wrapped_model_generates_with_exact_logprobs(backend):
+    from peft import LoraConfig, get_peft_model
+
+    from dreamgym.presets import load_preset
+
+    fresh, _ = load_preset("tiny", device="cpu")  # a copy: wrapping it leaves the shared fixture untouched
+    lora = get_peft_model(fresh, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    be = HFBackend(lora, backend.tokenizer)
+    o = be.generate(chats()[:1], SamplingParams(temperature=1.0, max_tokens=12, seed=0))[0]
+    ref = forward_logprobs(lora, o.prompt_token_ids, o.token_ids)
+    assert max(abs(a - b) for a, b in zip(ref, o.logprobs)) < 1e-4
+    assert o.token_ids != backend.generate(chats()[:1], SamplingParams(temperature=1.0, max_tokens=12,
+                                                                        seed=0))[0].token_ids
+
