@@ -2,7 +2,9 @@
 
 Owns: building one engine (`PddlEnv` + `AlfredDemangler` + `AlfredInfos`, the wrappers ALFWorld registers
 with `textworld.gym`), and three memoisations that make it usable for RL on two cores without changing a
-single observation (checked in tests/envs/test_alfworld.py against the unpatched engine):
+single observation (checked in tests/envs/test_alfworld.py against the unpatched engine), plus one fix:
+- fast-downward's translator overwrites `sys.argv`; the wrapper puts it back.
+The memoisations:
 - `fast_downward.pddl2sas`: the PDDL-to-SAS translation is pure Python and the engine runs it twice on
   `load` and twice again on every `reset` (1-3 s for a kitchen). Same (domain, problem) -> same translation.
 - `Rule.parse_conjunctive_query` and the grammar's template parser: the engine re-parses the same few dozen
@@ -15,44 +17,64 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 from collections import OrderedDict
 from typing import Any
 
 from dreamgym.envs.alfworld.knowledge import require
 
 _PATCHED = False
+_WRAPPED = False
+_MEMO = False
 _SAS_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
 SAS_CACHE_SIZE = 16  # translations kept per process (a kitchen's is ~1 MB of text plus the parsed task)
 
 
-def speed_up_engine() -> None:
-    """Install the memoisations once per process (idempotent; skipped if the engine's internals moved)."""
-    global _PATCHED
-    if _PATCHED:
+def _wrap_translator() -> None:
+    """Wrap `fast_downward.pddl2sas` once: restore `sys.argv` after it (the translator overwrites it with
+    ["translate.py", "domain", "task"] for its option parser, which breaks any later argument parsing in the
+    caller), and memoise translations when `speed_up_engine` has switched the memo on."""
+    global _WRAPPED
+    if _WRAPPED:
         return
     fd = require("fast_downward")
-    logic = require("textworld.logic")
-    textgen = require("textworld.envs.pddl.textgen")
-    original_pddl2sas = fd.pddl2sas
+    original = fd.pddl2sas
 
     def pddl2sas(domain: str, problem: str, *args: Any, **kwargs: Any) -> Any:
         key = (domain, problem, args, tuple(sorted(kwargs.items())))
-        if key in _SAS_CACHE:
+        if _MEMO and key in _SAS_CACHE:
             _SAS_CACHE.move_to_end(key)
             return _SAS_CACHE[key]
-        out = original_pddl2sas(domain, problem, *args, **kwargs)
-        _SAS_CACHE[key] = out
-        while len(_SAS_CACHE) > SAS_CACHE_SIZE:
-            _SAS_CACHE.popitem(last=False)
+        argv = list(sys.argv)
+        try:
+            out = original(domain, problem, *args, **kwargs)
+        finally:
+            sys.argv[:] = argv
+        if _MEMO:
+            _SAS_CACHE[key] = out
+            while len(_SAS_CACHE) > SAS_CACHE_SIZE:
+                _SAS_CACHE.popitem(last=False)
         return out
 
+    fd.pddl2sas = pddl2sas
+    _WRAPPED = True
+
+
+def speed_up_engine() -> None:
+    """Install the memoisations once per process (idempotent; skipped if the engine's internals moved)."""
+    global _PATCHED, _MEMO
+    _wrap_translator()
+    if _PATCHED:
+        return
+    logic = require("textworld.logic")
+    textgen = require("textworld.envs.pddl.textgen")
     if hasattr(logic, "Rule") and hasattr(textgen, "_parse_and_convert"):
-        fd.pddl2sas = pddl2sas
+        _MEMO = True
         parse_query = logic.Rule.parse_conjunctive_query.__func__
         logic.Rule.parse_conjunctive_query = classmethod(functools.lru_cache(maxsize=4096)(parse_query))
+        textgen._parse_and_convert_original = textgen._parse_and_convert
         parse_symbols = functools.lru_cache(maxsize=4096)(
             lambda text, rule_name, trace: textgen._parse_and_convert_original(text, rule_name=rule_name, trace=trace))
-        textgen._parse_and_convert_original = textgen._parse_and_convert
 
         def parse_and_convert(text: str, rule_name: str = "symbols", trace: bool = False, **kw: Any) -> Any:
             if kw:
@@ -71,6 +93,7 @@ def make_engine(*, walkthrough: bool = True, facts: bool = False, fast: bool = T
     require("fast_downward")
     tw_env = require("alfworld.agents.environment.alfred_tw_env")
     envs = require("textworld.envs")
+    _wrap_translator()
     if fast:
         speed_up_engine()
     extras = ["gamefile"] + (["walkthrough"] if walkthrough else [])

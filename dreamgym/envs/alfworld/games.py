@@ -40,6 +40,8 @@ import logging
 import multiprocessing
 import os
 import random
+import re
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -376,6 +378,12 @@ def check_game(engine: Any, spec: GameSpec, replay: bool = True) -> tuple[bool, 
     try:
         engine.load(planning)
         gs = engine.reset()
+    except KeyError as e:
+        if re.fullmatch(r"'val\d+'", str(e)):
+            # fast-downward's translator already proves the goal unreachable and emits its placeholder
+            # "unsolvable task", which TextWorld cannot read: that is the planner's "no plan".
+            return False, "planner found no plan (goal unreachable)", []
+        return False, f"engine failed to load the game: KeyError: {e}"[:300], []
     except Exception as e:  # noqa: BLE001 - a game that does not load is dropped with its reason
         return False, f"engine failed to load the game: {type(e).__name__}: {e}"[:300], []
     plan = list(gs.get("extra.walkthrough") or [])
@@ -455,10 +463,21 @@ def _worker(args: tuple[str, int, int, bool]) -> dict[str, Any]:
     if _WORKER_ENGINE is None:
         _WORKER_ENGINE = make_engine()
     split, index, seed, replay = args
+    t0 = time.process_time()
     try:
-        return materialize(split, index, seed, _WORKER_ENGINE, replay)
+        row = materialize(split, index, seed, _WORKER_ENGINE, replay)
     except Exception as e:  # noqa: BLE001 - one broken game never stops a generation run
-        return {"index": index, "status": "skipped", "reason": f"{type(e).__name__}: {e}"[:300]}
+        row = {"index": index, "status": "skipped", "reason": f"{type(e).__name__}: {e}"[:300]}
+    row["cpu_s"] = time.process_time() - t0
+    return row
+
+
+def worker_pool(workers: int) -> Any:
+    """A process pool for generation. Fork when this process has a single thread (cheap, and it works when the
+    caller's main module is stdin or a notebook); spawn otherwise, since forking a threaded process can deadlock."""
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
+    return multiprocessing.get_context(method).Pool(workers)
 
 
 @dataclass
@@ -470,10 +489,12 @@ class GenerationReport:
     skipped: dict[str, int]
     seconds: float
     reused: bool
+    cpu_seconds: float = 0.0  # summed over workers: the figure that does not depend on how busy the machine is
 
     def summary(self) -> str:
         why = "; ".join(f"{n}x {r}" for r, n in sorted(self.skipped.items(), key=lambda kv: -kv[1])) or "none"
-        how = "reused the cache" if self.reused else f"generated in {self.seconds:.1f}s"
+        how = ("reused the cache" if self.reused else
+               f"generated in {self.seconds:.1f}s wall, {self.cpu_seconds:.1f}s CPU over the workers")
         return f"alfworld {self.split}: {self.made}/{self.requested} games ({how}); dropped: {why}"
 
 
@@ -499,6 +520,7 @@ def generate_split(split: str, n: int | None = None, seed: int = 0, workers: int
         if all(Path(g["goal"]["game_file"]).exists() for g in ok):
             return GenerationReport(split, seed, n, n, dict(old.get("skipped", {})), 0.0, True)
     t0 = time.time()
+    cpu = 0.0
     rows: dict[int, dict[str, Any]] = {}
     next_index = 0
     pool = None
@@ -510,14 +532,15 @@ def generate_split(split: str, n: int | None = None, seed: int = 0, workers: int
             if next_index > 4 * n + 100:
                 log.error("alfworld: giving up on %s after %d indices", split, next_index)
                 break
-            if workers > 1 and len(batch) > 4:
-                if pool is None:
-                    pool = multiprocessing.get_context("spawn").Pool(workers)
+            if workers > 1 and len(batch) > 4 and pool is None:
+                pool = worker_pool(workers)
+            if pool is not None:
                 results = pool.imap_unordered(_worker, batch, chunksize=max(1, min(16, len(batch) // (4 * workers))))
             else:
                 results = map(_worker, batch)
             for row in results:
                 rows[row["index"]] = row
+                cpu += row.pop("cpu_s", 0.0)
     finally:
         if pool is not None:
             pool.close()
@@ -527,9 +550,9 @@ def generate_split(split: str, n: int | None = None, seed: int = 0, workers: int
     skipped = Counter(r["reason"] for r in ordered if r["status"] != "ok")
     seconds = time.time() - t0
     manifest = {"split": split, "seed": seed, "generator": GEN_VERSION, "complete": True, "seconds": seconds,
-                "skipped": dict(skipped), "games": games}
+                "cpu_seconds": cpu, "workers": workers, "skipped": dict(skipped), "games": games}
     atomic_write_text(manifest_path(split, seed), json.dumps(manifest))
-    return GenerationReport(split, seed, n, len(games), dict(skipped), seconds, False)
+    return GenerationReport(split, seed, n, len(games), dict(skipped), seconds, False, cpu)
 
 
 def lazy_rows(split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
