@@ -23,6 +23,7 @@ import multiprocessing
 import random
 import re
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,9 @@ class TextWorldEnv(TextEnv):
     def _engine(self, path: str) -> Any:
         if path not in self._engines:
             tw = _textworld()
+            # jericho warns that TextWorld's games are "unsupported" for its own action detection; TextWorld
+            # computes the admissible commands itself, so the warning is noise here.
+            warnings.filterwarnings("ignore", message=r".*(unsupported game|not fully supported).*")
             infos = tw.EnvInfos(admissible_commands=True, won=True, lost=True, policy_commands=True, objective=True,
                                 inventory=True)
             if len(self._engines) >= self.ENGINE_CACHE:

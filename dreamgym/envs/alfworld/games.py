@@ -71,6 +71,7 @@ EXCLUDED_TARGETS = {
     "pick_cool_then_place_in_recep": {"Fridge"},
 }
 WELCOME = "-= Welcome to TextWorld, ALFRED! =-"
+UNSOLVABLE_MARK = "UNSOLVABLE"
 
 
 def default_train_size() -> int:
@@ -356,6 +357,11 @@ def _place_objects(spec: GameSpec, plan: dict[str, Any], rng: random.Random) -> 
 
 
 def games_root(seed: int = 0) -> Path:
+    return _games_root(seed, os.environ.get("DREAMGYM_CACHE", ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _games_root(seed: int, cache_env: str) -> Path:  # cache_dir creates directories: once per root is enough
     return cache_dir("alfworld", f"games-{GEN_VERSION}", f"seed{seed}")
 
 
@@ -418,6 +424,11 @@ def write_game(spec: GameSpec, solvable: bool | None = None, walkthrough: list[s
         data["walkthrough"] = list(walkthrough)  # the engine then skips re-planning at every reset
     path = game_path(spec.split, spec.seed, spec.game_id)
     atomic_write_text(path, json.dumps(data))
+    mark = path.parent / UNSOLVABLE_MARK  # lets listings skip dropped games without parsing their files
+    if solvable is False:
+        atomic_write_text(mark, reason)
+    elif mark.exists():
+        mark.unlink()
     return path
 
 
@@ -556,18 +567,25 @@ def generate_split(split: str, n: int | None = None, seed: int = 0, workers: int
 
 
 def lazy_rows(split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Manifest rows for `n` games built from their specifications only (no files, no planner): the train split
-    uses these so `tasks("train")` is instant; each game is written and checked the first time it is reset."""
+    """Manifest rows for `n` games built from their specifications only (no game files, no planner): the train
+    split uses these so `tasks("train")` is quick; each game is written and checked the first time it is reset.
+    The rows are cached on disk; games found unsolvable since are dropped on the way out."""
+    path = games_root(seed) / f"{split}.lazy-{n}.json"
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rows = _build_lazy_rows(split, n, seed)
+        atomic_write_text(path, json.dumps(rows))
+    return [r for r in rows if not (Path(r["goal"]["game_file"]).parent / UNSOLVABLE_MARK).exists()]
+
+
+def _build_lazy_rows(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         spec = build_spec(split, i, seed)
         if spec is None:
             continue
-        path = game_path(split, seed, spec.game_id)
-        status = read_status(path) if path.exists() else None
-        if status is not None and status["solvable"] is False:
-            continue  # known unsolvable from an earlier check
-        rows.append({"index": i, "game_id": spec.game_id, "status": "ok" if status else "unchecked", "reason": "",
+        rows.append({"index": i, "game_id": spec.game_id, "status": "unchecked", "reason": "",
                      "instruction": spec.instruction, "goal": spec.goal()})
     return rows
 

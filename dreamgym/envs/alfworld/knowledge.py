@@ -50,8 +50,8 @@ def tables() -> dict[str, Any]:
     # Static receptacles are the ones the agent goes to; movable ones (mug, bowl, ...) are plain objects here,
     # as in ALFWorld's six task types (the movable-receptacle tasks are excluded there too).
     static = sorted(set(C.VAL_RECEPTACLE_OBJECTS) - movable)
-    holds = {rt: sorted(o for o in objs if not o.endswith("Sliced")) for rt, objs in C.VAL_RECEPTACLE_OBJECTS.items()
-             if rt in static}
+    holds = {rt: frozenset(o for o in objs if not o.endswith("Sliced"))
+             for rt, objs in C.VAL_RECEPTACLE_OBJECTS.items() if rt in static}
     pickupable = sorted({o for objs in holds.values() for o in objs})
     camel = {t.lower(): t for t in set(C.OBJECTS) | set(static) | {"SinkBasin", "BathtubBasin"}}
     actions = C.VAL_ACTION_OBJECTS
@@ -76,6 +76,7 @@ def tables() -> dict[str, Any]:
 
 
 # Lower-case views (the engine prints "sinkbasin 1", "alarmclock 2").
+@functools.lru_cache(maxsize=None)
 def lower_set(key: str) -> frozenset[str]:
     return frozenset(x.lower() for x in tables()[key])
 
@@ -100,6 +101,7 @@ def type_of(name: str) -> str:
     return m.group(1) if m else name.strip().split(" ")[0]
 
 
+@functools.lru_cache(maxsize=None)
 def scene_type(floorplan: int) -> str:
     for kind, numbers in tables()["scene_type"].items():
         if floorplan in numbers:
