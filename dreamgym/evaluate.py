@@ -1,0 +1,188 @@
+"""Evaluation of an agent policy on environment tasks, with confidence intervals, and `dreamgym eval`.
+
+Owns: `EvalConfig`, `evaluate_policy` (every (task, seed) pair played once through the rollout engine, in one
+batch), `EvalResult` (success rate with its Wilson 95% interval, mean reward, mean steps, n), the
+two-proportion z-test used to call an improvement significant, `load_policy` (a preset, a local model, or a
+checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command.
+Must not know: trainers' internals. `evaluate_policy` gets a `TextEnv` factory and never imports a concrete
+environment; only the command line looks an environment family up by name.
+
+Episodes that end by an environment failure (crash, timeout, budget) are not the policy's doing: they are
+left out of n and reported as `n_failed`. An unparseable reply counts as a failure of the policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym.agent import AgentConfig
+from dreamgym.env import TextEnv
+from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_rollouts
+from dreamgym.types import Task
+
+
+@dataclass
+class EvalConfig:
+    temperature: float = 0.0
+    """Policy sampling temperature during evaluation (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    sample_seed: int = 0
+    """Seed of the policy's sampling (with temperature > 0)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Prompt settings; must match the ones the policy was trained with (`dreamgym eval` reads them from a
+    checkpoint)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine settings (turn cap, tokens per turn, timeouts)."""
+
+
+@dataclass
+class EvalResult:
+    success_rate: float
+    ci_low: float
+    ci_high: float
+    mean_reward: float
+    mean_steps: float
+    n: int
+    """Episodes counted (environment failures excluded)."""
+    n_success: int
+    n_failed: int
+    """Episodes ended by an environment failure, not counted in n."""
+    invalid_action_rate: float
+    episodes: list[Episode] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "episodes"}
+
+    def __str__(self) -> str:
+        return (f"success {self.success_rate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (n={self.n}, "
+                f"{self.n_success} won), mean reward {self.mean_reward:.3f}, mean steps {self.mean_steps:.2f}, "
+                f"env failures {self.n_failed}, invalid actions {self.invalid_action_rate:.3f}")
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion k/n (95% for z = 1.96); (0, 1) when n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def two_proportion_z_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """Pooled two-proportion z-test of H1: p2 > p1. Returns (z, one-sided p-value)."""
+    if n1 == 0 or n2 == 0:
+        return 0.0, 1.0
+    p = (k1 + k2) / (n1 + n2)
+    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 0.0, 1.0
+    z = (k2 / n2 - k1 / n1) / se
+    return z, 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def evaluate_policy(backend: Any, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], seeds: Sequence[int],
+                    config: EvalConfig | None = None, *, budget: RealStepBudget | None = None) -> EvalResult:
+    """Play every task once per seed (the seed is the environment seed) and summarise the outcome."""
+    cfg = config or EvalConfig()
+    rollout = dataclasses.replace(cfg.rollout, temperature=cfg.temperature, top_p=cfg.top_p)
+    all_tasks = [t for _ in seeds for t in tasks]
+    task_seeds = [int(s) for s in seeds for _ in tasks]
+    episodes = run_rollouts(backend, env_factory, all_tasks, group_size=1, seed=cfg.sample_seed, config=rollout,
+                            budget=budget, agent=cfg.agent, policy_version="eval", task_seeds=task_seeds)
+    return summarize(episodes)
+
+
+def summarize(episodes: Sequence[Episode]) -> EvalResult:
+    ok = [e for e in episodes if e.trainable]
+    n, k = len(ok), sum(e.won for e in ok)
+    lo, hi = wilson_interval(k, n)
+    turns = sum(len(e.turns) for e in episodes)
+    return EvalResult(success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
+                      mean_reward=sum(e.reward for e in ok) / n if n else 0.0,
+                      mean_steps=sum(sum(t.stepped for t in e.turns) for e in ok) / n if n else 0.0,
+                      n=n, n_success=k, n_failed=len(episodes) - n,
+                      invalid_action_rate=sum(e.invalid_actions for e in episodes) / turns if turns else 0.0,
+                      episodes=list(episodes))
+
+
+# --------------------------------------------------------------------------------------------- loading policies
+def load_policy(spec: str, device: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """(model, tokenizer, checkpoint meta) for a preset name, local model directory, Hugging Face id, or a
+    trainer checkpoint (a directory with `trainer_state.json`: full weights under `model/`, or a LoRA adapter
+    under `adapter/` on top of the base preset recorded in the meta). Meta is {} for non-checkpoints."""
+    from dreamgym.presets import load_preset
+
+    path = Path(spec)
+    meta_file = path / "trainer_state.json"
+    if not meta_file.is_file():
+        model, tok = load_preset(spec, device=device)
+        return model, tok, {}
+    meta = json.loads(meta_file.read_text())
+    if meta.get("kind") == "lora":
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        base, _ = load_preset(meta["base"], device=device)
+        model = PeftModel.from_pretrained(base, str(path / "adapter"))
+        model.eval()
+        return model, AutoTokenizer.from_pretrained(str(path / "adapter")), meta
+    model, tok = load_preset(str(path / "model"), device=device)
+    return model, tok, meta
+
+
+def agent_config_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The `agent` section a checkpoint was trained with ({} when unknown)."""
+    return dict((meta.get("config") or {}).get("agent") or {})
+
+
+# --------------------------------------------------------------------------------------------- command line
+def main(argv: list[str] | None = None) -> int:
+    from dreamgym.config import ConfigError, from_dict, load_config, parse_overrides, to_dict
+    from dreamgym.envs import family
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.presets import PresetError
+
+    parser = argparse.ArgumentParser(prog="dreamgym eval", description="Evaluate a policy on real environment tasks.")
+    parser.add_argument("--env", required=True, help="environment family (dial, webshop, alfworld, ...)")
+    parser.add_argument("--policy", default="tiny", help="preset name, model directory, HF id or trainer checkpoint")
+    parser.add_argument("--split", default="test", help="task split (default: test)")
+    parser.add_argument("--seeds", default="0", help="comma-separated environment seeds; each task runs once per seed")
+    parser.add_argument("--max-tasks", type=int, default=0, help="evaluate only the first N tasks (0 = all)")
+    parser.add_argument("--config", default=None, help="YAML file with EvalConfig fields")
+    parser.add_argument("--json", default=None, help="write the result as JSON to this file")
+    parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
+    args = parser.parse_args(argv)
+    try:
+        model, tok, meta = load_policy(args.policy)
+        cfg = load_config(EvalConfig, args.config, args.overrides)
+        if meta and "agent" not in parse_overrides(args.overrides):
+            # The prompt format must be the one the policy was trained with.
+            cfg.agent = from_dict(AgentConfig, agent_config_from_meta(meta), prefix="agent.")
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        fam = family(args.env)
+        tasks = fam.tasks(args.split)
+    except (ConfigError, PresetError, ValueError, OSError) as e:
+        print(f"dreamgym eval: {e}", file=sys.stderr)
+        return 2
+    if args.max_tasks:
+        tasks = tasks[: args.max_tasks]
+    backend = HFBackend(model, tok)
+    result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
+    print(f"{args.policy} on {args.env}/{args.split}: {result}")
+    if args.json:
+        from dreamgym.paths import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"policy": args.policy, "env": args.env, "split": args.split,
+                                                 "seeds": seeds, "config": to_dict(cfg), **result.to_dict()}, indent=1))
+    return 0

@@ -1,0 +1,254 @@
+"""`dreamgym train`: train an agent with GRPO, PPO, SFT or DPO in a real environment.
+
+Owns: `TrainConfig` (the run-level fields on top of `dreamgym.trainers.common.TrainerConfig`),
+`build_trainer` (algorithm name -> trainer object), `build_backend`, the real-environment training loop
+(`train_real`), the offline loop (`train_offline`), demonstration loading/collection for SFT and DPO, periodic
+evaluation, checkpoints and resume, and `main(argv)`.
+Must not know: trainers' internals (it only calls `train_iteration`/`fit`/`save`/`load`).
+
+Usage:
+    dreamgym train --algo grpo|ppo|sft|dpo --env dial|webshop|alfworld [--config file.yaml] [--resume] key=value...
+
+Layout of a run directory: `config.yaml` (the resolved config), `metrics.jsonl` + `tb/` (dreamgym.metrics),
+`checkpoint/` (the latest checkpoint, replaced atomically), `final/` (the checkpoint at the end), `eval.jsonl`
+(one line per evaluation) and, for SFT/DPO collected on the fly, `demos.jsonl`.
+
+The DreamGym pipeline builds on this module: it reuses `TrainConfig`, `build_backend` and `build_trainer`, and
+swaps the environment factory (real / synthetic) and the task source (curriculum) per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dreamgym.config import ConfigError, describe, load_config, to_dict
+from dreamgym.evaluate import EvalConfig, evaluate_policy, load_policy
+from dreamgym.metrics import MetricsLogger
+from dreamgym.paths import atomic_write_text
+from dreamgym.rollout import RealStepBudget
+from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.trainers.dpo import DPOConfig, DPOTrainer
+from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
+from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
+from dreamgym.trainers.sft import SFTConfig, SFTTrainer
+from dreamgym.types import Task, Trajectory
+
+ALGOS = ("grpo", "ppo", "sft", "dpo")
+
+
+@dataclass
+class TrainConfig(TrainerConfig):
+    algo: Literal["grpo", "ppo", "sft", "dpo"] = "grpo"
+    """Training algorithm."""
+    env: str = "dial"
+    """Environment family (see dreamgym.envs.FAMILIES)."""
+    run_dir: str = ""
+    """Output directory (default: runs/<algo>-<env>-seed<seed>)."""
+    init: str = ""
+    """Start from this policy instead of `model.preset`: a trainer checkpoint (e.g. an SFT run's final/) or a model dir."""
+    iterations: int = 20
+    """Online algorithms: rollout + update iterations."""
+    save_every: int = 5
+    """Write checkpoint/ every this many iterations (online) or optimiser steps x 10 (offline); 0 = only at the end."""
+    eval_every: int = 0
+    """Evaluate on `eval_split` every this many iterations (0 = only before and after training)."""
+    eval_split: str = "test"
+    """Task split for evaluation."""
+    eval_seeds: list[int] = field(default_factory=lambda: [0])
+    """Environment seeds for evaluation; each task runs once per seed."""
+    eval_temperature: float = 0.0
+    """Sampling temperature during evaluation (0 = greedy)."""
+    eval_max_tasks: int = 0
+    """Evaluate on at most this many tasks of the split (0 = all)."""
+    data: str = ""
+    """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
+    demo_policies: str = ""
+    """Policy mix for on-the-fly demonstrations, e.g. "expert" or "noisy:0.5,random:0.5" (default: expert for
+    SFT, noisy:0.7,random:0.3 for DPO, which needs failures)."""
+    demo_episodes: int = 200
+    """Demonstration episodes to collect when `data` is empty."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """GRPO settings."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO settings."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """SFT settings."""
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    """DPO settings."""
+
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
+
+
+def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None) -> Any:
+    """The policy backend: `init` (a checkpoint or model dir) when given, else the preset, on CUDA when present."""
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok, meta = load_policy(init or cfg.model.preset, device=device)
+    if meta.get("kind") == "lora" and cfg.model.use_lora():
+        # Continue training the same adapters (the PEFT model loads them frozen by default).
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.requires_grad_(True)
+    elif meta.get("kind") == "lora":
+        model = model.merge_and_unload()
+    return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
+
+
+def build_trainer(algo: str, backend: Any, cfg: TrainConfig, *, logger: MetricsLogger | None = None,
+                  budget: RealStepBudget | None = None,
+                  admissible_fn: Callable[[str], list[str]] | None = None) -> Any:
+    """A trainer for `algo` over `backend` configured by `cfg` (the algorithm's section plus the shared fields)."""
+    if algo == "grpo":
+        return GRPOTrainer(backend, cfg.grpo, cfg, logger=logger, budget=budget)
+    if algo == "ppo":
+        return PPOTrainer(backend, cfg.ppo, cfg, logger=logger, budget=budget)
+    if algo == "sft":
+        return SFTTrainer(backend, cfg.sft, cfg, logger=logger, admissible_fn=admissible_fn)
+    if algo == "dpo":
+        return DPOTrainer(backend, cfg.dpo, cfg, logger=logger, admissible_fn=admissible_fn)
+    raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGOS)}")
+
+
+def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> list[Task]:
+    """The tasks of one iteration: a seeded sample without replacement (with it when the pool is smaller)."""
+    rng = random.Random(mix_seed(seed, iteration, 11))
+    return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
+
+
+def _evaluate(backend: Any, fam: Any, cfg: TrainConfig, tag: str, run_dir: Path, step: int,
+              logger: MetricsLogger | None) -> Any:
+    tasks = fam.tasks(cfg.eval_split)
+    if cfg.eval_max_tasks:
+        tasks = tasks[: cfg.eval_max_tasks]
+    ecfg = EvalConfig(temperature=cfg.eval_temperature, sample_seed=cfg.seed, agent=cfg.agent, rollout=cfg.rollout)
+    res = evaluate_policy(backend, lambda: fam.make_env(cfg.eval_split), tasks, cfg.eval_seeds, ecfg)
+    row = {"tag": tag, "step": step, **res.to_dict()}
+    with open(run_dir / "eval.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+    if logger is not None:
+        logger.log(step, {k: v for k, v in res.to_dict().items()}, prefix="eval/")
+    print(f"[eval {tag}] {res}")
+    return res
+
+
+def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: MetricsLogger,
+               progress: bool = True) -> None:
+    """The online loop: per iteration a seeded task sample, `train_iteration` in the real environment,
+    periodic evaluation and checkpoints; stops early when the real-step budget is spent."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    pool = fam.tasks("train")
+    n_tasks = cfg.grpo.tasks_per_iteration if cfg.algo == "grpo" else cfg.ppo.tasks_per_iteration
+    env_factory = lambda: fam.make_env("train")  # noqa: E731
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not progress) as bar:
+        job = bar.add_task(cfg.algo, total=cfg.iterations, completed=trainer.iteration)
+        while trainer.iteration < cfg.iterations:
+            tasks = iteration_tasks(pool, n_tasks, cfg.seed, trainer.iteration)
+            _, m = trainer.train_iteration(tasks, env_factory)
+            bar.update(job, completed=trainer.iteration,
+                       description=f"{cfg.algo} success {m['success_rate']:.2f} loss {m.get('loss', 0):.3f}")
+            if cfg.save_every and trainer.iteration % cfg.save_every == 0:
+                trainer.save(run_dir / "checkpoint")
+            if cfg.eval_every and trainer.iteration % cfg.eval_every == 0:
+                _evaluate(trainer.backend, fam, cfg, f"it{trainer.iteration}", run_dir, trainer.iteration, logger)
+            if m.get("budget_exhausted"):
+                print(f"real-step budget of {cfg.real_step_budget} used up after {trainer.iteration} iterations")
+                break
+
+
+def demonstrations(fam_name: str, cfg: TrainConfig, run_dir: Path) -> list[Trajectory]:
+    """SFT/DPO data: `cfg.data` when given, else collected now with the family's scripted policies."""
+    from dreamgym.collect import collect, parse_mix
+    from dreamgym.data import load_trajectories
+
+    if cfg.data:
+        return load_trajectories(cfg.data)
+    mix = cfg.demo_policies or ("expert" if cfg.algo == "sft" else "noisy:0.7,random:0.3")
+    out = run_dir / "demos.jsonl"
+    collect(fam_name, parse_mix(mix), cfg.demo_episodes, out, split="train", seed=cfg.seed, resume=True)
+    return load_trajectories(out)
+
+
+def train_offline(trainer: Any, data: list[Trajectory], cfg: TrainConfig, run_dir: Path, progress: bool = True) -> dict:
+    def on_step(step: int) -> bool:
+        if cfg.save_every and step % (cfg.save_every * 10) == 0:
+            trainer.save(run_dir / "checkpoint")
+        return False
+
+    return trainer.fit(data, progress=progress, on_step=on_step)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dreamgym train", description="Train an agent in a real environment.",
+                                     epilog="Config fields (key=value):\n" + describe(TrainConfig),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", choices=ALGOS, default=None, help="training algorithm")
+    parser.add_argument("--env", default=None, help="environment family")
+    parser.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
+    parser.add_argument("--resume", action="store_true", help="continue from <run_dir>/checkpoint when it exists")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. grpo.group_size=8 optim.lr=1e-4")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides)
+    overrides += [f"algo={args.algo}"] if args.algo else []
+    overrides += [f"env={args.env}"] if args.env else []
+    try:
+        cfg = load_config(TrainConfig, args.config, overrides)
+        from dreamgym.envs import family
+
+        fam = family(cfg.env)
+    except (ConfigError, ValueError, OSError, ImportError) as e:
+        print(f"dreamgym train: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    run_dir = cfg.resolved_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard)
+    t0 = time.time()
+    try:
+        backend = build_backend(cfg, cfg.init)
+        trainer = build_trainer(cfg.algo, backend, cfg, logger=logger,
+                                admissible_fn=getattr(fam, "admissible_from_state", None))
+        if args.resume and (run_dir / "checkpoint" / "trainer_state.json").is_file():
+            trainer.load(run_dir / "checkpoint")
+            print(f"resumed from {run_dir / 'checkpoint'} at iteration {trainer.iteration}, step {trainer.global_step}")
+        before = _evaluate(backend, fam, cfg, "start", run_dir, trainer.iteration, logger) \
+            if trainer.iteration == 0 and trainer.global_step == 0 else None
+        if cfg.algo in ("grpo", "ppo"):
+            train_real(trainer, fam, cfg, run_dir, logger, progress=not args.no_progress)
+        else:
+            train_offline(trainer, demonstrations(cfg.env, cfg, run_dir), cfg, run_dir, progress=not args.no_progress)
+        trainer.save(run_dir / "checkpoint")
+        trainer.save(run_dir / "final")
+        after = _evaluate(backend, fam, cfg, "final", run_dir, trainer.iteration, logger)
+    finally:
+        logger.close()
+    summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
+               "real_steps_used": trainer.budget.used, "iterations": trainer.iteration,
+               "optimizer_steps": trainer.global_step, "final": after.to_dict(),
+               "start": before.to_dict() if before is not None else None}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

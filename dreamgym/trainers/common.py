@@ -1,0 +1,550 @@
+"""Pieces every agent trainer shares: configs, model preparation, optimiser, batching, forward passes, seeding,
+checkpoints, and the `BaseTrainer` that ties them to a policy backend.
+
+Owns: `ModelConfig`/`OptimConfig`/`TrainerConfig`; LoRA-or-full-fine-tuning selection (`prepare_policy`);
+AdamW; bf16 autocast on CUDA (float32 on CPU); packing (prompt, completion) token sequences into padded
+batches with a loss mask over the completion tokens (`pack`); the policy forward pass that returns per-token
+log-probabilities, entropies and hidden states only where they are needed (`policy_forward`); seeding and RNG
+state; checkpoint save/load (model in Hugging Face format or a PEFT adapter folder, optimizer, RNG, counters).
+Must not know: concrete environments, presets (the caller builds the model and the backend), any one
+algorithm's loss.
+
+Devices: the trainer follows the device of the model it is given (`dreamgym.presets.load_preset` puts it on
+CUDA in bf16 when a GPU is present). On CUDA the forward/backward run under bf16 autocast; trainable weights
+are kept in float32 (full fine-tuning upcasts a bf16 model; PEFT keeps its adapters in float32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dreamgym.agent import AgentConfig
+from dreamgym.metrics import MetricsLogger
+from dreamgym.rollout import RealStepBudget, RolloutConfig
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+FULL_FT_PRESETS = ("tiny",)
+
+
+# ------------------------------------------------------------------------------------------------- configs
+@dataclass
+class ModelConfig:
+    preset: str = "tiny"
+    """Policy model: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
+    lora: bool | None = None
+    """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning for `tiny`, LoRA otherwise."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA path (0 keeps runs deterministic and ratios exact)."""
+    lora_targets: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+    """Module names that get adapters."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    generation_batch_size: int = 64
+    """Rows the policy backend decodes together."""
+
+    def use_lora(self) -> bool:
+        return self.lora if self.lora is not None else self.preset not in FULL_FT_PRESETS
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.999
+    """AdamW beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip (<= 0 disables)."""
+    micro_batch_tokens: int = 4096
+    """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimiser step."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many optimiser steps."""
+
+
+@dataclass
+class TrainerConfig:
+    """What every trainer reads; `dreamgym.train.TrainConfig` extends it with the run-level fields."""
+
+    seed: int = 0
+    """Seeds model initialisation order, rollouts, sampling and data order: same seed, same metrics."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model and how it is trained."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser and gradient accumulation."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The policy's prompt (history length, admissible actions)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine settings (online trainers)."""
+    real_step_budget: int | None = None
+    """Hard cap on real-environment steps over the whole run (None = unlimited)."""
+
+
+# ------------------------------------------------------------------------------------------------- seeding
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def mix_seed(*xs: int) -> int:
+    """A deterministic 31-bit seed from integers (e.g. (run seed, iteration))."""
+    h = 0x2545F491
+    for x in xs:
+        h = (h * 1_000_003 ^ (int(x) & 0xFFFFFFFF)) & 0x7FFFFFFF
+    return h
+
+
+# ------------------------------------------------------------------------------------------------- model
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA; nothing on CPU (bf16 matmuls are slow there and blur log-prob checks)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
+    """The trainable policy: `model` wrapped with LoRA adapters (PEFT) or, for full fine-tuning, `model` itself
+    with float32 weights. Idempotent on an already-wrapped PEFT model."""
+    if cfg.use_lora():
+        if not is_peft(model):
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                              target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM", bias="none")
+            model = get_peft_model(model, lora)
+    else:
+        if any(p.dtype != torch.float32 for p in model.parameters()):
+            model = model.float()  # master weights in float32; CUDA compute still runs in bf16 autocast
+        for p in model.parameters():
+            p.requires_grad_(True)
+    if cfg.gradient_checkpointing:
+        base = model.get_base_model() if is_peft(model) else model
+        base.gradient_checkpointing_enable()
+        if is_peft(model):
+            model.enable_input_require_grads()
+    return model
+
+
+def trainable_parameters(*modules: nn.Module | None) -> list[nn.Parameter]:
+    seen: set[int] = set()
+    out = []
+    for m in modules:
+        if m is None:
+            continue
+        for p in m.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def make_optimizer(params: Sequence[nn.Parameter], cfg: OptimConfig,
+                   extra_groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
+    """AdamW over `params` at `cfg.lr`, plus optional extra groups ({"params": [...], "lr": x})."""
+    groups = [{"params": list(params), "lr": cfg.lr}] + [dict(g) for g in extra_groups if g["params"]]
+    # foreach=False: the same float operations in the same order on every run, on every device.
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay, foreach=False)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, cfg: OptimConfig, step: int) -> float:
+    """Apply linear warm-up to every parameter group (each keeps its own base rate); returns the policy's lr."""
+    scale = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
+    for g in optimizer.param_groups:
+        g["lr"] = g.setdefault("base_lr", g["lr"]) * scale
+    return optimizer.param_groups[0]["lr"]
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter], cfg: OptimConfig) -> float:
+    """Clip the gradient norm (when configured), step, zero the gradients; returns the pre-clip norm."""
+    grads = [p for p in params if p.grad is not None]
+    if cfg.max_grad_norm > 0 and grads:
+        norm = float(torch.nn.utils.clip_grad_norm_(grads, cfg.max_grad_norm, foreach=False))
+    else:
+        norm = float(torch.norm(torch.stack([p.grad.detach().float().norm() for p in grads]))) if grads else 0.0
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+class ValueHead(nn.Module):
+    """V(s): a linear map from the last hidden state of the state's prompt to a scalar (initialised to 0)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N]
+        return self.proj(h.float()).squeeze(-1)
+
+
+# ------------------------------------------------------------------------------------------------- batching
+@dataclass
+class Packed:
+    """A right-padded batch of `prompt + completion` rows.
+
+    input_ids, attention_mask: [B, T]; loss_mask: [B, L] (L = T - 1), true where the logits predict a
+    completion token; prompt_lens, total_lens: [B].
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    prompt_lens: torch.Tensor
+    total_lens: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """Real (non-padding) tokens in the batch."""
+        return int(self.total_lens.sum())
+
+    @property
+    def n_trained(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+         device: torch.device | str = "cpu") -> Packed:
+    """Right-pad `prompt + completion` rows; the loss mask covers exactly the completion tokens."""
+    from dreamgym.algos import completion_loss_mask
+
+    rows = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+        att[b, : len(r)] = 1
+    plen = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    tlen = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    mask = completion_loss_mask(plen, tlen, width)
+    return Packed(ids.to(device), att.to(device), mask.to(device), plen.to(device), tlen.to(device))
+
+
+def per_token(packed: Packed, values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Place per-completion-token values (e.g. sampling log-probs) at their loss-mask positions: [B, L]."""
+    out = torch.zeros(packed.loss_mask.shape, dtype=torch.float32)
+    for b, v in enumerate(values):
+        start = int(packed.prompt_lens[b]) - 1
+        out[b, start: start + len(v)] = torch.tensor(list(v), dtype=torch.float32)
+    return out.to(packed.loss_mask.device)
+
+
+def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Split indices 0..n-1 (kept in the given order) into chunks whose padded size (rows x longest row) stays
+    within `token_budget`; a row longer than the budget gets a chunk of its own."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if cur and max(longest, n) * (len(cur) + 1) > token_budget:
+            chunks.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+@dataclass
+class ForwardOut:
+    logp: torch.Tensor
+    """[B, L] log-probabilities of the next tokens; 0 where the loss mask is false."""
+    entropy: torch.Tensor | None = None
+    """[B, L] entropies (nats) of the next-token distributions; 0 off the mask."""
+    state_hidden: torch.Tensor | None = None
+    """[B, H] last hidden state at each row's last prompt token (the state representation for a value head)."""
+
+
+def _split_lm(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """(decoder trunk, output embedding) when the logits are a plain linear map of the trunk's output; None for
+    models that post-process logits (soft-capping, logit scale), which then take the full forward path."""
+    base = model.get_base_model() if is_peft(model) else model
+    cfg = getattr(base, "config", None)
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return None
+    get_dec, get_out = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
+    if get_dec is None or get_out is None:
+        return None
+    dec, head = get_dec(), get_out()
+    return (dec, head) if dec is not None and head is not None else None
+
+
+def policy_forward(model: nn.Module, packed: Packed, *, entropy: bool = False, entropy_grad: bool = False,
+                   state_hidden: bool = False) -> ForwardOut:
+    """Per-token log-probs (and optionally entropies and the state hidden state) of a packed batch.
+
+    The vocabulary projection runs only at the loss-mask positions: prompts are most of the tokens, so this
+    saves most of the [B, T, V] logits for small models with large vocabularies. Entropies carry a gradient
+    only with `entropy_grad` (an entropy bonus); otherwise they are a detached metric.
+    """
+    device = packed.input_ids.device
+    mask = packed.loss_mask
+    split = _split_lm(model)
+    with autocast(device):
+        if split is not None:
+            trunk, head = split
+            hidden = trunk(input_ids=packed.input_ids, attention_mask=packed.attention_mask).last_hidden_state
+            logits_sel = head(hidden[:, :-1][mask]).float()  # [N, V] at the trained positions only
+        else:
+            out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, output_hidden_states=True)
+            hidden = out.hidden_states[-1]
+            logits_sel = out.logits[:, :-1][mask].float()
+    targets = packed.input_ids[:, 1:][mask]
+    lsm = torch.log_softmax(logits_sel, dim=-1)
+    logp = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+    logp = logp.masked_scatter(mask, lsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+    ent = None
+    if entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+            ent = ent.masked_scatter(mask, -(lsm.exp() * lsm).sum(-1))
+    sh = None
+    if state_hidden:
+        rows = torch.arange(hidden.shape[0], device=device)
+        sh = hidden[rows, packed.prompt_lens - 1].float()
+    return ForwardOut(logp=logp, entropy=ent, state_hidden=sh)
+
+
+def state_hidden_only(trunk_model: nn.Module, prompts: Sequence[Sequence[int]], pad_id: int,
+                      device: torch.device) -> torch.Tensor:
+    """[N, H] last-layer hidden state at the last token of each prompt (a critic's view of the state)."""
+    packed = pack(prompts, [[] for _ in prompts], pad_id, device)
+    split = _split_lm(trunk_model)
+    with autocast(device):
+        if split is not None:
+            hidden = split[0](input_ids=packed.input_ids, attention_mask=packed.attention_mask).last_hidden_state
+        else:
+            hidden = trunk_model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                                 output_hidden_states=True).hidden_states[-1]
+    rows = torch.arange(hidden.shape[0], device=device)
+    return hidden[rows, packed.prompt_lens - 1].float()
+
+
+# ------------------------------------------------------------------------------------------------- checkpoints
+STATE_FILE = "trainer_state.pt"
+META_FILE = "trainer_state.json"
+
+
+def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path) -> str:
+    """Write the policy: a PEFT adapter folder (`adapter/`) or a full Hugging Face model (`model/`), with the
+    tokenizer beside it. Returns the kind ("lora" or "full")."""
+    if is_peft(model):
+        model.save_pretrained(directory / "adapter")
+        tokenizer.save_pretrained(directory / "adapter")
+        return "lora"
+    model.save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "model")
+    return "full"
+
+
+def load_model_weights(model: nn.Module, directory: Path) -> None:
+    """Load weights written by `save_model_weights` into `model` in place (the backend shares the object)."""
+    from safetensors.torch import load_file
+
+    if is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
+        set_peft_model_state_dict(model, sd)
+        return
+    files = sorted((directory / "model").glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory / 'model'} holds no .safetensors weights")
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        sd.update(load_file(str(f)))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"checkpoint mismatch: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
+    if tied:
+        model.tie_weights()
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it replaces `final` (readers see old or new, not half)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        old = None
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------- base trainer
+class BaseTrainer:
+    """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser,
+    counters, RNG, real-step budget, metrics logger and checkpointing. Subclasses add their algorithm and
+    extend `_extra_state` / `_load_extra_state` / `_extra_modules`."""
+
+    algo = "base"
+
+    def __init__(self, backend: Any, common: TrainerConfig, *, logger: MetricsLogger | None = None,
+                 budget: RealStepBudget | None = None):
+        self.backend = backend
+        self.common = common
+        self.logger = logger
+        set_seed(common.seed)
+        backend.model = prepare_policy(backend.model, common.model)
+        self.model: nn.Module = backend.model
+        self.tokenizer = backend.tokenizer
+        self.device = model_device(self.model)
+        self.pad_id = backend.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = backend.tokenizer.eos_token_id
+        self.budget = budget if budget is not None else RealStepBudget(common.real_step_budget)
+        self.iteration = 0  # completed train_iteration calls / epochs
+        self.global_step = 0  # optimiser steps
+        self.optimizer: torch.optim.Optimizer | None = None  # built by the subclass once its modules exist
+
+    # -- helpers
+    def _build_optimizer(self, extra: Sequence[nn.Module | None] = (), extra_lr: float | None = None) -> None:
+        """AdamW over the policy's trainable weights, plus `extra` modules (value head, critic) at `extra_lr`."""
+        policy = trainable_parameters(self.model)
+        seen = {id(p) for p in policy}
+        others = [p for p in trainable_parameters(*extra) if id(p) not in seen]
+        self.params = policy + others
+        lr = self.common.optim.lr if extra_lr is None else extra_lr
+        self.optimizer = make_optimizer(policy, self.common.optim, [{"params": others, "lr": lr}])
+
+    def _frozen_copy(self) -> nn.Module | None:
+        """A frozen reference policy: None for LoRA (the base model with adapters disabled is the reference),
+        a deep copy of the current weights for full fine-tuning."""
+        if is_peft(self.model):
+            return None
+        ref = copy.deepcopy(self.model)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def _reference_forward(self, ref: nn.Module | None, packed: Packed) -> torch.Tensor:
+        """[B, L] log-probs under the frozen reference (no gradient)."""
+        with torch.no_grad():
+            if ref is None:
+                with self.model.disable_adapter():  # type: ignore[operator]
+                    return policy_forward(self.model, packed).logp
+            return policy_forward(ref, packed).logp
+
+    def policy_version(self) -> str:
+        return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        if self.logger is not None:
+            self.logger.log(self.iteration, metrics)
+
+    # -- checkpoint hooks
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def _extra_modules(self) -> dict[str, nn.Module]:
+        """Modules saved as state dicts beside the policy (value head, critic, full-FT reference)."""
+        return {}
+
+    # -- checkpoints
+    def save(self, directory: str | Path) -> Path:
+        """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
+        RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one."""
+        directory = Path(directory)
+        with atomic_dir(directory) as tmp:
+            kind = save_model_weights(self.model, self.tokenizer, tmp)
+            state = {
+                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                "rng": rng_state(),
+                "iteration": self.iteration,
+                "global_step": self.global_step,
+                "budget": self.budget.state_dict(),
+                "modules": {k: m.state_dict() for k, m in self._extra_modules().items()},
+                "extra": self._extra_state(),
+            }
+            torch.save(state, tmp / STATE_FILE)
+            meta = {"algo": self.algo, "kind": kind, "base": self.common.model.preset, "iteration": self.iteration,
+                    "global_step": self.global_step, "real_steps_used": self.budget.used,
+                    "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
+        return directory
+
+    def load(self, directory: str | Path) -> None:
+        """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters)
+        so the next iteration is exactly the one an uninterrupted run would have done."""
+        directory = Path(directory)
+        load_model_weights(self.model, directory)
+        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+        for k, m in self._extra_modules().items():
+            m.load_state_dict(state["modules"][k])
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration = int(state["iteration"])
+        self.global_step = int(state["global_step"])
+        self.budget.load_state_dict(state["budget"])
+        self._load_extra_state(state["extra"])
+        set_rng_state(state["rng"])
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """The JSON side of a checkpoint (algo, kind, base preset, counters, config)."""
+    return json.loads((Path(directory) / META_FILE).read_text())

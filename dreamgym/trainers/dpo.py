@@ -1,0 +1,189 @@
+"""Direct preference optimisation of the agent on (successful, failed) trajectory pairs of the same task.
+
+Owns: `DPOConfig`, pair building (`build_pairs`), and `DPOTrainer.fit` — the sigmoid DPO loss on whole
+episodes, resumable mid-epoch.
+Must not know: concrete environments, presets, how the trajectories were collected.
+
+Granularity (our choice, documented): **per episode**. A trajectory's log-probability is the sum, over all of
+its turns, of the log-probabilities of the assistant tokens of that turn (each turn in the rollout prompt
+format, via `dreamgym.trainers.sft.turn_examples`); the chosen trajectory won the task, the rejected one did
+not. Per-episode pairs need no alignment of the two episodes' turns, and they credit the whole decision
+sequence, as the outcome reward does. Reference log-probabilities are those of the policy before the first
+DPO step (computed once, kept in the checkpoint so a resumed run uses the same ones).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dreamgym import algos
+from dreamgym.metrics import MetricsLogger
+from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward,
+                                      set_lr)
+from dreamgym.trainers.sft import AdmissibleFn, Example, _progress, turn_examples
+from dreamgym.types import Trajectory
+
+
+@dataclass
+class DPOConfig:
+    beta: float = 0.1
+    """Strength of the implicit KL regulariser."""
+    label_smoothing: float = 0.0
+    """Conservative DPO: assumed probability that a preference label is flipped."""
+    epochs: int = 2
+    """Passes over the pairs."""
+    pairs_per_step: int = 8
+    """Pairs per optimiser step."""
+    max_pairs_per_task: int = 4
+    """At most this many (won, failed) pairs per task."""
+    log_every: int = 5
+    """Log metrics every this many optimiser steps."""
+
+    def validate(self) -> None:
+        if self.beta <= 0 or self.pairs_per_step < 1 or self.max_pairs_per_task < 1:
+            raise ValueError("dpo.beta must be > 0, pairs_per_step and max_pairs_per_task >= 1")
+
+
+def build_pairs(trajectories: Sequence[Trajectory], max_pairs_per_task: int, seed: int) -> list[tuple[Trajectory, Trajectory]]:
+    """(chosen, rejected) pairs: a won and a failed trajectory of the same task (by task id), deterministic in
+    `seed`. A task with k won and m failed trajectories gives min(max_pairs_per_task, max(k, m)) pairs, reusing
+    the shorter side in turn."""
+    by_task: dict[str, tuple[list[Trajectory], list[Trajectory]]] = {}
+    for t in trajectories:
+        if t.steps:
+            by_task.setdefault(t.task.id, ([], []))[0 if t.won else 1].append(t)
+    rng = random.Random(seed)
+    pairs = []
+    for task_id in sorted(by_task):
+        won, lost = (sorted(x, key=lambda t: t.id) for x in by_task[task_id])
+        if not won or not lost:
+            continue
+        rng.shuffle(won)
+        rng.shuffle(lost)
+        for i in range(min(max_pairs_per_task, max(len(won), len(lost)))):
+            pairs.append((won[i % len(won)], lost[i % len(lost)]))
+    return pairs
+
+
+@dataclass
+class _Pair:
+    chosen: list[Example]
+    rejected: list[Example]
+
+
+class DPOTrainer(BaseTrainer):
+    algo = "dpo"
+
+    def __init__(self, backend: Any, config: DPOConfig, common: TrainerConfig, *,
+                 logger: MetricsLogger | None = None, admissible_fn: AdmissibleFn | None = None):
+        super().__init__(backend, common, logger=logger)
+        self.config = config
+        self.admissible_fn = admissible_fn
+        self.batch_pos = 0
+        self.ref_logps: torch.Tensor | None = None  # [P, 2] reference (chosen, rejected) log-probs
+        self._build_optimizer()
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"batch_pos": self.batch_pos, "ref_logps": self.ref_logps}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        self.batch_pos = int(state.get("batch_pos", 0))
+        self.ref_logps = state.get("ref_logps")
+
+    def pairs(self, trajectories: Sequence[Trajectory]) -> list[_Pair]:
+        agent = self.common.agent
+        return [_Pair(turn_examples(c, self.backend, agent, self.admissible_fn),
+                      turn_examples(r, self.backend, agent, self.admissible_fn))
+                for c, r in build_pairs(trajectories, self.config.max_pairs_per_task, self.common.seed)]
+
+    def sequence_logps(self, pairs: Sequence[_Pair]) -> torch.Tensor:
+        """[P, 2] summed assistant-token log-probs of (chosen, rejected) under the current policy, with the
+        gradient attached when grad is enabled. All turns of the given pairs go through one packed forward."""
+        exs: list[Example] = []
+        owner: list[int] = []
+        for i, p in enumerate(pairs):
+            for j, side in enumerate((p.chosen, p.rejected)):
+                exs += side
+                owner += [2 * i + j] * len(side)
+        packed = pack([e.prompt_ids for e in exs], [e.target_ids for e in exs], self.pad_id, self.device)
+        logp = policy_forward(self.model, packed).logp  # [R, L], 0 off the mask
+        per_row = logp.sum(-1)  # [R]
+        seq = torch.zeros(2 * len(pairs), device=self.device).index_add(
+            0, torch.tensor(owner, device=self.device), per_row)
+        return seq.view(len(pairs), 2)
+
+    def _reference(self, pairs: Sequence[_Pair]) -> torch.Tensor:
+        ref = torch.zeros(len(pairs), 2)
+        with torch.no_grad():
+            for i in range(len(pairs)):
+                ref[i] = self.sequence_logps([pairs[i]]).cpu()
+        return ref
+
+    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
+            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+        """Train for `epochs` (default `config.epochs`) counted from the run's start; see SFTTrainer.fit."""
+        pairs = self.pairs(trajectories)
+        counts = {"pairs": float(len(pairs))}
+        if not pairs:
+            return counts
+        if self.ref_logps is None or len(self.ref_logps) != len(pairs):
+            self.ref_logps = self._reference(pairs)
+        total_epochs = self.config.epochs if epochs is None else epochs
+        n_batches = (len(pairs) + self.config.pairs_per_step - 1) // self.config.pairs_per_step
+        bar = _progress(progress, total=max(0, total_epochs * n_batches - (self.iteration * n_batches + self.batch_pos)))
+        last: dict[str, float] = dict(counts)
+        try:
+            while self.iteration < total_epochs:
+                order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(
+                    mix_seed(self.common.seed, self.iteration, 3))).tolist()
+                sums: dict[str, float] = {}
+                while self.batch_pos < n_batches:
+                    k = self.config.pairs_per_step
+                    idx = order[self.batch_pos * k:(self.batch_pos + 1) * k]
+                    st = self.train_step([pairs[i] for i in idx], self.ref_logps[idx])
+                    self.batch_pos += 1
+                    for key, v in st.items():
+                        sums[key] = sums.get(key, 0.0) + v
+                    if self.logger is not None and self.global_step % self.config.log_every == 0:
+                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)}, prefix="dpo/")
+                    if bar is not None:
+                        bar[0].update(bar[1], advance=1, description=f"dpo loss {st['loss']:.3f}")
+                    if on_step is not None and on_step(self.global_step):
+                        return {**counts, **{key: v / max(1, self.batch_pos) for key, v in sums.items()}}
+                last = {**counts, **{key: v / n_batches for key, v in sums.items()}, "epoch": float(self.iteration)}
+                self.iteration += 1
+                self.batch_pos = 0
+        finally:
+            if bar is not None:
+                bar[0].stop()
+        return last
+
+    def train_step(self, pairs: Sequence[_Pair], ref: torch.Tensor) -> dict[str, float]:
+        """One optimiser step on `pairs` (ref: [P, 2] reference log-probs); one pair per forward chunk so memory
+        is bounded by the longest episode pair, gradients accumulated with weight 1/P."""
+        opt_cfg = self.common.optim
+        self.model.train()
+        t0 = time.perf_counter()
+        lr = set_lr(self.optimizer, opt_cfg, self.global_step)
+        sums: dict[str, float] = {}
+        for i, p in enumerate(pairs):
+            pol = self.sequence_logps([p])  # [1, 2]
+            r = ref[i: i + 1].to(self.device)
+            loss, st = algos.dpo_loss(pol[:, 0], pol[:, 1], r[:, 0], r[:, 1], beta=self.config.beta,
+                                      label_smoothing=self.config.label_smoothing)
+            (loss / len(pairs)).backward()
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / len(pairs)
+            for k, v in st.items():
+                sums[k] = sums.get(k, 0.0) + float(v) / len(pairs)
+        sums["grad_norm"] = clip_and_step(self.optimizer, self.params, opt_cfg)
+        sums["lr"] = lr
+        self.global_step += 1
+        self.model.eval()
+        sums["step_time_s"] = time.perf_counter() - t0
+        return sums

@@ -1,0 +1,207 @@
+"""GRPO for multi-turn agents: group-relative episode advantages on every policy token of every turn.
+
+Owns: `GRPOConfig` and `GRPOTrainer.train_iteration` — G rollouts per task from the same seed, the episode
+return normalised within its group, that advantage applied to every generated token of every turn of the
+episode, the clipped importance ratio against the sampling log-probs, an optional KL penalty (k3) to a frozen
+reference, and a token-level mean loss over the whole batch.
+Must not know: concrete environments (it gets a `TextEnv` factory), presets, where tasks come from.
+
+One iteration, step by step:
+  1. rollouts: `run_rollouts(..., group_size=G)` on the given tasks (real or synthetic env alike);
+  2. advantages: `algos.grpo_advantages` over the trainable episodes; groups whose rewards are all equal carry
+     no signal, are counted (`zero_variance_groups`) and left out of the update;
+  3. every turn of every remaining episode becomes one (prompt ids, generated ids, sampling log-probs,
+     advantage) sample — the exact tokens that were sampled, the loss mask covering only generated tokens;
+  4. `epochs` passes over the samples in `minibatches` optimiser steps each; each step accumulates gradients
+     over micro-batches of at most `optim.micro_batch_tokens` padded tokens, every micro-batch's loss weighted
+     by its share of the step's trained tokens so the result is exactly the token-level mean.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dreamgym import algos
+from dreamgym.env import TextEnv
+from dreamgym.metrics import MetricsLogger
+from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
+from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, micro_batches, mix_seed, pack,
+                                      per_token, policy_forward, set_lr)
+from dreamgym.types import Task
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 8
+    """G: rollouts per task, all from the same environment seed."""
+    tasks_per_iteration: int = 8
+    """Tasks per rollout batch (the caller passes them to `train_iteration`); G x this episodes per iteration."""
+    scale_rewards: bool = True
+    """Divide by the group's reward std (False: advantage = r - mean, as in Dr. GRPO)."""
+    adv_eps: float = 1e-6
+    """Added to the group std."""
+    clip_eps: float = 0.2
+    """PPO clip range of the importance ratio (lower side)."""
+    clip_eps_high: float | None = None
+    """Upper clip range (None = clip_eps; DAPO uses 0.28)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty to the frozen initial policy (0 disables it and skips the reference pass)."""
+    epochs: int = 1
+    """Passes over each rollout batch."""
+    minibatches: int = 1
+    """Optimiser steps per pass (turn samples are shuffled and split evenly)."""
+
+    def validate(self) -> None:
+        if self.group_size < 1 or self.epochs < 1 or self.minibatches < 1:
+            raise ValueError("grpo.group_size, epochs and minibatches must be >= 1")
+
+
+@dataclass
+class TurnSample:
+    """One turn, ready for the loss: exactly the sampled tokens and what they earned."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    episode: int
+
+
+def episode_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[TurnSample]:
+    """Every turn of every episode with that episode's advantage (turns without generated tokens are skipped)."""
+    out = []
+    for i, (ep, a) in enumerate(zip(episodes, advantages)):
+        for t in ep.turns:
+            if t.completion_ids:
+                out.append(TurnSample(t.prompt_ids, t.completion_ids, t.logprobs, float(a), i))
+    return out
+
+
+class GRPOTrainer(BaseTrainer):
+    algo = "grpo"
+
+    def __init__(self, backend: Any, config: GRPOConfig, common: TrainerConfig, *,
+                 logger: MetricsLogger | None = None, budget: RealStepBudget | None = None):
+        super().__init__(backend, common, logger=logger, budget=budget)
+        self.config = config
+        self.reference = self._frozen_copy() if config.kl_coef > 0 else None
+        self._build_optimizer()
+
+    def _extra_modules(self) -> dict[str, torch.nn.Module]:
+        return {"reference": self.reference} if self.reference is not None else {}
+
+    # ------------------------------------------------------------------------------------------ one iteration
+    def train_iteration(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
+        """Roll out G episodes per task, then update the policy once on them. Returns (episodes, metrics)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        stats: dict[str, float] = {}
+        episodes = run_rollouts(self.backend, env_factory, tasks, group_size=cfg.group_size,
+                                seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
+                                budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
+                                stats=stats)
+        t_roll = time.perf_counter() - t0
+
+        ok = [e for e in episodes if e.trainable]
+        metrics: dict[str, Any] = rollout_metrics(episodes)
+        n_groups = len({e.group for e in ok})
+        if ok:
+            adv, zero = algos.grpo_advantages(torch.tensor([e.reward for e in ok]), torch.tensor([e.group for e in ok]),
+                                              scale_by_std=cfg.scale_rewards, eps=cfg.adv_eps)
+            keep = [i for i in range(len(ok)) if not bool(zero[i])]
+            zero_groups = len({ok[i].group for i in range(len(ok)) if bool(zero[i])})
+            samples = episode_samples([ok[i] for i in keep], [float(adv[i]) for i in keep])
+        else:
+            samples, zero_groups = [], 0
+        metrics.update(groups=float(n_groups), zero_variance_groups=float(zero_groups), samples=float(len(samples)))
+
+        t1 = time.perf_counter()
+        metrics.update(self.update(samples))
+        t_upd = time.perf_counter() - t1
+        self.iteration += 1
+        metrics.update(
+            iteration=float(self.iteration), real_steps_used=float(self.budget.used),
+            synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
+            rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
+            gen_tokens=stats["gen_tokens"], budget_exhausted=self.budget.exhausted)
+        if metrics.get("update_tokens", 0) and t_upd > 0:
+            metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
+        self.log(metrics)
+        return episodes, metrics
+
+    # ------------------------------------------------------------------------------------------ the update
+    def update(self, samples: Sequence[TurnSample]) -> dict[str, float]:
+        """`epochs` x `minibatches` clipped-ratio steps on the turn samples; returns averaged loss statistics."""
+        cfg, opt_cfg = self.config, self.common.optim
+        if not samples:
+            return {"loss": 0.0, "optimizer_steps": 0.0}
+        self.model.train()
+        gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 1))
+        sums: dict[str, float] = {}
+        weight = 0.0
+        tokens = 0
+        for _ in range(cfg.epochs):
+            order = torch.randperm(len(samples), generator=gen).tolist()
+            for mb in _split(order, cfg.minibatches):
+                mb_samples = [samples[i] for i in mb]
+                set_lr(self.optimizer, opt_cfg, self.global_step)
+                n_trained = sum(len(s.completion_ids) for s in mb_samples)
+                # Sort by length inside the step so micro-batches carry little padding (the sum is order-free).
+                mb_samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+                lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
+                for chunk in micro_batches(lengths, opt_cfg.micro_batch_tokens):
+                    part = [mb_samples[i] for i in chunk]
+                    st, n_tok = self._micro_step(part, n_trained)
+                    tokens += n_tok
+                    w = sum(len(s.completion_ids) for s in part) / n_trained
+                    for k, v in st.items():
+                        sums[k] = sums.get(k, 0.0) + v * w
+                    weight += w
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + clip_and_step(self.optimizer, self.params, opt_cfg)
+                self.global_step += 1
+        n_steps = cfg.epochs * len(_split(list(range(len(samples))), cfg.minibatches))
+        out = {k: v / weight for k, v in sums.items() if k != "grad_norm"}
+        out["grad_norm"] = sums["grad_norm"] / n_steps
+        out.update(optimizer_steps=float(n_steps), update_tokens=float(tokens),
+                   trained_tokens=float(sum(len(s.completion_ids) for s in samples) * cfg.epochs))
+        self.model.eval()
+        return out
+
+    def _micro_step(self, part: list[TurnSample], n_trained_step: int) -> tuple[dict[str, float], int]:
+        """Forward + backward of one micro-batch; its loss is scaled by its share of the step's trained tokens."""
+        cfg = self.config
+        packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
+        old = per_token(packed, [s.old_logprobs for s in part])
+        adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)
+        out = policy_forward(self.model, packed, entropy=True)
+        mask = packed.loss_mask
+        pg_loss, st = algos.clipped_policy_loss(out.logp, old, adv, mask, clip_eps=cfg.clip_eps,
+                                                clip_eps_high=cfg.clip_eps_high)
+        loss = pg_loss
+        kl = torch.zeros(())
+        if cfg.kl_coef > 0:
+            ref = self._reference_forward(self.reference, packed)
+            kl = algos.masked_mean(algos.kl_k3(out.logp, ref), mask)
+            loss = loss + cfg.kl_coef * kl
+        share = packed.n_trained / n_trained_step
+        (loss * share).backward()
+        return {"loss": float(loss.detach()), "policy_loss": float(pg_loss.detach()), "kl": float(kl.detach()),
+                "entropy": float(algos.masked_mean(out.entropy.detach(), mask)),
+                "clip_frac": float(st["clip_frac"]), "approx_kl": float(st["approx_kl"])}, packed.n_tokens
+
+
+def _split(order: list[int], parts: int) -> list[list[int]]:
+    """`order` cut into `parts` nearly equal consecutive pieces (empty pieces dropped)."""
+    parts = max(1, min(parts, len(order)))
+    size, rem = divmod(len(order), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < rem else 0)
+        out.append(order[start:end])
+        start = end
+    return [p for p in out if p]

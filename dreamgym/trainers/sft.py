@@ -1,0 +1,177 @@
+"""Supervised fine-tuning of the agent on demonstration trajectories (the oracle/expert data).
+
+Owns: `SFTConfig`, turning a `Trajectory` into per-turn (prompt ids, target ids) examples in exactly the
+format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`),
+and `SFTTrainer.fit` — token-level cross-entropy on the assistant tokens only, shuffled mini-batches,
+gradient accumulation, resumable mid-epoch.
+Must not know: concrete environments (a family's `admissible_from_state` may be passed in as a function),
+presets, how the trajectories were collected.
+
+Example for step i of a trajectory: the prompt is `build_messages(task, [(s_j, a_j) for j < i], s_i,
+admissible(s_i))` rendered by the backend's chat template with the generation prompt; the target is
+`<think>{thought}</think><action>{a_i}</action>` followed by the tokenizer's eos token, where the thought is
+`step.info["agent_thought"]` when the data has one (the policy's own reasoning) and empty otherwise —
+`Step.reasoning` is the experience model's explanation of the transition and is never used as the agent's
+thought (it describes the outcome, which the agent cannot know).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dreamgym import algos
+from dreamgym.agent import AgentConfig, build_messages, format_response
+from dreamgym.metrics import MetricsLogger
+from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, micro_batches, mix_seed, pack,
+                                      policy_forward, set_lr)
+from dreamgym.types import Trajectory
+
+AdmissibleFn = Callable[[str], list[str]]
+
+
+@dataclass
+class SFTConfig:
+    epochs: int = 3
+    """Passes over the examples."""
+    batch_size: int = 32
+    """Examples (turns) per optimiser step."""
+    only_won: bool = True
+    """Use only successful trajectories."""
+    max_seq_tokens: int = 2048
+    """Examples longer than this (prompt + target) are skipped and counted."""
+    log_every: int = 10
+    """Log metrics every this many optimiser steps."""
+
+    def validate(self) -> None:
+        if self.epochs < 0 or self.batch_size < 1:
+            raise ValueError("sft.epochs must be >= 0 and sft.batch_size >= 1")
+
+
+@dataclass
+class Example:
+    prompt_ids: list[int]
+    target_ids: list[int]
+
+
+def turn_examples(traj: Trajectory, backend: Any, agent: AgentConfig,
+                  admissible_fn: AdmissibleFn | None = None) -> list[Example]:
+    """One (prompt, target) example per step of `traj`, in the rollout prompt format (see module docstring)."""
+    tok = backend.tokenizer
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    out = []
+    history: list[tuple[str, str]] = []
+    for step in traj.steps:
+        admissible = step.info.get("admissible_actions") if isinstance(step.info, dict) else None
+        if admissible is None and admissible_fn is not None:
+            admissible = admissible_fn(step.state)
+        msgs = build_messages(traj.task, history, step.state, admissible, agent)
+        thought = step.info.get("agent_thought", "") if isinstance(step.info, dict) else ""
+        target = format_response(step.action, thought or "")
+        out.append(Example(backend.prompt_ids(msgs), list(tok(target, add_special_tokens=False)["input_ids"]) + eos))
+        history.append((step.state, step.action))
+    return out
+
+
+class SFTTrainer(BaseTrainer):
+    algo = "sft"
+
+    def __init__(self, backend: Any, config: SFTConfig, common: TrainerConfig, *,
+                 logger: MetricsLogger | None = None, admissible_fn: AdmissibleFn | None = None):
+        super().__init__(backend, common, logger=logger)
+        self.config = config
+        self.admissible_fn = admissible_fn
+        self.batch_pos = 0  # optimiser steps done inside the current epoch (for mid-epoch resume)
+        self._build_optimizer()
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"batch_pos": self.batch_pos}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        self.batch_pos = int(state.get("batch_pos", 0))
+
+    def examples(self, trajectories: Sequence[Trajectory]) -> tuple[list[Example], dict[str, float]]:
+        """All training examples, plus counts of what was used and skipped."""
+        used = [t for t in trajectories if t.steps and (t.won or not self.config.only_won)]
+        exs: list[Example] = []
+        for t in used:
+            exs += turn_examples(t, self.backend, self.common.agent, self.admissible_fn)
+        kept = [e for e in exs if len(e.prompt_ids) + len(e.target_ids) <= self.config.max_seq_tokens]
+        return kept, {"trajectories_used": float(len(used)), "examples": float(len(kept)),
+                      "examples_too_long": float(len(exs) - len(kept))}
+
+    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
+            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+        """Train for `epochs` (default `config.epochs`) counted from the start of the run, so a resumed trainer
+        finishes the remaining ones. `on_step(global_step)` may return True to stop early (after that step;
+        the trainer can be saved and resumed). Returns the last epoch's mean metrics."""
+        exs, counts = self.examples(trajectories)
+        total_epochs = self.config.epochs if epochs is None else epochs
+        n_batches = (len(exs) + self.config.batch_size - 1) // self.config.batch_size
+        last: dict[str, float] = dict(counts)
+        bar = _progress(progress, total=max(0, total_epochs * n_batches - (self.iteration * n_batches + self.batch_pos)))
+        try:
+            while self.iteration < total_epochs and exs:
+                order = torch.randperm(len(exs), generator=torch.Generator().manual_seed(
+                    mix_seed(self.common.seed, self.iteration))).tolist()
+                sums: dict[str, float] = {}
+                while self.batch_pos < n_batches:
+                    idx = order[self.batch_pos * self.config.batch_size:(self.batch_pos + 1) * self.config.batch_size]
+                    st = self.train_step([exs[i] for i in idx])
+                    self.batch_pos += 1
+                    for k, v in st.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                    if self.logger is not None and self.global_step % self.config.log_every == 0:
+                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)}, prefix="sft/")
+                    if bar is not None:
+                        bar[0].update(bar[1], advance=1, description=f"sft loss {st['loss']:.3f}")
+                    if on_step is not None and on_step(self.global_step):
+                        return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
+                last = {**counts, **{k: v / n_batches for k, v in sums.items()}, "epoch": float(self.iteration)}
+                self.iteration += 1
+                self.batch_pos = 0
+        finally:
+            if bar is not None:
+                bar[0].stop()
+        return last
+
+    def train_step(self, batch: Sequence[Example]) -> dict[str, float]:
+        """One optimiser step on `batch`: token-level mean cross-entropy over the target tokens."""
+        opt_cfg = self.common.optim
+        self.model.train()
+        t0 = time.perf_counter()
+        lr = set_lr(self.optimizer, opt_cfg, self.global_step)
+        batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.target_ids))
+        n_trained = sum(len(e.target_ids) for e in batch)
+        loss_sum, ent_sum, n_tok = 0.0, 0.0, 0
+        for chunk in micro_batches([len(e.prompt_ids) + len(e.target_ids) for e in batch], opt_cfg.micro_batch_tokens):
+            part = [batch[i] for i in chunk]
+            packed = pack([e.prompt_ids for e in part], [e.target_ids for e in part], self.pad_id, self.device)
+            out = policy_forward(self.model, packed, entropy=True)
+            loss = -algos.masked_mean(out.logp, packed.loss_mask)
+            share = packed.n_trained / n_trained
+            (loss * share).backward()
+            loss_sum += float(loss.detach()) * share
+            ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
+            n_tok += packed.n_tokens
+        norm = clip_and_step(self.optimizer, self.params, opt_cfg)
+        self.global_step += 1
+        self.model.eval()
+        dt = time.perf_counter() - t0
+        return {"loss": loss_sum, "entropy": ent_sum, "grad_norm": norm, "lr": lr,
+                "tokens_per_s": n_tok / dt if dt > 0 else 0.0}
+
+
+def _progress(enabled: bool, total: int) -> tuple[Any, Any] | None:
+    """A started rich progress bar and its task id, or None."""
+    if not enabled or total <= 0:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    p.start()
+    return p, p.add_task("sft", total=total)

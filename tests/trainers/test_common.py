@@ -1,0 +1,79 @@
+"""Shared trainer pieces: packing and masks, the policy forward against sampling log-probs, LoRA selection,
+checkpoints."""
+
+import torch
+
+from dreamgym.llm.base import SamplingParams
+from dreamgym.trainers.common import (ModelConfig, micro_batches, model_device, pack, per_token, policy_forward,
+                                      prepare_policy, save_model_weights, load_model_weights)
+
+
+def test_pack_masks_only_completion_tokens():
+    p = pack([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]], pad_id=0)
+    assert p.input_ids.tolist() == [[5, 6, 7, 9, 10], [8, 11, 12, 13, 0]]
+    assert p.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    # position j predicts token j+1: row 0 trains at 2,3 (targets 9,10); row 1 at 0,1,2 (targets 11,12,13)
+    assert p.loss_mask.tolist() == [[False, False, True, True], [True, True, True, False]]
+    assert p.n_tokens == 9 and p.n_trained == 5
+    vals = per_token(p, [[0.1, 0.2], [0.3, 0.4, 0.5]])
+    assert torch.allclose(vals[p.loss_mask], torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]))
+    assert float(vals[~p.loss_mask].abs().sum()) == 0.0
+
+
+def test_micro_batches_respect_the_token_budget():
+    assert micro_batches([3, 3, 3, 5, 9], 10) == [[0, 1, 2], [3], [4]]
+    assert micro_batches([20], 10) == [[0]]
+    assert sum(micro_batches([4] * 10, 16), []) == list(range(10))
+
+
+def test_policy_forward_reproduces_sampling_logprobs(tiny_backend):
+    """Token-in/token-out: the trainer's log-probs of the sampled ids equal the ones recorded at sampling."""
+    be = tiny_backend
+    prompts = [be.prompt_ids([{"role": "user", "content": f"set the dial to {i}"}]) for i in range(4)]
+    comps = be.generate_from_ids(prompts, SamplingParams(temperature=1.0, max_tokens=8, seed=0))
+    packed = pack(prompts, [c.token_ids for c in comps], be.tokenizer.pad_token_id)
+    with torch.no_grad():
+        out = policy_forward(be.model, packed, entropy=True, state_hidden=True)
+    sampled = per_token(packed, [c.logprobs for c in comps])
+    assert torch.allclose(out.logp[packed.loss_mask], sampled[packed.loss_mask], atol=1e-4)
+    assert out.entropy[packed.loss_mask].min() > 0 and out.state_hidden.shape == (4, be.model.config.hidden_size)
+    # the same rows through the plain transformers forward (full logits) agree too
+    with torch.no_grad():
+        logits = be.model(input_ids=packed.input_ids, attention_mask=packed.attention_mask).logits
+    from dreamgym.algos import token_logprobs
+
+    assert torch.allclose(token_logprobs(logits, packed.input_ids)[packed.loss_mask], out.logp[packed.loss_mask],
+                          atol=1e-5)
+
+
+def test_lora_selection_and_adapter_checkpoint(tiny_backend, tmp_path):
+    assert not ModelConfig(preset="tiny").use_lora() and ModelConfig(preset="smollm2-135m").use_lora()
+    be = tiny_backend
+    model = prepare_policy(be.model, ModelConfig(preset="tiny", lora=True, lora_r=4))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.01)
+    assert save_model_weights(model, be.tokenizer, tmp_path) == "lora"
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.zero_()
+    load_model_weights(model, tmp_path)
+    assert all(torch.equal(saved[n], p) for n, p in model.named_parameters() if "lora_" in n)
+
+
+def test_full_checkpoint_is_a_loadable_hf_model(tiny_backend, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    be = tiny_backend
+    model = prepare_policy(be.model, ModelConfig(preset="tiny"))
+    assert model_device(model).type == "cpu" and all(p.requires_grad for p in model.parameters())
+    assert save_model_weights(model, be.tokenizer, tmp_path) == "full"
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    sd = model.state_dict()
+    assert all(torch.equal(sd[k], v) for k, v in again.state_dict().items())
