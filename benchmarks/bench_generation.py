@@ -1,0 +1,83 @@
+"""Batched generation throughput of the local backend (`HFBackend`) for the tiny and smollm2-135m presets.
+
+Prints generated tokens per second (wall clock) and the CPU seconds spent, for each preset and batch size, next
+to Hugging Face `model.generate` on the same prompts as a reference. Every row decodes exactly `--new-tokens` tokens (eos is ignored) so figures compare.
+
+    python benchmarks/bench_generation.py [--presets tiny smollm2-135m] [--batch-sizes 1 16] [--new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from dreamgym.llm import SamplingParams  # noqa: E402
+from dreamgym.llm.hf import HFBackend  # noqa: E402
+
+PROMPTS = ["Task: set the dial to 7 and press submit. State: [dial] 2 [button] turn up [button] turn down",
+           "Write a short story about a robot who learns to cook.", "Explain how a refrigerator works.",
+           "List ten things you can buy in a shop and what each costs."]
+
+
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process). On a shared machine CPU time is the fairer cost figure."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t, c = time.perf_counter(), time.process_time()
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | None, repeats: int) -> None:
+    backend = HFBackend.from_preset(preset, device=device, batch_size=max(batch_sizes))
+    backend.eos_ids = frozenset()  # fixed-length decoding: every row produces exactly new_tokens tokens
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
+    tok, model = backend.tokenizer, backend.model
+    print(f"\n{preset}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params on {backend.device}, "
+          f"{model.dtype}, {new_tokens} new tokens per row, best of {repeats}")
+    for bs in batch_sizes:
+        reqs = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(bs)]
+        backend.generate(reqs[:1], SamplingParams(temperature=1.0, max_tokens=4))  # warm-up
+        ours = min(_timed(lambda: backend.generate(reqs, params)) for _ in range(repeats))
+        outs = backend.generate(reqs, params)
+        assert all(len(o.token_ids) == new_tokens for o in outs)
+        # Reference: transformers' own generate on the same left-padded prompts.
+        tok.padding_side = "left"
+        texts = [tok.apply_chat_template(r, tokenize=False, add_generation_prompt=True) for r in reqs]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(backend.device)
+        with torch.inference_mode():
+            ref = min(_timed(lambda: model.generate(**enc, do_sample=True, max_new_tokens=new_tokens,
+                                                    min_new_tokens=new_tokens, pad_token_id=backend.pad_id))
+                      for _ in range(repeats))
+        n = bs * new_tokens
+        print(f"  batch {bs:>3}: HFBackend {n / ours[0]:8.1f} tok/s ({ours[0]:6.2f}s wall, {ours[1]:6.2f}s CPU)   "
+              f"HF generate {n / ref[0]:8.1f} tok/s ({ref[0]:6.2f}s wall, {ref[1]:6.2f}s CPU)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--presets", nargs="+", default=["tiny", "smollm2-135m"])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (1: on a shared 2-core machine 2 threads decode 10x+ slower)")
+    p.add_argument("--repeats", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} CPU threads, cuda={torch.cuda.is_available()}")
+    for preset in args.presets:
+        bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
