@@ -258,13 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--batch-size", type=int, default=32, help="most rows decoded together")
     parser.add_argument("--served-model-name", default=None, help="model id clients use (default: --preset)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import uvicorn
 
+    import torch
+
     from dreamgym.llm.hf import HFBackend
     from dreamgym.presets import PresetError
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         backend = HFBackend.from_preset(args.preset, device=args.device, batch_size=args.batch_size)
     except PresetError as e:
