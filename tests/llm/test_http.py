@@ -10,7 +10,8 @@ import httpx
 import pytest
 import torch
 
-from dreamgym.llm import SamplingParams, load_llm, row_seed
+from dreamgym.llm import SamplingParams, row_seed
+from dreamgym.llm.load import load_llm
 from dreamgym.llm.hf import HFBackend
 from dreamgym.llm.http import LLMEndpointError, OpenAIHTTPBackend
 from dreamgym.llm.server import main as serve_main
