@@ -61,7 +61,8 @@ def bench_success(A) -> None:
                 n = 0
                 while True:
                     if policy != "expert":
-                        ours, eng = set(A.admissible_from_state(info["abstract_state"])), set(info["admissible_actions"])
+                        ours = set(A.admissible_from_state(info["abstract_state"]))
+                        eng = set(info["admissible_actions"])
                         overlap.append(len(ours & eng) / len(ours | eng))
                     obs, r, term, trunc, info = env.step(pol.act(obs, info))
                     n += 1

@@ -37,7 +37,8 @@ GEN_VERSION = "v1"
 GAME_OPTIONS = {"nb_rooms": 3, "nb_objects": 6, "quest_length": 3}
 SPLIT_SEEDS = {"train": (0, 20), "test": (1000, 10)}  # (first seed, default number of games)
 DEFAULT_MAX_STEPS = 50
-INSTALL_HINT = "the TextWorld environment needs `textworld` (pip install textworld==1.7.0; it ships Inform7 and jericho)"
+INSTALL_HINT = ("the TextWorld environment needs `textworld` "
+                "(pip install textworld==1.7.0; it ships Inform7 and jericho)")
 TW_VERBS = ("go", "take", "open", "close", "put", "insert", "drop", "eat", "unlock", "lock", "examine", "recover",
             "retrieve", "pick", "grab", "make", "ensure", "place", "move", "get", "try", "check", "set", "attempt")
 

@@ -160,7 +160,8 @@ def test_random_policy_rarely_wins(env, six):
 
 def test_parse_goal_accepts_alfred_goals_and_rejects_garbage():
     g = A.parse_goal("put a clean mug in coffeemachine.")
-    assert g["task_type"] == "pick_clean_then_place_in_recep" and (g["object"], g["receptacle"]) == ("mug", "coffeemachine")
+    assert g["task_type"] == "pick_clean_then_place_in_recep"
+    assert (g["object"], g["receptacle"]) == ("mug", "coffeemachine")
     assert A.parse_goal("Your task is to: examine the alarmclock with the desklamp.")["toggle"] == "desklamp"
     assert A.parse_goal("find two apples and put them in the fridge")["task_type"] == "pick_two_obj_and_place"
     assert A.parse_goal("heat some egg and put it in garbagecan")["object"] == "egg"
@@ -196,7 +197,8 @@ def test_corpus_text_is_deterministic_and_representative():
     lines = A.corpus_text()
     assert 2000 <= len(lines) <= 10000 and lines == A.corpus_text()
     text = "\n".join(lines)
-    for phrase in ("You arrive at", "Your task is to: put", "You are in the middle of a room", "go to ", "Known contents"):
+    for phrase in ("You arrive at", "Your task is to: put", "You are in the middle of a room", "go to ",
+                   "Known contents"):
         assert phrase in text
 
 

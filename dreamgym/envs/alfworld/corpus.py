@@ -48,8 +48,8 @@ def _corpus() -> tuple[str, ...]:
                      f"{_listing(rng, list(reversed(room)))}.")
         r = rng.choice(room)
         rt = r.split()[0]
-        inside = sorted({f"{o} {rng.randint(1, 3)}" for o in rng.sample(sorted(holds.get(rt) or objs),
-                                                                        min(rng.randint(0, 5), len(holds.get(rt) or objs)))})
+        fits = sorted(holds.get(rt) or objs)
+        inside = sorted({f"{o} {rng.randint(1, 3)}" for o in rng.sample(fits, min(rng.randint(0, 5), len(fits)))})
         if rt in lower_set("openable"):
             lines += [f"You arrive at {r}. The {r} is closed.",
                       f"You open the {r}. The {r} is open. In it, you see {_listing(rng, inside)}.",

@@ -21,8 +21,10 @@ How a game is made (deterministic in (split, index, seed)):
    wants it, so no game is won at the start. Desk and floor lamps stand on tables, desks or dressers.
 4. The goal is ALFRED's PDDL goal for the type (`goal_library`), the instruction one of its templates
    ("put a clean mug in coffeemachine"), written into the grammar as the original generator does.
-5. The engine loads the file, the planner (fast-downward) plans from the start state, and the plan is replayed
-   to `won`. Games that fail any step are dropped with the reason counted in the manifest.
+5. The engine's planner (fast-downward, through TextWorld) plans from the start state on the goal's objects
+   and every receptacle (as ALFRED's own generator does), then the full game is loaded in the engine and the
+   plan replayed until `won`; the checked plan is stored in the file as its walkthrough. Games that fail any
+   step are dropped with the reason counted in the manifest (and marked UNSOLVABLE beside the file).
 
 Deliberate simplifications (documented, not hidden): receptacles never share a location (ALFRED sometimes
 lets one pose reach two drawers), no slicing or movable-receptacle tasks (ALFWorld excludes them too), and

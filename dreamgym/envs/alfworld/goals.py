@@ -129,7 +129,8 @@ def _change(action: str, b: AbstractState, a: AbstractState, obs: str) -> str:
         if a.is_openable(a.location) and a.location not in a.opened:
             what = f"the {a.location} is closed"
         else:
-            what = f"it holds {', '.join(seen) if seen else 'nothing'}" if seen is not None else "its contents are unknown"
+            what = (f"it holds {', '.join(seen) if seen else 'nothing'}" if seen is not None
+                    else "its contents are unknown")
         return f"Going to {a.location} moves the agent there from {b.location or 'the middle of the room'}; {what}."
     if a.opened - b.opened:
         r = sorted(a.opened - b.opened)[0]
