@@ -1,4 +1,5 @@
-"""Layout rules, enforced by reading imports (transitively inside the package, without importing anything).
+"""Layout rules, enforced by reading the imports that run at import time (transitively inside the package,
+without importing anything).
 
 - environments, the replay buffer and the curriculum never import torch (or a model library) or a trainer;
 - trainers and the rollout engine never import a concrete environment;
@@ -25,12 +26,23 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
 
 
+def _module_level(tree: ast.AST):
+    """Nodes that run when the module is imported: everything except function bodies (a lazy import inside a
+    function is how a light module offers an optional heavy feature without loading it)."""
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
 def _imports(name: str) -> set[str]:
     path = MODULES[name]
     tree = ast.parse(path.read_text())
     out = set()
     pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    for node in ast.walk(tree):
+    for node in _module_level(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
