@@ -46,10 +46,11 @@ def reward_variance(rewards: list[float]) -> float:
     return float(((r - r.mean()) ** 2).mean())
 
 
-def cluster_groups(task_ids: list[str], rewards: list[float], embeddings: np.ndarray, n_clusters: int,
-                   seed: int = 0, iters: int = 20) -> dict[str, list[float]]:
-    """For PPO (one rollout per task): k-means the task embeddings (n, d) and give every task the rewards of
-    its whole cluster, so V_τ measures how mixed the outcomes of similar tasks are."""
+def cluster_groups(task_ids: list[str], rewards: list[float] | list[list[float]], embeddings: np.ndarray,
+                   n_clusters: int, seed: int = 0, iters: int = 20) -> dict[str, list[float]]:
+    """For PPO (no rollout groups): k-means the task embeddings (n, d) and give every task the rewards of its
+    whole cluster, so V_τ measures how mixed the outcomes of similar tasks are. `rewards[i]` is task i's
+    reward or list of rewards."""
     n = len(task_ids)
     k = max(1, min(n_clusters, n))
     rng = np.random.default_rng(seed)
@@ -64,7 +65,7 @@ def cluster_groups(task_ids: list[str], rewards: list[float], embeddings: np.nda
     out: dict[str, list[float]] = {}
     for c in range(k):
         members = [i for i in range(n) if labels[i] == c]
-        rs = [float(rewards[i]) for i in members]
+        rs = [float(r) for i in members for r in (rewards[i] if isinstance(rewards[i], (list, tuple)) else [rewards[i]])]
         for i in members:
             out.setdefault(task_ids[i], []).extend(rs)
     return out

@@ -197,6 +197,199 @@ def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iterati
     return history
 
 
+# ------------------------------------------------------------------------------------------------ recipe
+class Recipe:
+    """The artefacts one environment's comparison shares, built once each and reused from disk: offline real
+    data, the SFT demonstrations, experience models (full and ablated), the SFT policy every RL method starts
+    from, and `run_method` which trains and evaluates one row of the results table.
+
+    Every evaluation runs the policy greedily on the same held-out real test tasks; `results[name]` records
+    success with its Wilson 95% interval, mean reward and steps, the real steps the method itself took, its real
+    data in the paper's sense (see `real_data`), wall time and the learning curve."""
+
+    def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
+                 progress: bool = True):
+        from dreamgym.envs import family
+        from dreamgym.train import TrainConfig
+
+        self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
+        self.run.mkdir(parents=True, exist_ok=True)
+        self.family = family(env)
+        self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
+        self.base = TrainConfig(env=env, seed=seed, tensorboard=False)
+        self.results: dict[str, dict[str, Any]] = {}
+        self.timings: dict[str, float] = {}
+        self.offline_path = self.run / "offline.jsonl"
+        self.demos_path = self.run / "demos.jsonl"
+        self.real_offline = self.real_demos = 0
+
+    def stage(self, name: str) -> Callable[[], None]:
+        t0 = time.time()
+        print(f"\n== {name}", flush=True)
+        return lambda: self.timings.__setitem__(name, time.time() - t0)
+
+    # -- shared artefacts -----------------------------------------------------------------------------
+    def collect_offline(self, episodes: int, mix: str, sft_policy: str) -> None:
+        from dreamgym.collect import collect, parse_mix
+        from dreamgym.data import load_trajectories, write_jsonl
+
+        done = self.stage(f"collect {episodes} offline real trajectories ({mix})")
+        collect(self.env, parse_mix(mix), episodes, self.offline_path, split="train", seed=self.seed, resume=True,
+                progress=self.progress)
+        trajs = load_trajectories(self.offline_path)
+        demos = [t for t in trajs if t.policy == sft_policy and t.won]
+        write_jsonl(self.demos_path, demos)
+        self.real_offline = sum(len(t.steps) for t in trajs)
+        self.real_demos = sum(len(t.steps) for t in demos)
+        done()
+
+    def experience_model(self, name: str = "em", epochs: float = 3, overrides: Sequence[str] = ()) -> Path:
+        from dreamgym import experience_model
+
+        out = self.run / name
+        if not (out / experience_model.EM_CONFIG_FILE).is_file():
+            done = self.stage(f"train the experience model {name} (tiny, from scratch)")
+            cfg = load_config(experience_model.TrainEMConfig, None,
+                              [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",
+                               f"epochs={epochs}", f"seed={self.seed}", *overrides])
+            experience_model.train(cfg)
+            done()
+        return out
+
+    def evaluate(self, backend: Any) -> Any:
+        from dreamgym.evaluate import EvalConfig, evaluate_policy
+
+        ecfg = EvalConfig(temperature=0.0, sample_seed=self.seed, agent=self.base.agent, rollout=self.base.rollout)
+        return evaluate_policy(backend, lambda: self.family.make_env("test"), self.test_tasks, [self.seed], ecfg)
+
+    def record(self, name: str, res: Any, *, real_steps: int, real_data: int, wall: float,
+               curve: list[tuple[int, float]] | None = None) -> None:
+        self.results[name] = {**res.to_dict(), "real_steps": real_steps, "real_data": real_data,
+                              "wall_time_s": wall, "curve": curve or []}
+        print(f"[{name}] {res}", flush=True)
+
+    def sft(self, epochs: int = 3, lr: float = 1e-3) -> Path:
+        """The SFT baseline on the oracle demonstrations; every RL method starts from it."""
+        from dreamgym.train import build_backend, build_trainer
+
+        out = self.run / "sft" / "final"
+        done = self.stage("SFT policy on the demonstrations")
+        t0 = time.time()
+        cfg = dataclasses.replace(self.base, algo="sft", sft=dataclasses.replace(self.base.sft, epochs=epochs),
+                                  optim=dataclasses.replace(self.base.optim, lr=lr))
+        if (out / "trainer_state.json").is_file():
+            backend = build_backend(cfg, str(out))
+        else:
+            from dreamgym.data import load_trajectories
+
+            backend = build_backend(cfg)
+            lg = MetricsLogger(self.run / "sft", tensorboard=False)
+            trainer = build_trainer("sft", backend, cfg, logger=lg, admissible_fn=self.family.admissible_from_state)
+            trainer.fit(load_trajectories(self.demos_path), progress=self.progress)
+            trainer.save(out)
+            lg.close()
+        self.record("SFT", self.evaluate(backend), real_steps=0, real_data=self.real_demos, wall=time.time() - t0)
+        done()
+        return out
+
+    def dpo(self, epochs: int = 2, lr: float = 1e-4) -> None:
+        """DPO from the SFT policy on (won, failed) pairs of the same task from the offline data."""
+        from dreamgym.data import load_trajectories
+        from dreamgym.train import build_backend, build_trainer
+
+        done = self.stage("DPO from SFT on success/failure pairs")
+        t0 = time.time()
+        cfg = dataclasses.replace(self.base, algo="dpo", init=str(self.run / "sft" / "final"),
+                                  dpo=dataclasses.replace(self.base.dpo, epochs=epochs),
+                                  optim=dataclasses.replace(self.base.optim, lr=lr))
+        backend = build_backend(cfg, cfg.init)
+        lg = MetricsLogger(self.run / "dpo", tensorboard=False)
+        trainer = build_trainer("dpo", backend, cfg, logger=lg, admissible_fn=self.family.admissible_from_state)
+        trainer.fit(load_trajectories(self.offline_path), progress=self.progress)
+        lg.close()
+        self.record("DPO", self.evaluate(backend), real_steps=0, real_data=self.real_offline, wall=time.time() - t0)
+        done()
+
+    # -- one RL row -----------------------------------------------------------------------------------
+    def run_method(self, name: str, *, algo: str, mode: str, budget: int = 0, dream_iterations: int = 0,
+                   real_iterations: int = 0, em: Path | None = None, dream: DreamConfig | None = None,
+                   tasks_per_iteration: int = 8, group_size: int = 4, lr: float = 1e-4, eval_every: int = 0,
+                   from_method: str | None = None) -> Any:
+        """Train `algo` in `mode` (real | dream | s2r) and evaluate it. It starts from the SFT policy, or from
+        the final policy of the earlier row `from_method` (whose real data and wall time it then inherits: S2R
+        continuing a dream run). Real phases stop at `real_iterations` or when the hard real-step `budget` is
+        spent, whichever comes first."""
+        from dreamgym.rollout import RealStepBudget
+        from dreamgym.train import build_backend, build_trainer
+
+        done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
+        t0 = time.time()
+        init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
+        cfg = dataclasses.replace(
+            self.base, algo=algo, init=str(init), real_step_budget=budget,
+            grpo=dataclasses.replace(self.base.grpo, group_size=group_size, tasks_per_iteration=tasks_per_iteration),
+            ppo=dataclasses.replace(self.base.ppo, tasks_per_iteration=tasks_per_iteration,
+                                    episodes_per_task=group_size),
+            optim=dataclasses.replace(self.base.optim, lr=lr))
+        method_dir = self.run / self._slug(name)
+        lg = MetricsLogger(method_dir, tensorboard=False)
+        budget_obj = RealStepBudget(0 if mode == "dream" else budget)
+        trainer = build_trainer(algo, build_backend(cfg, cfg.init), cfg, logger=lg, budget=budget_obj)
+        curve: list[tuple[int, float]] = []
+
+        def evaluate(tag: str, step: int) -> None:
+            res = self.evaluate(trainer.backend)
+            curve.append((step, res.success_rate))
+            lg.log(step, {"success_rate": res.success_rate, "real_steps": float(trainer.budget.used)}, prefix="eval/")
+
+        if eval_every:
+            evaluate("start", 0)
+        world = None
+        if mode in ("dream", "s2r"):
+            dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
+            world = DreamWorld(self.env, dcfg, method_dir, self.seed)
+            train_dream(trainer, world, iterations=dream_iterations, tasks_per_iteration=tasks_per_iteration,
+                        algo=algo, run_dir=method_dir, logger=lg, evaluate=evaluate, eval_every=eval_every,
+                        progress=self.progress)
+        if mode in ("real", "s2r"):
+            train_s2r_real(trainer, self.family, iterations=real_iterations, tasks_per_iteration=tasks_per_iteration,
+                           seed=self.seed, evaluate=evaluate, eval_every=eval_every, progress=self.progress)
+        trainer.save(method_dir / "final")
+        res = self.evaluate(trainer.backend)
+        if eval_every and (not curve or curve[-1][0] != trainer.iteration):
+            curve.append((trainer.iteration, res.success_rate))
+        lg.close()
+        # Real data in the paper's sense: the SFT start's demonstrations, the offline data behind the experience
+        # model for dream methods, plus the real steps the method took itself.
+        prior = self.real_offline if world is not None else self.real_demos
+        wall = time.time() - t0
+        if from_method:
+            parent = self.results[from_method]
+            prior, wall = parent["real_data"], wall + parent["wall_time_s"]
+            offset = parent["curve"][-1][0] if parent["curve"] else 0  # iterations continue the parent's
+            curve = parent["curve"] + [(offset + st, v) for st, v in curve if st > 0]
+        self.record(name, res, real_steps=trainer.budget.used, real_data=prior + trainer.budget.used,
+                    wall=wall, curve=curve)
+        if world is not None:
+            self.results[name]["curriculum"] = dataclasses.asdict(world.curriculum.stats) | {
+                "valid_share": world.curriculum.stats.valid_share}
+            self.results[name]["experience_model"] = {k: float(v) for k, v in world.model.stats.items()}
+        done()
+        return trainer
+
+    @staticmethod
+    def _slug(name: str) -> str:
+        return name.lower().replace(" ", "-")
+
+    def write_report(self, title: str, extra: str = "") -> str:
+        report = render_table(self.results, title) + extra
+        atomic_write_text(self.run / "report.md", report)
+        atomic_write_text(self.run / "summary.json", json.dumps(
+            {"env": self.env, "results": self.results, "timings_s": self.timings,
+             "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos}, indent=1))
+        return report
+
+
 # ------------------------------------------------------------------------------------------------ quickstart
 @dataclass
 class QuickstartConfig:
@@ -214,15 +407,15 @@ class QuickstartConfig:
     """Scripted-policy mix of the offline data."""
     sft_policy: str = "oracle"
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_epochs: int = 3
+    em_epochs: float = 3
     """Experience-model SFT epochs."""
     sft_epochs: int = 3
     """Policy SFT epochs on the demonstrations."""
     dream_iterations: int = 6
     """GRPO iterations inside the experience model."""
     budget: int = 400
-    """Real-step budget B of real GRPO; S2R uses the same B here (the quickstart compares at equal budget)."""
-    s2r_iterations: int = 4
+    """Real-step budget of the real phase of S2R and of real GRPO (the quickstart compares at equal budget)."""
+    real_iterations: int = 4
     """Most real iterations of S2R and of real GRPO (the budget may stop them first)."""
     eval_tasks: int = 100
     """Held-out real test tasks used for every evaluation."""
@@ -238,140 +431,32 @@ class QuickstartConfig:
             raise ConfigError("offline_episodes: need at least 10 offline episodes")
 
 
-def _em_config(q: QuickstartConfig, data: Path, out: Path) -> Any:
-    from dreamgym.experience_model import TrainEMConfig
-
-    return load_config(TrainEMConfig, None, [f"env={q.env}", f"data={data}", "preset=tiny", f"out={out}",
-                                             f"epochs={q.em_epochs}", f"seed={q.seed}"])
-
-
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
-    from dreamgym import experience_model
-    from dreamgym.collect import collect, parse_mix
-    from dreamgym.data import load_trajectories, write_jsonl
-    from dreamgym.envs import family
-    from dreamgym.evaluate import EvalConfig, evaluate_policy
-    from dreamgym.rollout import RealStepBudget
-    from dreamgym.train import TrainConfig, build_backend, build_trainer
-
-    t_start = time.time()
-    run = Path(q.run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    fam = family(q.env)
-    timings: dict[str, float] = {}
-
-    def stage(name: str) -> Callable[[], None]:
-        t0 = time.time()
-        print(f"\n== {name}", flush=True)
-        return lambda: timings.__setitem__(name, time.time() - t0)
-
-    # 1. Offline real data.
-    done = stage("collect offline real trajectories")
-    offline = run / "offline.jsonl"
-    collect(q.env, parse_mix(q.offline_mix), q.offline_episodes, offline, split="train", seed=q.seed, resume=True)
-    trajs = load_trajectories(offline)
-    demos = [t for t in trajs if t.policy == q.sft_policy and t.won]
-    write_jsonl(run / "demos.jsonl", demos)
-    real_offline = sum(len(t.steps) for t in trajs)
-    real_demos = sum(len(t.steps) for t in demos)
-    done()
-
-    # 2. Experience model.
-    done = stage("train the reasoning experience model (tiny, from scratch)")
-    em_dir = run / "em"
-    if not (em_dir / experience_model.EM_CONFIG_FILE).is_file():
-        experience_model.train(_em_config(q, offline, em_dir))
-    done()
-
-    base = TrainConfig(env=q.env, seed=q.seed)
-    base = dataclasses.replace(base, grpo=dataclasses.replace(base.grpo, group_size=q.group_size,
-                                                              tasks_per_iteration=q.tasks_per_iteration),
-                               optim=dataclasses.replace(base.optim, lr=q.lr), tensorboard=False)
-    test_tasks = fam.tasks("test")[: q.eval_tasks]
-    ecfg = EvalConfig(temperature=0.0, sample_seed=q.seed, agent=base.agent, rollout=base.rollout)
-    results: dict[str, dict[str, Any]] = {}
-
-    def evaluate(name: str, backend: Any, real_steps: int, wall: float) -> None:
-        res = evaluate_policy(backend, lambda: fam.make_env("test"), test_tasks, [q.seed], ecfg)
-        results[name] = {**res.to_dict(), "real_steps": real_steps, "wall_time_s": wall}
-        print(f"[{name}] {res}", flush=True)
-
-    # 3. SFT baseline (the start of every RL method below).
-    done = stage("SFT policy on oracle demonstrations")
     t0 = time.time()
-    sft_cfg = dataclasses.replace(base, algo="sft", sft=dataclasses.replace(base.sft, epochs=q.sft_epochs),
-                                  optim=dataclasses.replace(base.optim, lr=1e-3))
-    backend = build_backend(sft_cfg)
-    logger = MetricsLogger(run / "sft", tensorboard=False)
-    sft = build_trainer("sft", backend, sft_cfg, logger=logger, admissible_fn=fam.admissible_from_state)
-    sft.fit(demos, progress=progress)
-    sft.save(run / "sft" / "final")
-    logger.close()
-    evaluate("SFT", backend, real_demos, time.time() - t0)
-    done()
-
-    def rl_trainer(name: str, budget: int | None) -> tuple[Any, MetricsLogger]:
-        cfg = dataclasses.replace(base, algo="grpo", init=str(run / "sft" / "final"), real_step_budget=budget)
-        lg = MetricsLogger(run / name, tensorboard=False)
-        return build_trainer("grpo", build_backend(cfg, cfg.init), cfg, logger=lg,
-                             budget=RealStepBudget(budget)), lg
-
-    # 4. DreamGym: GRPO purely inside the experience model.
-    done = stage("DreamGym: GRPO inside the experience model (0 real steps)")
-    t0 = time.time()
-    trainer, lg = rl_trainer("dream", 0)
-    world = DreamWorld(q.env, DreamConfig(em=str(em_dir), em_data=str(offline)), run / "dream", q.seed)
-    train_dream(trainer, world, iterations=q.dream_iterations, tasks_per_iteration=q.tasks_per_iteration,
-                algo="grpo", run_dir=run / "dream", logger=lg, progress=progress)
-    trainer.save(run / "dream" / "final")
-    evaluate("DreamGym GRPO", trainer.backend, trainer.budget.used, time.time() - t0)
-    dream_wall = time.time() - t0
-    done()
-
-    # 5. S2R: the dream policy continues in the real environment under budget B.
-    done = stage(f"DreamGym-S2R: real GRPO from the dream policy, budget {q.budget} real steps")
-    t0 = time.time()
-    trainer.budget = RealStepBudget(q.budget)
-    train_s2r_real(trainer, fam, iterations=q.s2r_iterations, tasks_per_iteration=q.tasks_per_iteration,
-                   seed=q.seed, progress=progress)
-    lg.close()
-    evaluate("DreamGym-S2R GRPO", trainer.backend, trainer.budget.used, dream_wall + time.time() - t0)
-    done()
-
-    # 6. Real GRPO from the same SFT policy with the same budget.
-    done = stage(f"real GRPO from SFT, budget {q.budget} real steps")
-    t0 = time.time()
-    real, lg = rl_trainer("real", q.budget)
-    train_s2r_real(real, fam, iterations=q.s2r_iterations, tasks_per_iteration=q.tasks_per_iteration,
-                   seed=q.seed, progress=progress)
-    lg.close()
-    evaluate("GRPO real", real.backend, real.budget.used, time.time() - t0)
-    done()
-
-    # Real data per method, the way the paper reports it: SFT uses the demonstrations; every RL method starts
-    # from SFT; DreamGym methods also used the offline data that trained the experience model.
-    results["SFT"]["real_data"] = real_demos
-    results["GRPO real"]["real_data"] = real_demos + results["GRPO real"]["real_steps"]
-    results["DreamGym GRPO"]["real_data"] = real_offline
-    results["DreamGym-S2R GRPO"]["real_data"] = real_offline + results["DreamGym-S2R GRPO"]["real_steps"]
-    summary = {"env": q.env, "config": to_dict(q), "results": results, "timings_s": timings,
-               "total_wall_time_s": time.time() - t_start, "offline_real_transitions": real_offline,
-               "experience_model": {k: float(v) for k, v in world.model.stats.items()},
-               "curriculum": dataclasses.asdict(world.curriculum.stats) | {"valid_share": world.curriculum.stats.valid_share}}
-    atomic_write_text(run / "summary.json", json.dumps(summary, indent=1))
-    report = render_table(results, title=f"DreamGym quickstart — {q.env}, tiny preset, {len(test_tasks)} held-out test tasks")
-    atomic_write_text(run / "report.md", report + f"\nTotal wall time: {summary['total_wall_time_s']:.0f} s\n")
+    r = Recipe(q.env, q.run_dir, seed=q.seed, eval_tasks=q.eval_tasks, progress=progress)
+    r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
+    em = r.experience_model("em", epochs=q.em_epochs)
+    r.sft(epochs=q.sft_epochs)
+    rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
+    r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
+    r.run_method("DreamGym-S2R GRPO", mode="real", from_method="DreamGym GRPO", budget=q.budget,
+                 real_iterations=q.real_iterations, **rl)
+    r.run_method("GRPO real", mode="real", budget=q.budget, real_iterations=q.real_iterations, **rl)
+    wall = time.time() - t0
+    report = r.write_report(f"DreamGym quickstart — {q.env}, tiny preset, {len(r.test_tasks)} held-out test tasks",
+                            f"\nTotal wall time: {wall:.0f} s; offline real transitions: {r.real_offline}.\n")
     print("\n" + report)
-    return summary
+    return {"results": r.results, "wall_time_s": wall}
 
 
 def render_table(results: dict[str, dict[str, Any]], title: str) -> str:
     """A Markdown table: method, real data, success with its 95% interval, mean reward, mean steps, wall time."""
     lines = [f"### {title}", "",
-             "| method | real data (transitions) | success % [95% CI] | mean reward | mean steps | wall time (s) |",
-             "|---|---:|---|---:|---:|---:|"]
+             "| method | real data (transitions) | real steps in RL | success % [95% CI] | mean reward | mean steps "
+             "| wall time (s) |",
+             "|---|---:|---:|---|---:|---:|---:|"]
     for name, r in results.items():
-        lines.append(f"| {name} | {r.get('real_data', r.get('real_steps', 0))} | "
+        lines.append(f"| {name} | {r.get('real_data', 0)} | {r.get('real_steps', 0)} | "
                      f"{100 * r['success_rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] | "
                      f"{r['mean_reward']:.3f} | {r['mean_steps']:.2f} | {r.get('wall_time_s', 0):.0f} |")
     return "\n".join(lines) + "\n"
