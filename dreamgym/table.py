@@ -1,0 +1,158 @@
+"""`dreamgym table`: the shape of the paper's Table 1 (and its ablations) at a scale 2 CPU cores can run.
+
+Owns: `TableConfig` (the budget B, iteration counts, model preset choice), the list of rows and how each is
+trained (through `dreamgym.pipeline.Recipe`), `results.md` and the PNG learning curves.
+Must not know: trainer or experience-model internals, concrete environments.
+
+Rows (every RL row starts from the same SFT policy; every evaluation is greedy on the same held-out real tasks):
+SFT; DPO; GRPO real and PPO real with a real-step budget B; DreamGym GRPO and PPO (0 real steps beyond the
+offline data); DreamGym-S2R GRPO and PPO (the dream policy continued in the real environment with B/16 real
+steps); ablations of DreamGym GRPO: no replay (retrieval off at inference, the same experience model), no
+reasoning (an experience model trained and run without traces), no curriculum (task generation off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym.config import ConfigError, describe, load_config
+from dreamgym.curriculum import CurriculumConfig
+from dreamgym.pipeline import DreamConfig, Recipe
+
+
+@dataclass
+class TableConfig:
+    env: str = "webshop"
+    """Environment family (webshop or alfworld; dial for a smoke run)."""
+    run_dir: str = ""
+    """Output directory (default runs/table-<env>)."""
+    seed: int = 0
+    """One seed for the whole table."""
+    offline_episodes: int = 2000
+    """Offline real trajectories (the experience model's training data and the DPO pairs)."""
+    offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
+    """Scripted-policy mix of the offline data."""
+    em_epochs: float = 3
+    """Experience-model SFT epochs."""
+    sft_epochs: int = 3
+    """Policy SFT epochs on the oracle demonstrations."""
+    budget: int = 3200
+    """B: real-step budget of real GRPO/PPO; S2R gets B/16."""
+    real_iterations: int = 40
+    """Most iterations of a real RL row (the budget usually ends it first)."""
+    dream_iterations: int = 40
+    """Iterations inside the experience model for the DreamGym rows."""
+    s2r_iterations: int = 5
+    """Most real iterations of the S2R rows (B/16 usually ends them first)."""
+    tasks_per_iteration: int = 8
+    """Tasks per iteration."""
+    group_size: int = 4
+    """GRPO group size / PPO episodes per task."""
+    lr: float = 1e-4
+    """RL learning rate."""
+    eval_tasks: int = 200
+    """Held-out real test tasks per evaluation."""
+    eval_every: int = 5
+    """Evaluate every this many iterations for the learning curves."""
+    rows: list[str] = field(default_factory=list)
+    """Subset of rows to run (empty: all), by name as printed in the table."""
+
+    def validate(self) -> None:
+        if self.budget < 16:
+            raise ConfigError(f"budget: B must be >= 16 so that S2R gets B/16 >= 1 real steps, got {self.budget}")
+
+
+ALL_ROWS = ["SFT", "DPO", "GRPO real", "PPO real", "DreamGym GRPO", "DreamGym-S2R GRPO", "DreamGym PPO",
+            "DreamGym-S2R PPO", "DreamGym GRPO (no replay)", "DreamGym GRPO (no reasoning)",
+            "DreamGym GRPO (no curriculum)"]
+
+
+def plot_curves(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, r in results.items():
+        if r.get("curve"):
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, [100 * y for y in ys], marker="o", label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("success on held-out real tasks (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
+    rows = t.rows or ALL_ROWS
+    unknown = [r for r in rows if r not in ALL_ROWS]
+    if unknown:
+        raise ConfigError(f"rows: unknown {unknown}; choose from {ALL_ROWS}")
+    t0 = time.time()
+    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks, progress=progress)
+    r.collect_offline(t.offline_episodes, t.offline_mix, "oracle")
+    em = r.experience_model("em", epochs=t.em_epochs)
+    r.sft(epochs=t.sft_epochs)
+    common = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr, eval_every=t.eval_every)
+    s2r_budget = t.budget // 16
+    if "DPO" in rows:
+        r.dpo()
+    for algo in ("grpo", "ppo"):
+        A = algo.upper()
+        if f"{A} real" in rows:
+            r.run_method(f"{A} real", algo=algo, mode="real", budget=t.budget, real_iterations=t.real_iterations, **common)
+        if f"DreamGym {A}" in rows or f"DreamGym-S2R {A}" in rows:
+            r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream_iterations=t.dream_iterations, **common)
+        if f"DreamGym-S2R {A}" in rows:
+            r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="real", from_method=f"DreamGym {A}", budget=s2r_budget,
+                         real_iterations=t.s2r_iterations, **common)
+    ablations = {
+        "DreamGym GRPO (no replay)": (em, DreamConfig(em_overrides={"use_retrieval": False})),
+        "DreamGym GRPO (no curriculum)": (em, DreamConfig(curriculum=CurriculumConfig(enabled=False))),
+    }
+    if "DreamGym GRPO (no reasoning)" in rows:
+        ablations["DreamGym GRPO (no reasoning)"] = (
+            r.experience_model("em-no-reasoning", epochs=t.em_epochs, overrides=["model.use_reasoning=false"]),
+            DreamConfig())
+    for name, (em_dir, dcfg) in ablations.items():
+        if name in rows:
+            r.run_method(name, algo="grpo", mode="dream", em=em_dir, dream=dcfg, dream_iterations=t.dream_iterations,
+                         **common)
+    wall = time.time() - t0
+    curves = r.run / "learning_curves.png"
+    plot_curves(r.results, curves, f"{t.env}: success on held-out real tasks")
+    note = (f"\nB = {t.budget} real steps (S2R: {s2r_budget}); {len(r.test_tasks)} held-out test tasks; tiny preset; "
+            f"offline real transitions: {r.real_offline}; total wall time {wall:.0f} s. Learning curves: "
+            f"{curves.name}.\n")
+    report = r.write_report(f"DreamGym results — {t.env}", note)
+    (r.run / "results.md").write_text(report)
+    print("\n" + report)
+    return {"results": r.results, "wall_time_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dreamgym table", description=__doc__.split("\n\n")[0],
+                                     epilog="Config fields (key=value):\n" + describe(TableConfig),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default=None, help="environment family")
+    parser.add_argument("--config", default=None, help="YAML file with TableConfig fields")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        t = load_config(TableConfig, args.config, args.overrides + ([f"env={args.env}"] if args.env else []))
+    except (ConfigError, OSError) as e:
+        print(f"dreamgym table: {e}", file=sys.stderr)
+        return 2
+    run_table(t, progress=not args.no_progress)
+    return 0
