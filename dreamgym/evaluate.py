@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML file with EvalConfig fields")
     parser.add_argument("--json", default=None, help="write the result as JSON to this file")
     parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         model, tok, meta = load_policy(args.policy)
         cfg = load_config(EvalConfig, args.config, args.overrides)

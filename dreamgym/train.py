@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from <run_dir>/checkpoint when it exists")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. grpo.group_size=8 optim.lr=1e-4")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides)
     overrides += [f"algo={args.algo}"] if args.algo else []
     overrides += [f"env={args.env}"] if args.env else []
@@ -213,9 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, OSError, ImportError) as e:
         print(f"dreamgym train: {e}", file=sys.stderr)
         return 2
-    import torch
-
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     run_dir = cfg.resolved_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     import yaml

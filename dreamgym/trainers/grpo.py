@@ -138,8 +138,9 @@ class GRPOTrainer(BaseTrainer):
     def update(self, samples: Sequence[TurnSample]) -> dict[str, float]:
         """`epochs` x `minibatches` clipped-ratio steps on the turn samples; returns averaged loss statistics."""
         cfg, opt_cfg = self.config, self.common.optim
-        if not samples:
-            return {"loss": 0.0, "optimizer_steps": 0.0}
+        if not samples:  # every group had equal rewards: nothing to learn from (same keys, for the logs)
+            return dict.fromkeys(("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm",
+                                  "optimizer_steps", "update_tokens", "trained_tokens"), 0.0)
         self.model.train()
         gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 1))
         sums: dict[str, float] = {}

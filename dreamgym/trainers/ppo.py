@@ -177,7 +177,9 @@ class PPOTrainer(BaseTrainer):
     def update(self, samples: Sequence[PPOSample]) -> dict[str, float]:
         cfg, opt_cfg = self.config, self.common.optim
         if not samples:
-            return {"loss": 0.0, "optimizer_steps": 0.0}
+            return dict.fromkeys(("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac",
+                                  "approx_kl", "grad_norm", "optimizer_steps", "update_tokens",
+                                  "explained_variance"), 0.0)
         self.model.train()
         gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 2))
         sums: dict[str, float] = {}

@@ -1,0 +1,122 @@
+"""GRPO on the real Dial environment: it learns, it resumes exactly, and failures stay inside their episode."""
+
+import copy
+import time
+
+import pytest
+import torch
+
+from dreamgym.envs import dial
+from dreamgym.evaluate import two_proportion_z_test
+from dreamgym.train import iteration_tasks
+from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
+
+TIME_KEYS = ("time_s", "tokens_per_s")
+
+
+def _stable(metrics):
+    """Metrics without wall-clock figures (those differ between identical runs)."""
+    return {k: v for k, v in metrics.items() if not any(t in k for t in TIME_KEYS)}
+
+
+@pytest.mark.slow
+def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_report):
+    """From a partially competent SFT start, six GRPO iterations raise the sampled policy's success
+    significantly (two-proportion z-test over 216 + 216 evaluation episodes)."""
+    t0 = time.perf_counter()
+    be = warm_backend
+    tasks = dial.make_tasks("train")
+    before = dial_eval(be, 101)
+    tr = GRPOTrainer(be, GRPOConfig(group_size=8, tasks_per_iteration=8, epochs=2, minibatches=2),
+                     dial_common(lr=2e-4))
+    n_episodes = 0
+    for it in range(6):
+        eps, m = tr.train_iteration(iteration_tasks(tasks, 8, 0, it), dial.DialEnv)
+        n_episodes += len(eps)
+        assert m["samples"] > 0 and m["optimizer_steps"] == 4 and m["real_steps_used"] > 0
+    after = dial_eval(be, 202)
+    z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
+    learning_report("grpo", before, after, n_episodes, z, p, time.perf_counter() - t0)
+    assert after.success_rate > before.success_rate and p < 0.01, (before, after, p)
+
+
+def test_grpo_resume_is_exact(warm_state, tiny_preset, dial_common, tmp_path):
+    """Interrupted after 2 iterations, saved, loaded into a fresh trainer, 1 more == 3 uninterrupted."""
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok = tiny_preset
+    tasks = dial.make_tasks("train")
+    cfg = GRPOConfig(group_size=4, tasks_per_iteration=4, kl_coef=0.05, epochs=2, minibatches=2)
+
+    def fresh():
+        m = copy.deepcopy(model)
+        m.load_state_dict(warm_state)
+        return GRPOTrainer(HFBackend(m, tok), cfg, dial_common(seed=5, lr=1e-3))
+
+    def run(tr, its):
+        return [_stable(tr.train_iteration(iteration_tasks(tasks, 4, 5, tr.iteration), dial.DialEnv)[1]) for _ in range(its)]
+
+    full = fresh()
+    straight = run(full, 3)
+    assert sum(m["optimizer_steps"] for m in straight) >= 4 and any(m["kl"] > 0 for m in straight)
+    first = fresh()
+    resumed = run(first, 2)
+    first.save(tmp_path / "ck")
+    second = fresh()
+    second.load(tmp_path / "ck")
+    resumed += run(second, 1)
+    assert resumed == straight
+    ref = full.model.state_dict()
+    assert all(torch.equal(ref[k], v) for k, v in second.model.state_dict().items())
+
+
+class CrashOnTarget7(dial.DialEnv):
+    def _step(self, action):
+        if self.target == 7:
+            raise RuntimeError("simulated environment crash")
+        return super()._step(action)
+
+
+def test_crashing_env_leaves_the_iteration_intact(warm_backend, dial_common):
+    tasks = [t for t in dial.make_tasks("train") if t.goal["target"] in (2, 7)][:4]
+    assert {t.goal["target"] for t in tasks} == {2, 7}
+    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4), dial_common())
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    eps, m = tr.train_iteration(tasks, CrashOnTarget7)
+    crashed = [e for e in eps if e.task.goal["target"] == 7]
+    assert crashed and all(e.end_reason == "env_error" and "simulated" in e.error for e in crashed)
+    assert m["end_env_error"] == len(crashed) and m["episodes_trainable"] == len(eps) - len(crashed)
+    assert m["optimizer_steps"] == 1 and m["samples"] > 0  # the healthy episodes were trained on
+    assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+
+
+def test_equal_reward_groups_are_counted_and_skipped(tiny_backend, dial_common):
+    """The random-init model never writes a valid action: every reward is 0, so no group carries signal."""
+    tr = GRPOTrainer(tiny_backend, GRPOConfig(group_size=3), dial_common())
+    eps, m = tr.train_iteration(dial.make_tasks("train")[:2], dial.DialEnv)
+    assert all(e.end_reason == "invalid_action" and e.reward == 0 for e in eps)
+    assert m["groups"] == 2 and m["zero_variance_groups"] == 2 and m["samples"] == 0 and m["optimizer_steps"] == 0
+
+
+def test_lora_grpo_iteration_with_kl_and_adapter_checkpoint(warm_backend, dial_common, tmp_path):
+    """LoRA (the path real presets take): only adapters train, the reference is the adapter-free base."""
+    from dreamgym.trainers.common import ModelConfig
+
+    common = dial_common(lr=1e-3, model=ModelConfig(preset="tiny", lora=True, lora_r=8))
+    tasks = dial.make_tasks("train")[10:13]
+    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, kl_coef=0.1), common)
+    base = {n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora_" not in n}
+    _, m1 = tr.train_iteration(tasks, dial.DialEnv)
+    _, m2 = tr.train_iteration(tasks, dial.DialEnv)
+    assert m1["samples"] + m2["samples"] > 0 and m2["kl"] >= 0.0
+    assert all(torch.equal(base[n], p) for n, p in tr.model.named_parameters() if "lora_" not in n)
+    tr.save(tmp_path / "ck")
+    assert (tmp_path / "ck" / "adapter" / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "ck" / "model").exists()
+    from dreamgym.evaluate import load_policy
+
+    model, tok, meta = load_policy(str(tmp_path / "ck"))
+    assert meta["kind"] == "lora" and meta["base"] == "tiny"
+    lora = {n: p for n, p in tr.model.named_parameters() if "lora_" in n}
+    loaded = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    assert lora.keys() == loaded.keys() and all(torch.equal(lora[n], loaded[n]) for n in lora)

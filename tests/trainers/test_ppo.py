@@ -1,0 +1,55 @@
+"""PPO with a turn-level critic on the real Dial environment: it learns; the separate critic and its
+checkpoint work."""
+
+import time
+
+import pytest
+import torch
+
+from dreamgym.envs import dial
+from dreamgym.evaluate import two_proportion_z_test
+from dreamgym.train import iteration_tasks
+from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
+
+
+@pytest.mark.slow
+def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_report):
+    """From a partially competent SFT start, six PPO iterations raise the sampled policy's success
+    significantly (two-proportion z-test over 216 + 216 evaluation episodes)."""
+    t0 = time.perf_counter()
+    be = warm_backend
+    tasks = dial.make_tasks("train")
+    before = dial_eval(be, 303)
+    tr = PPOTrainer(be, PPOConfig(tasks_per_iteration=12, episodes_per_task=4, epochs=2, minibatches=2,
+                                  gamma=1.0, lam=0.95), dial_common(lr=2e-4))
+    n_episodes = 0
+    gaps = []
+    for it in range(6):
+        eps, m = tr.train_iteration(iteration_tasks(tasks, 12, 0, it), dial.DialEnv)
+        n_episodes += len(eps)
+        gaps.append(abs(m["value_mean"] - m["return_mean"]))
+        assert m["optimizer_steps"] == 4 and m["samples"] > 0
+    after = dial_eval(be, 404)
+    z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
+    learning_report("ppo", before, after, n_episodes, z, p, time.perf_counter() - t0)
+    assert after.success_rate > before.success_rate and p < 0.01, (before, after, p)
+    assert gaps[-1] < gaps[0]  # the critic (zero at the start) has moved toward the returns
+
+
+def test_separate_critic_trains_and_checkpoints(warm_backend, dial_common, tmp_path):
+    tasks = dial.make_tasks("train")[:4]
+    tr = PPOTrainer(warm_backend, PPOConfig(critic="separate", epochs=2, minibatches=1, episodes_per_task=2),
+                    dial_common(lr=1e-4))
+    assert tr.critic is not None and tr.critic is not tr.model
+    head0 = tr.value_head.proj.weight.detach().clone()
+    _, m1 = tr.train_iteration(tasks, dial.DialEnv)
+    _, m2 = tr.train_iteration(tasks, dial.DialEnv)
+    assert m1["value_mean"] == 0.0  # the head starts at zero ...
+    assert not torch.equal(head0, tr.value_head.proj.weight) and m2["value_mean"] != 0.0  # ... and learns
+    assert {"value_loss", "explained_variance", "clip_frac", "entropy", "approx_kl"} <= set(m2)
+    tr.save(tmp_path / "ck")
+    other = PPOTrainer(warm_backend, tr.config, dial_common(lr=1e-4))
+    other.load(tmp_path / "ck")
+    a, b = tr.critic.state_dict(), other.critic.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(tr.value_head.proj.weight, other.value_head.proj.weight) and other.iteration == 2
