@@ -198,6 +198,18 @@ def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iterati
 
 
 # ------------------------------------------------------------------------------------------------ recipe
+ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
+    # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
+    # the tiny policy's prompts short (the trainers' learning tests use the same settings).
+    "dial": {"train": ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
+                       "rollout.max_new_tokens=10", "rollout.max_turns=12"],
+             "em": ["model.embedder=hashing"]},
+    # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
+    "webshop": {"train": ["rollout.max_new_tokens=48"], "em": ["model.embedder=hashing"]},
+    "alfworld": {"train": ["rollout.max_new_tokens=32", "rollout.max_turns=50"], "em": ["model.embedder=hashing"]},
+}
+"""Settings each environment's small-scale runs start from (before the caller's own overrides)."""
+
 class Recipe:
     """The artefacts one environment's comparison shares, built once each and reused from disk: offline real
     data, the SFT demonstrations, experience models (full and ablated), the SFT policy every RL method starts
@@ -208,7 +220,8 @@ class Recipe:
     data in the paper's sense (see `real_data`), wall time and the learning curve."""
 
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
-                 progress: bool = True):
+                 eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
+                 train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = ()):
         from dreamgym.envs import family
         from dreamgym.train import TrainConfig
 
@@ -216,7 +229,11 @@ class Recipe:
         self.run.mkdir(parents=True, exist_ok=True)
         self.family = family(env)
         self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
-        self.base = TrainConfig(env=env, seed=seed, tensorboard=False)
+        self.eval_seeds, self.eval_temperature = list(eval_seeds), eval_temperature
+        # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
+        self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
+                                                    *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
+        self.em_overrides = [*ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
         self.results: dict[str, dict[str, Any]] = {}
         self.timings: dict[str, float] = {}
         self.offline_path = self.run / "offline.jsonl"
@@ -251,7 +268,7 @@ class Recipe:
             done = self.stage(f"train the experience model {name} (tiny, from scratch)")
             cfg = load_config(experience_model.TrainEMConfig, None,
                               [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",
-                               f"epochs={epochs}", f"seed={self.seed}", *overrides])
+                               f"epochs={epochs}", f"seed={self.seed}", *self.em_overrides, *overrides])
             experience_model.train(cfg)
             done()
         return out
@@ -259,8 +276,9 @@ class Recipe:
     def evaluate(self, backend: Any) -> Any:
         from dreamgym.evaluate import EvalConfig, evaluate_policy
 
-        ecfg = EvalConfig(temperature=0.0, sample_seed=self.seed, agent=self.base.agent, rollout=self.base.rollout)
-        return evaluate_policy(backend, lambda: self.family.make_env("test"), self.test_tasks, [self.seed], ecfg)
+        ecfg = EvalConfig(temperature=self.eval_temperature, sample_seed=self.seed, agent=self.base.agent,
+                          rollout=self.base.rollout)
+        return evaluate_policy(backend, lambda: self.family.make_env("test"), self.test_tasks, self.eval_seeds, ecfg)
 
     def record(self, name: str, res: Any, *, real_steps: int, real_data: int, wall: float,
                curve: list[tuple[int, float]] | None = None) -> None:
@@ -395,36 +413,48 @@ class Recipe:
 class QuickstartConfig:
     """`dreamgym quickstart`: the whole recipe on one environment with the tiny preset, sized for 2 CPU cores."""
 
-    env: str = "webshop"
-    """Environment family."""
+    env: str = "dial"
+    """Environment family. The default is the dial: with the tiny preset on 2 cores the whole recipe fits in
+    minutes there, while WebShop/ALFWorld experience models need hours (see `dreamgym table`)."""
     run_dir: str = "runs/quickstart"
     """Where every artefact goes (offline data, experience model, policies, report.md)."""
     seed: int = 0
     """One seed for the whole recipe."""
-    offline_episodes: int = 800
+    offline_episodes: int = 1000
     """Offline real trajectories collected first (the only real data DreamGym itself uses)."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
     """Scripted-policy mix of the offline data."""
     sft_policy: str = "oracle"
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_epochs: float = 3
+    em_epochs: float = 2
     """Experience-model SFT epochs."""
-    sft_epochs: int = 3
+    sft_epochs: int = 4
     """Policy SFT epochs on the demonstrations."""
-    dream_iterations: int = 6
+    sft_lr: float = 1e-3
+    """Policy SFT learning rate."""
+    dream_iterations: int = 8
     """GRPO iterations inside the experience model."""
-    budget: int = 400
+    budget: int = 600
     """Real-step budget of the real phase of S2R and of real GRPO (the quickstart compares at equal budget)."""
-    real_iterations: int = 4
-    """Most real iterations of S2R and of real GRPO (the budget may stop them first)."""
+    real_iterations: int = 8
+    """Most real iterations of S2R and of real GRPO (the budget usually stops them first)."""
     eval_tasks: int = 100
-    """Held-out real test tasks used for every evaluation."""
-    group_size: int = 4
+    """Held-out real test tasks used for every evaluation (the dial has 18)."""
+    eval_seeds: list[int] = field(default_factory=lambda: list(range(10)))
+    """Each test task is played once per seed."""
+    eval_temperature: float = 1.0
+    """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises (with several seeds this
+    gives more episodes than the dial's 18 test tasks); 0 is greedy."""
+    group_size: int = 8
     """GRPO group size G."""
     tasks_per_iteration: int = 8
     """Tasks per GRPO iteration."""
-    lr: float = 1e-4
+    lr: float = 2e-4
     """Policy learning rate for GRPO."""
+    train_overrides: list[str] = field(default_factory=lambda: ["grpo.epochs=2", "grpo.minibatches=2"])
+    """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
+    em_overrides: list[str] = field(default_factory=list)
+    """Extra `dreamgym train-em` config overrides for the experience model."""
 
     def validate(self) -> None:
         if self.offline_episodes < 10:
@@ -433,10 +463,12 @@ class QuickstartConfig:
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.time()
-    r = Recipe(q.env, q.run_dir, seed=q.seed, eval_tasks=q.eval_tasks, progress=progress)
+    r = Recipe(q.env, q.run_dir, seed=q.seed, eval_tasks=q.eval_tasks, eval_seeds=q.eval_seeds,
+               eval_temperature=q.eval_temperature, progress=progress, train_overrides=q.train_overrides,
+               em_overrides=q.em_overrides)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
     em = r.experience_model("em", epochs=q.em_epochs)
-    r.sft(epochs=q.sft_epochs)
+    r.sft(epochs=q.sft_epochs, lr=q.sft_lr)
     rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
     r.run_method("DreamGym-S2R GRPO", mode="real", from_method="DreamGym GRPO", budget=q.budget,
