@@ -183,8 +183,8 @@ class Episode:
         steps = []
         stepped = [t for t in self.turns if t.stepped]
         for i, t in enumerate(stepped):
-            info: dict[str, Any] = {"observation": t.observation, "reply": t.text, "agent_thought": parse_thought(t.text),
-                                    "admissible_actions": t.admissible_actions}
+            info: dict[str, Any] = {"observation": t.observation, "reply": t.text,
+                                    "agent_thought": parse_thought(t.text), "admissible_actions": t.admissible_actions}
             if i == len(stepped) - 1:
                 info.update(end_reason=self.end_reason, won=self.won)
             steps.append(Step(state=t.state, action=t.action if t.action is not None else t.text.strip(),
@@ -342,7 +342,8 @@ def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], env_factory: Callab
             _close(s, "reset_error", _err(value))
 
 
-def _fit_prompt(backend: PolicyBackend, s: _Slot, cfg: RolloutConfig, agent: AgentConfig) -> tuple[list[int], int] | None:
+def _fit_prompt(backend: PolicyBackend, s: _Slot, cfg: RolloutConfig,
+                agent: AgentConfig) -> tuple[list[int], int] | None:
     """Prompt ids for this turn, dropping the oldest history turns until it fits; None when nothing fits."""
     history = s.ep.history
     for h in range(min(agent.history, len(history)), -1, -1):

@@ -102,8 +102,9 @@ def test_clipped_policy_loss_by_hand():
 
 def test_asymmetric_clip_high():
     logp = torch.log(torch.tensor([[1.5]]))
-    loss, _ = algos.clipped_policy_loss(logp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1, dtype=torch.bool),
-                                        clip_eps=0.2, clip_eps_high=0.28)
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    loss, _ = algos.clipped_policy_loss(logp, torch.zeros(1, 1), torch.tensor([1.0]), mask, clip_eps=0.2,
+                                        clip_eps_high=0.28)
     assert loss.item() == pytest.approx(-1.28)
 
 

@@ -24,7 +24,7 @@ AGENT = AgentConfig(history=2, show_admissible=False, system_prompt="You are an 
 def tiny():
     from dreamgym.presets import load_preset
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     return load_preset("tiny", device="cpu")
 
 

@@ -50,7 +50,8 @@ class DPOConfig:
             raise ValueError("dpo.beta must be > 0, pairs_per_step and max_pairs_per_task >= 1")
 
 
-def build_pairs(trajectories: Sequence[Trajectory], max_pairs_per_task: int, seed: int) -> list[tuple[Trajectory, Trajectory]]:
+def build_pairs(trajectories: Sequence[Trajectory], max_pairs_per_task: int,
+                seed: int) -> list[tuple[Trajectory, Trajectory]]:
     """(chosen, rejected) pairs: a won and a failed trajectory of the same task (by task id), deterministic in
     `seed`. A task with k won and m failed trajectories gives min(max_pairs_per_task, max(k, m)) pairs, reusing
     the shorter side in turn."""
@@ -136,7 +137,8 @@ class DPOTrainer(BaseTrainer):
             self.ref_logps = self._reference(pairs)
         total_epochs = self.config.epochs if epochs is None else epochs
         n_batches = (len(pairs) + self.config.pairs_per_step - 1) // self.config.pairs_per_step
-        bar = _progress(progress, total=max(0, total_epochs * n_batches - (self.iteration * n_batches + self.batch_pos)))
+        done = self.iteration * n_batches + self.batch_pos
+        bar = _progress(progress, total=max(0, total_epochs * n_batches - done))
         last: dict[str, float] = dict(counts)
         try:
             while self.iteration < total_epochs:

@@ -96,7 +96,8 @@ class GRPOTrainer(BaseTrainer):
         return {"reference": self.reference} if self.reference is not None else {}
 
     # ------------------------------------------------------------------------------------------ one iteration
-    def train_iteration(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
+    def train_iteration(self, tasks: Sequence[Task],
+                        env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
         """Roll out G episodes per task, then update the policy once on them. Returns (episodes, metrics)."""
         cfg = self.config
         t0 = time.perf_counter()

@@ -115,7 +115,8 @@ class PPOTrainer(BaseTrainer):
         return out
 
     # ------------------------------------------------------------------------------------------ one iteration
-    def train_iteration(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
+    def train_iteration(self, tasks: Sequence[Task],
+                        env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
         """Roll out `episodes_per_task` episodes per task, compute turn-level GAE, run the PPO epochs."""
         cfg = self.config
         t0 = time.perf_counter()
@@ -169,9 +170,9 @@ class PPOTrainer(BaseTrainer):
             for k, t in enumerate(ts):
                 samples.append(PPOSample(t.prompt_ids, t.completion_ids, t.logprobs, float(adv[e, k]),
                                          float(ret[e, k]), float(values[e, k])))
+        raw_var = algos.masked_mean((raw_adv - algos.masked_mean(raw_adv, mask)) ** 2, mask)
         return samples, {"value_mean": float(algos.masked_mean(values, mask)),
-                         "return_mean": float(algos.masked_mean(ret, mask)),
-                         "advantage_raw_std": float(algos.masked_mean((raw_adv - algos.masked_mean(raw_adv, mask)) ** 2, mask).sqrt())}
+                         "return_mean": float(algos.masked_mean(ret, mask)), "advantage_raw_std": float(raw_var.sqrt())}
 
     # ------------------------------------------------------------------------------------------ the update
     def update(self, samples: Sequence[PPOSample]) -> dict[str, float]:

@@ -113,7 +113,8 @@ class SFTTrainer(BaseTrainer):
         total_epochs = self.config.epochs if epochs is None else epochs
         n_batches = (len(exs) + self.config.batch_size - 1) // self.config.batch_size
         last: dict[str, float] = dict(counts)
-        bar = _progress(progress, total=max(0, total_epochs * n_batches - (self.iteration * n_batches + self.batch_pos)))
+        done = self.iteration * n_batches + self.batch_pos
+        bar = _progress(progress, total=max(0, total_epochs * n_batches - done))
         try:
             while self.iteration < total_epochs and exs:
                 order = torch.randperm(len(exs), generator=torch.Generator().manual_seed(

@@ -10,7 +10,8 @@ from dreamgym.types import Step, Task, Trajectory
 
 def _traj(task_id, won, i):
     task = Task(id=task_id, env="dial", instruction="set the dial to 1 and press submit", goal={"target": 1})
-    return Trajectory(task=task, steps=[Step("[dial] 0", "submit", float(won), True, False)], won=won, id=f"{task_id}-{i}")
+    steps = [Step("[dial] 0", "submit", float(won), True, False)]
+    return Trajectory(task=task, steps=steps, won=won, id=f"{task_id}-{i}")
 
 
 def test_build_pairs_by_hand():
@@ -41,4 +42,5 @@ def test_dpo_raises_the_preference_margin(tiny_backend, dial_common, tmp_path):
     tr.save(tmp_path / "ck")
     again = DPOTrainer(tiny_backend, tr.config, dial_common(lr=1e-3))
     again.load(tmp_path / "ck")
-    assert again.ref_logps is not None and (again.ref_logps == tr.ref_logps).all() and again.iteration == 4 and again.global_step == tr.global_step
+    assert again.ref_logps is not None and (again.ref_logps == tr.ref_logps).all()
+    assert again.iteration == 4 and again.global_step == tr.global_step

@@ -54,7 +54,8 @@ def test_grpo_resume_is_exact(warm_state, tiny_preset, dial_common, tmp_path):
         return GRPOTrainer(HFBackend(m, tok), cfg, dial_common(seed=5, lr=1e-3))
 
     def run(tr, its):
-        return [_stable(tr.train_iteration(iteration_tasks(tasks, 4, 5, tr.iteration), dial.DialEnv)[1]) for _ in range(its)]
+        return [_stable(tr.train_iteration(iteration_tasks(tasks, 4, 5, tr.iteration), dial.DialEnv)[1])
+                for _ in range(its)]
 
     full = fresh()
     straight = run(full, 3)

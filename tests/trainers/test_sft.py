@@ -28,7 +28,8 @@ def test_examples_are_the_rollout_prompts_and_reply_format(tiny_backend):
     _, info = env.reset(seed=traj.seed, options={"task": traj.task})
     history = []
     for ex, step in zip(exs, traj.steps):
-        expect = be.prompt_ids(build_messages(traj.task, history, info["abstract_state"], info["admissible_actions"], agent))
+        msgs = build_messages(traj.task, history, info["abstract_state"], info["admissible_actions"], agent)
+        expect = be.prompt_ids(msgs)
         assert ex.prompt_ids == expect
         assert be.tokenizer.decode(ex.target_ids) == f"<think></think><action>{step.action}</action><|im_end|>"
         history.append((info["abstract_state"], step.action))
@@ -36,13 +37,13 @@ def test_examples_are_the_rollout_prompts_and_reply_format(tiny_backend):
 
 
 def test_sft_loss_falls_on_expert_demos(tiny_backend, dial_common):
-    data = demos(n=16)
+    data = demos(n=6)
     tr = SFTTrainer(tiny_backend, SFTConfig(epochs=1, batch_size=64), dial_common(lr=3e-3))
     exs, counts = tr.examples(data)
     first = tr.train_step(exs)["loss"]
-    for _ in range(14):
+    for _ in range(9):
         last = tr.train_step(exs)["loss"]
-    assert counts["trajectories_used"] == 16 and first > 3.0 and last < 0.35 * first
+    assert counts["trajectories_used"] == 6 and first > 3.0 and last < 0.35 * first
 
 
 def test_sft_resume_mid_epoch_is_exact(tiny_preset, dial_common, tmp_path):
