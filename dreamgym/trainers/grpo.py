@@ -15,6 +15,11 @@ One iteration, step by step:
   4. `epochs` passes over the samples in `minibatches` optimiser steps each; each step accumulates gradients
      over micro-batches of at most `optim.micro_batch_tokens` padded tokens, every micro-batch's loss weighted
      by its share of the step's trained tokens so the result is exactly the token-level mean.
+
+Observed on the dial with the tiny model (full fine-tuning): the token-level mean weights an episode by its
+length, and failed episodes are usually the long ones, so tokens every reply contains (`</action>`) get a
+small net negative push; a fresh Adam turns even that into a full-size first step, and at lr >= 4e-4 the
+reply format broke after one update. lr 1e-4..2e-4 with the clip (and optionally `kl_coef`) is stable.
 """
 
 from __future__ import annotations

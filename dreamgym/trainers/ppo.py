@@ -9,6 +9,8 @@ Must not know: concrete environments, presets, where tasks come from.
 
 The state of turn k is the prompt the policy read at that turn (task, last H turns, current state); V(s_k) is
 read at its last token. Turn k's advantage is applied to every token the policy generated in that turn.
+With critic="shared" the value loss also trains the policy's trunk (at the policy's learning rate); the head
+and a separate critic use `value_lr`.
 """
 
 from __future__ import annotations
