@@ -1,4 +1,5 @@
-"""`dreamgym train`: train an agent with GRPO, PPO, SFT or DPO in a real environment.
+"""`dreamgym train`: train an agent with GRPO, PPO, SFT or DPO, in the real environment or (mode=dream|s2r)
+inside the experience model.
 
 Owns: `TrainConfig` (the run-level fields on top of `dreamgym.trainers.common.TrainerConfig`),
 `build_trainer` (algorithm name -> trainer object), `build_backend`, the real-environment training loop
@@ -34,6 +35,7 @@ from dreamgym.config import ConfigError, describe, field_docs, load_config, to_d
 from dreamgym.evaluate import EvalConfig, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
+from dreamgym.pipeline import DreamConfig, DreamWorld, train_dream, train_s2r_real
 from dreamgym.rollout import RealStepBudget
 from dreamgym.trainers.common import TrainerConfig, mix_seed
 from dreamgym.trainers.dpo import DPOConfig, DPOTrainer
@@ -49,6 +51,11 @@ ALGOS = ("grpo", "ppo", "sft", "dpo")
 class TrainConfig(TrainerConfig):
     algo: Literal["grpo", "ppo", "sft", "dpo"] = "grpo"
     """Training algorithm."""
+    mode: Literal["real", "dream", "s2r"] = "real"
+    """GRPO/PPO: 'real' (RL in the real environment), 'dream' (RL only inside the experience model: zero real
+    steps), 's2r' (dream, then real RL under `real_step_budget`). The dream.* fields configure the synthetic side."""
+    dream: DreamConfig = field(default_factory=DreamConfig)
+    """Experience model, curriculum and iteration counts for mode=dream/s2r (dreamgym.pipeline)."""
     env: str = "dial"
     """Environment family (see dreamgym.envs.FAMILIES)."""
     run_dir: str = ""
@@ -87,6 +94,12 @@ class TrainConfig(TrainerConfig):
     """SFT settings."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """DPO settings."""
+
+    def validate(self) -> None:
+        if self.mode != "real" and self.algo not in ("grpo", "ppo"):
+            raise ConfigError(f"mode: {self.mode!r} needs algo grpo or ppo, not {self.algo!r}")
+        if self.mode != "real" and not self.dream.em:
+            raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (from dreamgym train-em)")
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
@@ -250,8 +263,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"resumed from {run_dir / 'checkpoint'} at iteration {trainer.iteration}, step {trainer.global_step}")
         before = _evaluate(backend, fam, cfg, "start", run_dir, trainer.iteration, logger) \
             if trainer.iteration == 0 and trainer.global_step == 0 else None
-        if cfg.algo in ("grpo", "ppo"):
+        if cfg.algo in ("grpo", "ppo") and cfg.mode == "real":
             train_real(trainer, fam, cfg, run_dir, logger, progress=not args.no_progress)
+        elif cfg.algo in ("grpo", "ppo"):
+            n_tasks = cfg.grpo.tasks_per_iteration if cfg.algo == "grpo" else cfg.ppo.tasks_per_iteration
+            evaluate = lambda tag, step: _evaluate(backend, fam, cfg, tag, run_dir, step, logger)  # noqa: E731
+            world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed)
+            train_dream(trainer, world, iterations=cfg.dream.iterations, tasks_per_iteration=n_tasks,
+                        algo=cfg.algo, run_dir=run_dir, logger=logger, evaluate=evaluate,
+                        eval_every=cfg.eval_every, save_every=cfg.save_every, progress=not args.no_progress)
+            if cfg.mode == "s2r":
+                train_s2r_real(trainer, fam, iterations=cfg.dream.s2r_iterations, tasks_per_iteration=n_tasks,
+                               seed=cfg.seed, evaluate=evaluate, eval_every=cfg.eval_every,
+                               progress=not args.no_progress)
         else:
             train_offline(trainer, demonstrations(cfg.env, cfg, run_dir), cfg, run_dir, progress=not args.no_progress)
         trainer.save(run_dir / "checkpoint")

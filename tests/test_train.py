@@ -47,3 +47,12 @@ def test_bad_config_is_reported_not_raised(capsys):
     assert train_main(["--algo", "grpo", "--env", "dial", "grpo.no_such_field=1"]) == 2
     assert "grpo.no_such_field" in capsys.readouterr().err
     assert train_main(["--algo", "grpo", "--env", "nowhere"]) == 2
+
+
+def test_dream_modes_fail_at_start_up_naming_the_field(capsys):
+    from dreamgym.train import main
+
+    assert main(["--algo", "grpo", "mode=dream"]) == 2
+    assert "dream.em" in capsys.readouterr().err
+    assert main(["--algo", "sft", "mode=s2r", "dream.em=somewhere"]) == 2
+    assert "mode" in capsys.readouterr().err
