@@ -420,14 +420,15 @@ class QuickstartConfig:
     """Where every artefact goes (offline data, experience model, policies, report.md)."""
     seed: int = 0
     """One seed for the whole recipe."""
-    offline_episodes: int = 1000
+    offline_episodes: int = 300
     """Offline real trajectories collected first (the only real data DreamGym itself uses)."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
     """Scripted-policy mix of the offline data."""
     sft_policy: str = "oracle"
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_epochs: float = 2
-    """Experience-model SFT epochs."""
+    em_epochs: float = 1
+    """Experience-model SFT epochs (one epoch is ~100 steps here: too few for the model to predict successes
+    reliably, see README; raise it when you have the time)."""
     sft_epochs: int = 4
     """Policy SFT epochs on the demonstrations."""
     sft_lr: float = 1e-3
