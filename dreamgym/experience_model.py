@@ -16,9 +16,12 @@ Input (one chat request per query; `render_user` below):
     ## 1
     State: <s clipped>
     Action: <a>
-    Next: <s' clipped>
-    Reward: <r> Done: <true|false>
-    ...
+    <state>
+    <s' clipped>
+    </state>
+    <reward><r></reward>
+    <done><true|false></done>
+    ...                             (the example's outcome in the output format, so it can be copied)
     History: <a_{t-H}> ; ... ; <a_{t-1}>   (absent with use_history=False or at the first step)
     State:
     <s_t>
@@ -75,6 +78,8 @@ RESET_ACTION = "[reset]"
 FAILURE_STATE = "[failure] The simulated environment could not produce a valid next state. The episode ends."
 """The state returned when the model's output stays malformed after all retries."""
 STOP = "</done>"
+FORMAT_VERSION = 2
+"""Bump when the prompt or output format changes: checkpoints record it, cached test artifacts key on it."""
 EM_CONFIG_FILE = "em_config.json"
 MODEL_SUBDIR = "model"
 TRAIN_STATE_FILE = "trainer_state.pt"
@@ -91,8 +96,8 @@ class ExperienceModelConfig:
     """What the experience model sees and how it answers. Saved with each checkpoint: prompts at inference
     must be built exactly as in training."""
 
-    k: int = 3
-    """Retrieved transitions per query (the paper's top-k demonstrations)."""
+    k: int = 2
+    """Retrieved transitions per query (the paper's top-k demonstrations; 2 keeps CPU-sized prompts short)."""
     history: int = 3
     """Last H actions shown as history."""
     use_retrieval: bool = True
@@ -151,9 +156,11 @@ def format_reward(r: float) -> str:
 
 
 def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
-    return (f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n"
-            f"Next: {_clip(ex.next_state, cfg.example_next_state_chars)}\n"
-            f"Reward: {format_reward(ex.reward)} Done: {'true' if ex.done else 'false'}")
+    """One retrieved transition. Its outcome is written exactly as the model writes its own answer (without the
+    reasoning), so a small model can copy what applies: the tags make the copied span unambiguous."""
+    outcome = format_completion(_clip(ex.next_state, cfg.example_next_state_chars), ex.reward, ex.done, None,
+                                use_reasoning=False)
+    return f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n{outcome}"
 
 
 def render_user(query: Transition, examples: list[Transition], cfg: ExperienceModelConfig,
@@ -487,6 +494,23 @@ def buffer_for(transitions: list[Transition], embedder: str = "minilm", path: st
     return buf
 
 
+def checkpoint_buffer(checkpoint: str | Path, data: str | Path | None = None,
+                      path: str | Path | None = None) -> Any:
+    """The replay buffer a checkpoint was trained against: seeded with the transitions of `data` (default: the
+    checkpoint's own training data), with the checkpoint's embedder and history window. `path` makes it
+    persistent (reopening an existing buffer only adds what is missing)."""
+    from dreamgym.data import load_trajectories
+
+    meta = read_checkpoint_meta(checkpoint)
+    src = data or meta.get("train", {}).get("data")
+    if not src:
+        raise ValueError(f"{checkpoint}: no training data recorded; pass data=")
+    m = meta["model"]
+    trs = em_transitions(load_trajectories(src), history=m.get("history", 3),
+                         binary_reward=m.get("binary_reward", True))
+    return buffer_for(trs, m.get("embedder", "minilm"), path)
+
+
 # -------------------------------------------------------------------------------------------------- training
 
 
@@ -526,6 +550,9 @@ class TrainEMConfig:
     """Linear warm-up before the cosine decay."""
     max_transitions: int = 0
     """Use at most this many transitions (0: all), sampled with the seed."""
+    context_dropout: float = 0.1
+    """Share of training prompts without their retrieved examples (and, independently, without history), so
+    the model also answers when the buffer has nothing relevant (a fresh buffer, a new task)."""
     seed: int = 0
     """Seed for data order and dropout."""
     threads: int = 2
@@ -594,6 +621,26 @@ def encode_examples(transitions: list[Transition], examples: list[list[Transitio
     return out
 
 
+def completion_loss(model: Any, ids: Any, mask: Any, labels: Any) -> Any:
+    """Mean next-token cross-entropy over the completion tokens only.
+
+    ids/mask/labels: [B, T] (labels -100 on prompt and padding). The decoder runs over all positions, but the
+    LM head (a [hidden, vocab] matmul, a large share of a tiny model's compute) only over the positions whose
+    next token is supervised. Falls back to the model's own loss when it does not expose decoder and head.
+    """
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if decoder is None or head is None:
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, H]
+    target = labels[:, 1:]                                               # [B, T-1]
+    sel = target != -100
+    logits = head(hidden[:, :-1][sel])                                    # [N, V]
+    return torch.nn.functional.cross_entropy(logits.float(), target[sel])
+
+
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
     """Shuffled batches of similar length (sorted within windows of 50 batches) to cut padding."""
     idx = list(range(len(lengths)))
@@ -655,6 +702,11 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     else:
         examples = [[] for _ in transitions]
     t_retrieval = time.perf_counter() - t0
+    if cfg.context_dropout > 0:
+        drop = random.Random(cfg.seed + 1)
+        examples = [[] if drop.random() < cfg.context_dropout else ex for ex in examples]
+        transitions = [dataclasses.replace(t, history=[]) if t.history and drop.random() < cfg.context_dropout
+                       else t for t in transitions]
 
     device = cfg.device
     state_path = out / TRAIN_STATE_FILE
@@ -694,7 +746,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     peak = cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=peak, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(params, lr=peak, weight_decay=cfg.weight_decay, betas=(0.9, 0.98), foreach=True)
     step = 0
     if resuming:
         st = torch.load(state_path, map_location="cpu", weights_only=False)
@@ -704,7 +756,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         say(f"resuming from step {step}")
 
     meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
-            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": 1}
+            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION}
 
     def save(final: bool) -> None:
         model.save_pretrained(str(out / MODEL_SUBDIR))
@@ -742,7 +794,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             dev = next(model.parameters()).device
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, peak, cfg.warmup_steps, total)
-            loss = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), labels=labels.to(dev)).loss
+            loss = completion_loss(model, ids.to(dev), mask.to(dev), labels.to(dev))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

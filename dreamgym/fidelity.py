@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     import random
 
     from dreamgym.data import load_trajectories
-    from dreamgym.experience_model import buffer_for
+    from dreamgym.experience_model import checkpoint_buffer
 
     try:
         held = load_trajectories(a.data)
@@ -330,11 +330,9 @@ def main(argv: list[str] | None = None) -> int:
             if not src or not Path(src).exists():
                 print(f"dreamgym eval-em: {path} needs retrieval data; pass --train-data", file=sys.stderr)
                 return 2
-            key = (str(src), meta["model"].get("embedder", "minilm"))
+            key = (str(src), meta["model"].get("embedder", "minilm"), meta["model"].get("history", 3))
             if key not in buffers:
-                trs = em_transitions(load_trajectories(src), history=meta["model"].get("history", 3),
-                                     binary_reward=meta["model"].get("binary_reward", True))
-                buffers[key] = buffer_for(trs, key[1])
+                buffers[key] = checkpoint_buffer(path, src)
             buf = buffers[key]
         model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size)
         variants = [(_label(meta, path), model.config)]

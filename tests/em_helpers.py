@@ -4,7 +4,7 @@
   environment and the fidelity code can be tested against a known-correct "model";
 - `dial_trajectories`: real dial trajectories from the family's scripted policies;
 - `trained_dial_model`: a tiny experience model trained on real dial data, built once and cached on disk
-  (keyed by the training code and settings), so the test session pays for training at most once.
+  (keyed by the settings and the experience model's FORMAT_VERSION), so training is paid for at most once.
 """
 
 from __future__ import annotations
@@ -56,14 +56,17 @@ def dial_trajectories(n: int, split: str = "train", seed: int = 0,
     return out
 
 
-TRAIN_SETTINGS = {"episodes": 400, "max_steps": 260, "batch_size": 16, "k": 2, "embedder": "hashing",
-                  "lr": 2e-3, "warmup_steps": 20}
+# Kept small for test time: one example, no history window, no reasoning trace (~135 tokens a sequence).
+TRAIN_SETTINGS = {"episodes": 300, "max_steps": 120, "batch_size": 16, "k": 1, "history": 0,
+                  "use_reasoning": False, "embedder": "hashing", "lr": 3e-3, "warmup_steps": 10}
 
 
 def trained_dial_model() -> Path:
     """A checkpoint of the tiny preset trained with retrieval on real dial data (cached; ~1-2 min to build)."""
-    src = (Path(__file__).resolve().parents[1] / "dreamgym" / "experience_model.py").read_bytes()
-    key = hashlib.sha256(src + json.dumps(TRAIN_SETTINGS, sort_keys=True).encode()).hexdigest()[:12]
+    from dreamgym.experience_model import FORMAT_VERSION
+
+    spec = {**TRAIN_SETTINGS, "format_version": FORMAT_VERSION}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_dir("test-artifacts")
     out = root / f"em-dial-{key}"
     with open(root / f"em-dial-{key}.lock", "w") as lock:
@@ -78,7 +81,8 @@ def trained_dial_model() -> Path:
         data = root / f"em-dial-{key}.jsonl"
         write_jsonl(data, trajs)
         cfg = TrainEMConfig(env="dial", data=str(data), preset="tiny", out=str(out), resume=False,
-                            model=ExperienceModelConfig(k=s["k"], embedder=s["embedder"]),
+                            model=ExperienceModelConfig(k=s["k"], history=s["history"], embedder=s["embedder"],
+                                                        use_reasoning=s["use_reasoning"]),
                             max_steps=s["max_steps"], batch_size=s["batch_size"], lr=s["lr"],
                             warmup_steps=s["warmup_steps"], log_every=1000, save_every=0)
         train(cfg, trajectories=trajs)

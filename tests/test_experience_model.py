@@ -7,8 +7,8 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience_model import (FAILURE_STATE, RESET_ACTION, ExperienceModel, ExperienceModelConfig,
-                                       build_request, em_transitions, format_completion, parse_completion,
-                                       query_for, train_main)
+                                       build_request, checkpoint_buffer, em_transitions, format_completion,
+                                       parse_completion, query_for, train_main)
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.types import Task, Transition
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
@@ -66,7 +66,8 @@ def test_prompt_has_task_examples_history_state_action_and_ablations_drop_them()
     cfg = ExperienceModelConfig(k=2, history=1)
     user = build_request(q, [ex], cfg)[-1]["content"]
     assert user.startswith("Task: set the dial to 5")
-    assert "Examples:\n## 1\nState: [dial] 7" in user and "Next: [dial] 6" in user
+    assert "Examples:\n## 1\nState: [dial] 7" in user and "Action: turn down\n<state>\n[dial] 6" in user
+    assert "</state>\n<reward>0</reward>\n<done>false</done>\nHistory" in user
     assert "History: turn up\n" in user  # only the last H=1 action
     assert user.endswith("State:\n" + abstract_state(3) + "\nAction: turn up")
     off = dataclasses.replace(cfg, use_retrieval=False, use_history=False)
@@ -165,11 +166,15 @@ def trained():
     return trained_dial_model()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 5): after the 120-step fixture training the tiny model "
-                   "writes the format but predicts fewer than 4 of the probe next states right")
+@pytest.fixture(scope="module")
+def trained_model(trained):
+    return ExperienceModel.load(trained, buffer=checkpoint_buffer(trained), device="cpu")
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (issue 5): after the fixture's short training the tiny model writes the format but predicts fewer than 4 of the probe next states right")
 def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_format(trained):
     meta = json.loads((trained / "em_config.json").read_text())
-    assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 2
+    assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 1
     assert (trained / "model" / "config.json").is_file() and (trained / "trainer_state.pt").is_file()
     m = ExperienceModel.load(trained, device="cpu")
     qs = [_q(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down")]
@@ -181,8 +186,7 @@ def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_format(t
     assert right >= 4, [p.text for p in preds]
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 5): the 120-step fixture model ignores the retrieved "
-                   "examples (same output with true and odd examples); needs longer training")
+@pytest.mark.xfail(strict=True, reason="known gap (issue 5): the fixture model ignores the retrieved examples (the same output with true and odd examples); it needs longer training")
 def test_retrieval_changes_the_prediction(trained):
     """The model reads its k examples: the same query with different retrieved transitions gets a different
     answer, and misleading examples pull the predicted state toward theirs."""
@@ -215,3 +219,17 @@ def test_train_em_cli_resumes_from_its_checkpoint(tmp_path, trained):
     meta = json.loads((out / "em_config.json").read_text())
     assert meta["steps"] == 6 and json.loads((out / "train_summary.json").read_text())["steps"] == 6
     assert train_main(["--env", "dial", "--data", str(data), "nonsense.key=1"]) == 2
+
+
+def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
+    from dreamgym.experience_model import TrainEMConfig, train
+
+    out = tmp_path / "lora"
+    cfg = TrainEMConfig(env="dial", data="unused", out=str(out), lora=True, max_steps=2, batch_size=4,
+                        model=ExperienceModelConfig(k=0, use_retrieval=False), log_every=1)
+    summary = train(cfg, trajectories=dial_trajectories(6))
+    assert summary["lora"] and summary["steps"] == 2
+    assert (out / "model" / "adapter_config.json").is_file() and not (out / "model" / "config.json").exists()
+    m = ExperienceModel.load(out, device="cpu", config_overrides={"max_new_tokens": 24, "retries": 0})
+    (p,) = m.predict([_q(3, "turn up")])
+    assert isinstance(p.failed, bool) and m.stats["predictions"] == 1  # 2 steps teach nothing; it must run
