@@ -550,6 +550,10 @@ class TrainEMConfig:
     """Linear warm-up before the cosine decay."""
     max_transitions: int = 0
     """Use at most this many transitions (0: all), sampled with the seed."""
+    balance_outcomes: int = 4
+    """Repeat the final transitions of the rarer outcome (won vs not won) up to this many times so both outcomes
+    weigh alike (1: off). Offline data from good policies ends mostly in success; a small model trained on it
+    learns to always predict success, which is exactly the false-success error that breaks RL in the dream."""
     context_dropout: float = 0.1
     """Share of training prompts without their retrieved examples (and, independently, without history), so
     the model also answers when the buffer has nothing relevant (a fresh buffer, a new task)."""
@@ -654,6 +658,24 @@ def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[li
     return batches
 
 
+def balance_outcomes(transitions: list[Transition], examples: list[list[Transition]], max_repeat: int,
+                     ) -> tuple[list[Transition], list[list[Transition]]]:
+    """Repeat the terminal transitions (done) of the rarer outcome (reward >= 1 vs below) so the two outcomes
+    weigh alike, at most `max_repeat` copies each. Non-terminal transitions are untouched."""
+    ends = {True: [], False: []}
+    for i, t in enumerate(transitions):
+        if t.done:
+            ends[t.reward >= 1.0].append(i)
+    small, big = sorted(ends.values(), key=len)
+    if max_repeat <= 1 or not small:
+        return transitions, examples
+    extra = min(max_repeat, len(big) // len(small)) - 1
+    if extra <= 0:
+        return transitions, examples
+    idx = list(range(len(transitions))) + small * extra
+    return [transitions[i] for i in idx], [examples[i] for i in idx]
+
+
 def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
@@ -707,6 +729,8 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         examples = [[] if drop.random() < cfg.context_dropout else ex for ex in examples]
         transitions = [dataclasses.replace(t, history=[]) if t.history and drop.random() < cfg.context_dropout
                        else t for t in transitions]
+
+    transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
 
     device = cfg.device
     state_path = out / TRAIN_STATE_FILE

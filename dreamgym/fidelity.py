@@ -254,8 +254,11 @@ def evaluate(model: ExperienceModel, trajectories: list[Trajectory], env: str, *
     """Both parts of the fidelity report for one model (with its current config switches)."""
     cfg = model.config
     trs = em_transitions(trajectories, history=cfg.history, binary_reward=cfg.binary_reward)
-    if max_transitions:
-        trs = trs[:max_transitions]
+    steps = [t for t in trs if t.action != RESET_ACTION]
+    resets = [t for t in trs if t.action == RESET_ACTION]
+    if max_transitions:  # the cap counts real steps; initial states get a quarter of it on top
+        steps, resets = steps[:max_transitions], resets[:max(1, max_transitions // 4)]
+    trs = steps + resets
     t0 = time.perf_counter()
     tf = teacher_forced(model, trs, batch_size)
     t1 = time.perf_counter()

@@ -61,6 +61,10 @@ class TableConfig:
     """Evaluate every this many iterations for the learning curves."""
     rows: list[str] = field(default_factory=list)
     """Subset of rows to run (empty: all), by name as printed in the table."""
+    train_overrides: list[str] = field(default_factory=list)
+    """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
+    em_overrides: list[str] = field(default_factory=list)
+    """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
 
     def validate(self) -> None:
         if self.budget < 16:
@@ -99,9 +103,11 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"rows: unknown {unknown}; choose from {ALL_ROWS}")
     t0 = time.time()
-    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks, progress=progress)
+    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks, progress=progress,
+               train_overrides=t.train_overrides, em_overrides=t.em_overrides)
     r.collect_offline(t.offline_episodes, t.offline_mix, "oracle")
-    em = r.experience_model("em", epochs=t.em_epochs)
+    # The experience model is the costly artefact on CPU: trained only when a row dreams.
+    em = r.experience_model("em", epochs=t.em_epochs) if any("DreamGym" in row for row in rows) else None
     r.sft(epochs=t.sft_epochs)
     common = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr, eval_every=t.eval_every)
     s2r_budget = t.budget // 16

@@ -165,9 +165,11 @@ def explain(tr: "Transition") -> str:
     target = tr.task.goal.get("target")
     a = " ".join(tr.action.lower().split())
     if a == "submit":
-        verdict = "equals" if before == target else "does not equal"
-        return (f"The dial shows {before} and the target is {target}. Submitting ends the episode; the value "
-                f"{verdict} the target, so the reward is {tr.reward:g}.")
+        # The two numbers sit right before the verdict: comparing adjacent tokens is what a small model learns
+        # first, and the verdict is the whole reward.
+        verdict = "equal" if before == target else "not equal"
+        return (f"Submitting ends the episode and compares the dial with the target: {before} and {target} are "
+                f"{verdict}, so the reward is {tr.reward:g}.")
     if a in ("turn up", "turn down"):
         if before == after:
             return f"The dial is at its limit {before}, so turning {a.split()[1]} changes nothing. Reward 0."
