@@ -570,14 +570,14 @@ class ReplayBuffer:
             self._mask_cache[key] = None if mask.all() else mask
         return self._mask_cache[key]
 
-    def _exclusions(self, queries: Sequence[Transition]) -> list[np.ndarray]:
+    def _exclusions(self, queries: Sequence[Transition], twins: bool = True) -> list[np.ndarray]:
         out = []
         for q in queries:
             rows: list[int] = []
             code = self._traj_codes.get(q.trajectory_id) if q.trajectory_id else None
             if code is not None:
                 rows.extend(self._traj_rows.get(code, []))
-            same = self._by_hash.get(content_hash(q))
+            same = self._by_hash.get(content_hash(q)) if twins else None
             if same is not None:
                 rows.append(same)
             out.append(np.unique(np.asarray(rows, np.int64)))
@@ -585,7 +585,7 @@ class ReplayBuffer:
 
     def retrieve_scored(self, queries: Sequence[Transition], k: int = 4, *, env: str | None = None,
                         real_only: bool = False, mmr_lambda: float | None = None,
-                        exclude_same_trajectory: bool = True,
+                        exclude_same_trajectory: bool = True, exclude_twins: bool = True,
                         mmr_candidates: int | None = None) -> list[list[tuple[Transition, float]]]:
         """`retrieve`, with each transition's cosine similarity to its query."""
         queries = list(queries)
@@ -595,7 +595,7 @@ class ReplayBuffer:
             raise ValueError("mmr_lambda must be in [0, 1]")
         q = self._encode(queries)  # (B, d), one embedder call for the batch
         fetch = k if mmr_lambda is None else max(k, mmr_candidates or 4 * k)
-        excl = self._exclusions(queries) if exclude_same_trajectory else None
+        excl = self._exclusions(queries, exclude_twins) if exclude_same_trajectory else None
         scores, rows = self.index.search(q, fetch, self._allowed(env, real_only), excl)
         out = []
         for b in range(len(queries)):
@@ -609,19 +609,21 @@ class ReplayBuffer:
 
     def retrieve(self, queries: Sequence[Transition], k: int = 4, *, env: str | None = None,
                  real_only: bool = False, mmr_lambda: float | None = None,
-                 exclude_same_trajectory: bool = True) -> list[list[Transition]]:
+                 exclude_same_trajectory: bool = True, exclude_twins: bool = True) -> list[list[Transition]]:
         """For each query transition, the k stored transitions most similar in (task, state, action).
 
         Batched: the queries are embedded in one call and scored with one matrix product per row chunk.
         `env` keeps one environment family; `real_only` keeps real transitions. `mmr_lambda` (0..1)
         re-ranks 4k candidates by maximal marginal relevance ("similar yet diverse"; 1.0 = plain top-k).
-        `exclude_same_trajectory` leaves out the query's own trajectory (by `trajectory_id`) and any stored
-        twin of the query itself, so a transition never retrieves its own answer. Fewer than k are
-        returned when fewer qualify.
+        `exclude_same_trajectory` leaves out the query's own trajectory (by `trajectory_id`) and, with
+        `exclude_twins`, any stored twin of the query itself (same content, answer included), so a transition
+        never retrieves its own answer. `exclude_twins=False` keeps twins that came from other trajectories:
+        in a deterministic environment another episode's identical step is a fair example, and it is what a
+        synthetic step (whose answer is unknown) retrieves. Fewer than k are returned when fewer qualify.
         """
         return [[t for t, _ in hits] for hits in self.retrieve_scored(
             queries, k, env=env, real_only=real_only, mmr_lambda=mmr_lambda,
-            exclude_same_trajectory=exclude_same_trajectory)]
+            exclude_same_trajectory=exclude_same_trajectory, exclude_twins=exclude_twins)]
 
     # ------------------------------------------------------------------------------------- inspection
     def __len__(self) -> int:

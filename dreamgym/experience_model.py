@@ -78,7 +78,7 @@ RESET_ACTION = "[reset]"
 FAILURE_STATE = "[failure] The simulated environment could not produce a valid next state. The episode ends."
 """The state returned when the model's output stays malformed after all retries."""
 STOP = "</done>"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 4
 """Bump when the prompt or output format changes: checkpoints record it, cached test artifacts key on it."""
 EM_CONFIG_FILE = "em_config.json"
 MODEL_SUBDIR = "model"
@@ -108,6 +108,10 @@ class ExperienceModelConfig:
     """Ablation switch: False drops the history line from the prompt."""
     history_state_chars: int = 0
     """Characters of each history state shown next to its action (0: actions only, the compact default)."""
+    example_reasoning: bool = True
+    """Show each retrieved example's reasoning trace in its outcome (with use_reasoning): the example then reads
+    exactly like the answer, so a small model can copy a whole matching answer, outcome included (measured on
+    the dial: without the traces the tiny model never took the reward from an identical retrieved step)."""
     example_state_chars: int = 240
     """Each retrieved example's state is clipped to this many characters."""
     example_next_state_chars: int = 400
@@ -156,10 +160,12 @@ def format_reward(r: float) -> str:
 
 
 def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
-    """One retrieved transition. Its outcome is written exactly as the model writes its own answer (without the
-    reasoning), so a small model can copy what applies: the tags make the copied span unambiguous."""
-    outcome = format_completion(_clip(ex.next_state, cfg.example_next_state_chars), ex.reward, ex.done, None,
-                                use_reasoning=False)
+    """One retrieved transition. Its outcome is written exactly as the model writes its own answer (with the
+    reasoning trace when `example_reasoning` is on and the example has one), so a small model can copy what
+    applies: the tags make the copied span unambiguous."""
+    show = cfg.use_reasoning and cfg.example_reasoning and bool(ex.reasoning)
+    outcome = format_completion(_clip(ex.next_state, cfg.example_next_state_chars), ex.reward, ex.done,
+                                _clip(ex.reasoning or "", cfg.example_next_state_chars), use_reasoning=show)
     return f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n{outcome}"
 
 
@@ -326,8 +332,11 @@ class ExperienceModel:
         if not (cfg.use_retrieval and cfg.k > 0 and self.buffer is not None and queries):
             return [[] for _ in queries]
         try:
+            # Twins from other episodes stay: a synthetic query carries no answer, so training and fidelity
+            # queries (which do) must retrieve exactly what a synthetic step would.
             return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=cfg.retrieve_real_only,
-                                        mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True)
+                                        mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True,
+                                        exclude_twins=False)
         except Exception as e:  # noqa: BLE001 - retrieval helps; losing it for one batch must not end a rollout
             self.stats["retrieval_errors"] += 1
             log.warning("experience model: retrieval failed (%s: %s); predicting without examples",
@@ -508,6 +517,10 @@ def checkpoint_buffer(checkpoint: str | Path, data: str | Path | None = None,
     m = meta["model"]
     trs = em_transitions(load_trajectories(src), history=m.get("history", 3),
                          binary_reward=m.get("binary_reward", True))
+    if m.get("use_reasoning", True) and m.get("example_reasoning") and meta.get("train", {}).get("teacher") == "env":
+        from dreamgym.reasoning import EnvTeacher, annotate
+
+        trs = annotate(trs, EnvTeacher(meta["env"]))  # examples carry the traces they had in training
     return buffer_for(trs, m.get("embedder", "minilm"), path)
 
 
@@ -683,7 +696,10 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     Loss (the paper's joint loss in our format): mean token cross-entropy over the whole completion,
     -log P(R*, s_{t+1}, r, done | task, H, s_t, a_t, D_k), prompt tokens masked with -100. Inputs are the
     transitions' own histories and the k neighbours retrieved from a buffer of the training data, excluding
-    each transition's own trajectory (so the model learns to use examples it did not come from).
+    each transition's own trajectory (so the model learns to use examples it did not come from) but not the
+    identical steps of other episodes: a synthetic step retrieves those too, and in a deterministic
+    environment copying them is right (excluding them taught the model that the nearest example's outcome is
+    usually wrong, measured: it then ignored examples and predicted success on every dial submit).
 
     Shapes: a batch is input_ids/labels/attention_mask of [batch_size, longest sequence in the batch].
     """
@@ -720,7 +736,8 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         examples: list[list[Transition]] = []
         for i in range(0, len(transitions), 512):
             examples += buf.retrieve(transitions[i:i + 512], k=mcfg.k, env=None, real_only=False,
-                                     mmr_lambda=mcfg.mmr_lambda, exclude_same_trajectory=True)
+                                     mmr_lambda=mcfg.mmr_lambda, exclude_same_trajectory=True,
+                                     exclude_twins=False)
     else:
         examples = [[] for _ in transitions]
     t_retrieval = time.perf_counter() - t0

@@ -426,9 +426,12 @@ class QuickstartConfig:
     """Scripted-policy mix of the offline data."""
     sft_policy: str = "oracle"
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_epochs: float = 1
-    """Experience-model SFT epochs (one epoch is ~100 steps here: too few for the model to predict successes
-    reliably, see README; raise it when you have the time)."""
+    em_steps: int = 1600
+    """Experience-model SFT steps. The tiny model writes the output format after ~100 steps and copies the dial's
+    value into its next state only after ~1000 (an abrupt drop of the loss); at 1,600 steps it still gives every
+    submit the same reward (measured, see README), so the dream rewards are not yet right at this size."""
+    em_batch_size: int = 8
+    """Experience-model sequences per step (small batches: more updates for the same compute)."""
     sft_epochs: int = 4
     """Policy SFT epochs on the demonstrations."""
     sft_lr: float = 1e-3
@@ -460,6 +463,8 @@ class QuickstartConfig:
     def validate(self) -> None:
         if self.offline_episodes < 10:
             raise ConfigError("offline_episodes: need at least 10 offline episodes")
+        if self.em_steps < 1 or self.em_batch_size < 1:
+            raise ConfigError("em_steps and em_batch_size must be >= 1")
 
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -468,7 +473,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                eval_temperature=q.eval_temperature, progress=progress, train_overrides=q.train_overrides,
                em_overrides=q.em_overrides)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
-    em = r.experience_model("em", epochs=q.em_epochs)
+    em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr)
     rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)

@@ -72,6 +72,15 @@ def test_retrieval_ranks_by_cosine_and_finds_the_twin(dial_trajs):
     # With exclusion, nothing comes from the query's own trajectory, nor its stored twin.
     for q, h in zip(queries, buf.retrieve(queries, k=5)):
         assert all(x.trajectory_id != q.trajectory_id and content_hash(x) != content_hash(q) for x in h)
+    # exclude_twins=False keeps a twin stored from another episode (what a synthetic step, whose answer is
+    # unknown, would retrieve) but still never the query's own trajectory.
+    row_traj = {content_hash(t): t.trajectory_id for t in stored}
+    later = [t for tj in dial_trajs[-30:] for t in tj.transitions()]
+    shared = [q for q in later if row_traj.get(content_hash(q)) not in (None, q.trajectory_id)][:12]
+    assert shared, "the dial repeats steps across episodes"
+    for q, h in zip(shared, buf.retrieve(shared, k=5, exclude_twins=False)):
+        # (other stored steps can embed identically: ties at cosine 1, so the twin is among the hits)
+        assert content_hash(q) in {content_hash(x) for x in h} and all(x.trajectory_id != q.trajectory_id for x in h)
     # A fresh query matching one stored (task, state, action) finds it first.
     target = stored[37]
     probe = tr(target.state, target.action, env="dial", instr=target.task.instruction, traj="new")

@@ -7,7 +7,7 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience_model import (FAILURE_STATE, RESET_ACTION, ExperienceModel, ExperienceModelConfig,
-                                       build_request, checkpoint_buffer, em_transitions, format_completion,
+                                       balance_outcomes, build_request, checkpoint_buffer, em_transitions, format_completion,
                                        parse_completion, query_for, train_main)
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.types import Task, Transition
@@ -74,6 +74,13 @@ def test_prompt_has_task_examples_history_state_action_and_ablations_drop_them()
     user_off = build_request(q, [ex], off)[-1]["content"]
     assert "Examples" not in user_off and "History" not in user_off and user_off.endswith("Action: turn up")
     assert build_request(q, [], dataclasses.replace(cfg, system_prompt=True))[0]["role"] == "system"
+    # An example with a reasoning trace shows it, so the example reads exactly like an answer; off with the
+    # switch or without reasoning in the output.
+    traced = dataclasses.replace(ex, reasoning="Turning down moves the dial from 7 to 6.")
+    user = build_request(q, [traced], cfg)[-1]["content"]
+    assert "Action: turn down\n<think>Turning down moves the dial from 7 to 6.</think>\n<state>" in user
+    for c in (dataclasses.replace(cfg, example_reasoning=False), dataclasses.replace(cfg, use_reasoning=False)):
+        assert "<think>" not in build_request(q, [traced], c)[-1]["content"]
 
 
 def test_prompt_is_fitted_to_the_token_budget():
@@ -107,6 +114,22 @@ def test_em_transitions_use_terminated_as_done_and_add_initial_states():
 
 
 # ------------------------------------------------------------------------------- prediction with FakeLLM
+
+def test_balance_outcomes_repeats_the_rarer_final_transitions_only():
+    def tr(i, done, reward):
+        return Transition(task=TASK, history=[], state=abstract_state(i % 10), action="submit" if done else "turn up",
+                          next_state=abstract_state(i % 10), reward=reward, done=done, trajectory_id=str(i))
+
+    trs = [tr(i, False, 0.0) for i in range(10)] + [tr(i, True, 1.0) for i in range(7)] + [tr(7, True, 0.0),
+                                                                                          tr(8, True, 0.0)]
+    exs = [[t] for t in trs]
+    out, out_ex = balance_outcomes(trs, exs, max_repeat=4)
+    # 7 wins vs 2 losses: each loss now appears 3 times (7 // 2 = 3, under the cap); nothing else is repeated.
+    assert sum(t.done and t.reward == 0 for t in out) == 6 and sum(t.done and t.reward == 1 for t in out) == 7
+    assert sum(not t.done for t in out) == 10 and all(e == [t] for t, e in zip(out, out_ex))
+    assert len(balance_outcomes(trs, exs, max_repeat=2)[0]) == len(trs) + 2  # the cap
+    assert balance_outcomes(trs, exs, max_repeat=1)[0] == trs  # off
+
 
 def test_malformed_output_is_retried_then_becomes_the_failure_state_and_is_counted():
     good = format_completion(abstract_state(4), 0.0, False, "ok")
@@ -171,37 +194,46 @@ def trained_model(trained):
     return ExperienceModel.load(trained, buffer=checkpoint_buffer(trained), device="cpu")
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 5): after the fixture's short training the tiny model writes the format but predicts fewer than 4 of the probe next states right")
-def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_format(trained):
+PROBES = [(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down", "submit")]  # TASK's target is 5
+
+
+def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_dynamics(trained, trained_model):
     meta = json.loads((trained / "em_config.json").read_text())
-    assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 1
+    assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 1 and meta["final"]
     assert (trained / "model" / "config.json").is_file() and (trained / "trainer_state.pt").is_file()
-    m = ExperienceModel.load(trained, device="cpu")
-    qs = [_q(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down")]
-    preds = m.predict(qs)
-    assert m.stats["failures"] == 0
-    # A few hundred steps on 2.5M random-init parameters: the format always, the dynamics mostly.
-    right = sum(parse_state(p.next_state) == parse_state(q.state) + (1 if "up" in q.action else -1)
-                for p, q in zip(preds, qs))
-    assert right >= 4, [p.text for p in preds]
+    losses = [json.loads(line)["em/loss"] for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert losses[-1] < 0.05 * losses[0]
+    m = trained_model
+    m.stats.clear()
+    preds = m.predict([_q(v, a) for v, a in PROBES])
+    assert m.stats["failures"] == 0 and m.stats["generate_calls"] == 1
+    # The dial's state arithmetic and which action ends the episode, on every probe.
+    want = [(v + {"turn up": 1, "turn down": -1, "submit": 0}[a], a == "submit") for v, a in PROBES]
+    assert [(parse_state(p.next_state), p.done) for p in preds] == want, [p.text for p in preds]
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 5): the fixture model ignores the retrieved examples (the same output with true and odd examples); it needs longer training")
-def test_retrieval_changes_the_prediction(trained):
-    """The model reads its k examples: the same query with different retrieved transitions gets a different
-    answer, and misleading examples pull the predicted state toward theirs."""
-    m = ExperienceModel.load(trained, device="cpu")
-    q = _q(3, "turn up")
+@pytest.mark.xfail(strict=True, reason="known gap (issue 5): at this size and training length the tiny model "
+                   "predicts one reward for every submit (it has not learned to compare the dial with the target, "
+                   "nor to copy the reward of a retrieved identical step); see README")
+def test_trained_tiny_model_predicts_the_submit_reward(trained_model):
+    preds = trained_model.predict([_q(v, "submit") for v in (2, 5, 7)])
+    assert [p.reward for p in preds] == [0.0, 1.0, 0.0], [p.text for p in preds]
 
-    def examples(v_next: int, reward: float = 0.0, done: bool = False) -> list[Transition]:
-        return [Transition(task=TASK, history=[], state=abstract_state(3), action="turn up",
-                           next_state=abstract_state(v_next), reward=reward, done=done)] * 2
 
-    true_ex, odd_ex = m.predict([q, q], examples=[examples(4), examples(8, 1.0, True)])
-    none = m.predict([q], examples=[[]])[0]
-    assert true_ex.text != odd_ex.text
-    assert {true_ex.text, odd_ex.text, none.text} != {true_ex.text}
-    assert parse_state(true_ex.next_state) == 4
+@pytest.mark.xfail(strict=True, reason="known gap (issue 5): the tiny dial model ignores its examples (the same "
+                   "answer whatever reward the identical retrieved step shows); measured, see README")
+def test_retrieval_changes_the_prediction(trained_model):
+    """The model reads its k examples: shown the identical step of another episode (same task, state and
+    action, as the buffer returns it in a deterministic environment), it answers with that step's outcome.
+    Training retrieves such twins from other episodes, where copying them is always right."""
+    m = trained_model
+
+    def twin(v: int, reward: float) -> list[Transition]:
+        return [Transition(task=TASK, history=[], state=abstract_state(v), action="submit",
+                           next_state=abstract_state(v), reward=reward, done=True, trajectory_id="other")]
+
+    preds = m.predict([_q(5, "submit"), _q(5, "submit")], examples=[twin(5, 1.0), twin(5, 0.0)])
+    assert [p.reward for p in preds] == [1.0, 0.0], [p.text for p in preds]
 
 
 def test_train_em_cli_resumes_from_its_checkpoint(tmp_path, trained):

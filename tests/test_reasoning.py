@@ -16,7 +16,7 @@ def test_env_teacher_explains_from_the_environment():
     t = EnvTeacher()
     up, sub = t.explain([_tr(3, "turn up", 4), _tr(5, "submit", 5, 1.0, True)])
     assert "from 3 to 4" in up and "target is 5" in up
-    assert "5 and 5 are equal" in sub and "reward is 1" in sub
+    assert "with reward 1" in sub and "target is 5, equal" in sub
     assert t.stats == {"explained": 2}
 
 

@@ -165,11 +165,12 @@ def explain(tr: "Transition") -> str:
     target = tr.task.goal.get("target")
     a = " ".join(tr.action.lower().split())
     if a == "submit":
-        # The two numbers sit right before the verdict: comparing adjacent tokens is what a small model learns
-        # first, and the verdict is the whole reward.
+        # The reward comes first, right after the word "reward": a small model copies it from a retrieved example
+        # of the same submit (whose outcome is shown as <reward>r</reward>) long before it learns to compare two
+        # numbers; the comparison that justifies it follows.
         verdict = "equal" if before == target else "not equal"
-        return (f"Submitting ends the episode and compares the dial with the target: {before} and {target} are "
-                f"{verdict}, so the reward is {tr.reward:g}.")
+        return (f"Submitting ends the episode with reward {tr.reward:g}: the dial shows {before} and the target is "
+                f"{target}, {verdict}.")
     if a in ("turn up", "turn down"):
         if before == after:
             return f"The dial is at its limit {before}, so turning {a.split()[1]} changes nothing. Reward 0."
