@@ -138,8 +138,11 @@ class ExperienceModelConfig:
     """Retrieval embedder (dreamgym.embed.make_embedder): 'minilm' (all-MiniLM-L6-v2) or 'hashing[:dim]' (fast)."""
     mmr_lambda: float | None = None
     """Diversity re-ranking of retrieved examples (maximal marginal relevance); None: plain top-k."""
-    retrieve_real_only: bool = False
-    """Retrieve only real transitions (default: real and synthetic, the paper's co-evolving buffer)."""
+    retrieve_real_only: bool = True
+    """Retrieve only real transitions; False retrieves synthetic ones too (the paper's co-evolving buffer).
+    Measured on the dial: a model that copies identical retrieved steps also copies its own earlier mistakes
+    once they are in the buffer, and synthetic success fell from 22% to 6% over 8 dream iterations. Synthetic
+    transitions are stored either way (the curriculum and analyses read them)."""
 
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:

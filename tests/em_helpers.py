@@ -56,16 +56,16 @@ def dial_trajectories(n: int, split: str = "train", seed: int = 0,
     return out
 
 
-# The quickstart's settings at a smaller step count: one retrieved example, no history window, reasoning traces,
-# batches of 8. The tiny model writes the format after ~100 steps but copies the dial's value only after ~1000
-# (an abrupt drop of the loss), so anything shorter cannot test dynamics or the use of examples.
-TRAIN_SETTINGS = {"episodes": 300, "max_steps": 1400, "batch_size": 8, "k": 1, "history": 0,
+# The quickstart's settings: two retrieved examples, no history window, reasoning traces, batches of 8. The tiny
+# model writes the format after ~100 steps but copies the dial's value only after ~1000 (an abrupt drop of the
+# loss), so anything shorter cannot test dynamics, rewards or the use of examples.
+TRAIN_SETTINGS = {"episodes": 300, "max_steps": 1600, "batch_size": 8, "k": 2, "history": 0,
                   "use_reasoning": True, "embedder": "hashing", "lr": 1e-3, "warmup_steps": 50}
 
 
 def trained_dial_model() -> Path:
     """A checkpoint of the tiny preset trained with retrieval on real dial data (cached under the test-artifacts
-    cache; about 4-5 minutes to build once on two free cores)."""
+    cache; about 7 minutes to build once on two free cores)."""
     from dreamgym.experience_model import FORMAT_VERSION
 
     spec = {**TRAIN_SETTINGS, "format_version": FORMAT_VERSION}
