@@ -428,8 +428,8 @@ class QuickstartConfig:
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
     em_steps: int = 1600
     """Experience-model SFT steps. The tiny model writes the output format after ~100 steps and copies the dial's
-    value into its next state only after ~1000 (an abrupt drop of the loss); at 1,600 steps it still gives every
-    submit the same reward (measured, see README), so the dream rewards are not yet right at this size."""
+    value into its next state only after ~1000 (an abrupt drop of the loss); at 1,600 it reaches reward accuracy
+    0.996 on held-out dial episodes (measured, see README). Fewer steps give a dream with wrong rewards."""
     em_batch_size: int = 8
     """Experience-model sequences per step (small batches: more updates for the same compute)."""
     sft_epochs: int = 4
@@ -463,8 +463,9 @@ class QuickstartConfig:
     def validate(self) -> None:
         if self.offline_episodes < 10:
             raise ConfigError("offline_episodes: need at least 10 offline episodes")
-        if self.em_steps < 1 or self.em_batch_size < 1:
-            raise ConfigError("em_steps and em_batch_size must be >= 1")
+        for name in ("em_steps", "em_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:

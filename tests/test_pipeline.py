@@ -3,6 +3,8 @@ replay buffer with synthetic transitions and runs the curriculum; S2R then stays
 
 import json
 
+import pytest
+
 from em_helpers import trained_dial_model
 from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
 
@@ -43,3 +45,13 @@ def test_render_table_lists_every_method():
            "real_data": 100, "real_steps": 10, "wall_time_s": 5}
     text = render_table({"SFT": row, "DreamGym GRPO": dict(row, real_steps=0)}, "t")
     assert "| SFT | 100 | 10 | 50.0 [30.0, 70.0] |" in text and "| DreamGym GRPO | 100 | 0 |" in text
+
+
+def test_quickstart_config_rejects_bad_values_naming_the_field():
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.pipeline import QuickstartConfig
+
+    for bad, field_name in (("em_steps=0", "em_steps"), ("em_batch_size=-1", "em_batch_size"),
+                            ("offline_episodes=3", "offline_episodes")):
+        with pytest.raises(ConfigError, match=field_name):
+            load_config(QuickstartConfig, None, [bad])
