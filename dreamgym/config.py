@@ -176,9 +176,13 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def describe(cls: type, prefix: str = "") -> str:
-    """Human-readable list of fields, defaults and docs (used by `--help`)."""
+    """Human-readable list of fields, defaults and docs (used by `--help`). A subclass lists the docs of the
+    fields it inherits (its own doc wins when it redeclares one)."""
     lines = []
-    docs = field_docs(cls)
+    docs: dict[str, str] = {}
+    for c in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(c):
+            docs.update({k: v for k, v in field_docs(c).items() if v})
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.config import ConfigError, describe, field_docs, load_config, to_dict
+from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.evaluate import EvalConfig, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
@@ -103,26 +103,6 @@ class TrainConfig(TrainerConfig):
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
-
-
-def describe_config(cls: type | None = None) -> str:
-    """`config.describe` for TrainConfig, with the docs of the fields it inherits from TrainerConfig."""
-    import typing
-
-    cls = cls or TrainConfig
-    docs: dict[str, str] = {}
-    for c in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(c):
-            docs.update({k: v for k, v in field_docs(c).items() if v})
-    hints = typing.get_type_hints(cls)
-    lines = []
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            lines.append(describe(hints[f.name], f.name + "."))
-        else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            lines.append(f"  {f.name}={default!r}  {docs.get(f.name, '')}")
-    return "\n".join(lines)
 
 
 def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None) -> Any:
@@ -227,7 +207,7 @@ def train_offline(trainer: Any, data: list[Trajectory], cfg: TrainConfig, run_di
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dreamgym train", description="Train an agent in a real environment.",
-                                     epilog="Config fields (key=value):\n" + describe_config(),
+                                     epilog="Config fields (key=value):\n" + describe(TrainConfig),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=ALGOS, default=None, help="training algorithm")
     parser.add_argument("--env", default=None, help="environment family")

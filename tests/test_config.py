@@ -62,6 +62,15 @@ def test_field_docs_and_describe():
     text = describe(Outer)
     assert "inner.lr=0.001  Learning rate." in text
 
+    @dataclass
+    class Derived(Outer):
+        extra: int = 1
+        """Only here."""
+
+    # Inherited fields keep their docs (field_docs reads one class body; describe walks the bases).
+    text = describe(Derived)
+    assert "  steps=10  Number of steps." in text and "  extra=1  Only here." in text
+
 
 def test_parse_overrides_rejects_missing_equals():
     with pytest.raises(ConfigError):
