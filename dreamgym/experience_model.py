@@ -506,25 +506,35 @@ def buffer_for(transitions: list[Transition], embedder: str = "minilm", path: st
     return buf
 
 
+def buffer_spec(meta: dict[str, Any], data: str | Path) -> tuple[str, str, int, bool, str | None]:
+    """Everything a checkpoint's seed buffer depends on: (data, embedder, history, binary reward, the family
+    whose env teacher annotates the examples or None). Equal specs give equal buffers, so callers may share one."""
+    m = meta["model"]
+    traced = (m.get("use_reasoning", True) and m.get("example_reasoning")
+              and meta.get("train", {}).get("teacher") == "env")
+    return (str(data), m.get("embedder", "minilm"), m.get("history", 3), m.get("binary_reward", True),
+            meta["env"] if traced else None)
+
+
 def checkpoint_buffer(checkpoint: str | Path, data: str | Path | None = None,
                       path: str | Path | None = None) -> Any:
     """The replay buffer a checkpoint was trained against: seeded with the transitions of `data` (default: the
-    checkpoint's own training data), with the checkpoint's embedder and history window. `path` makes it
-    persistent (reopening an existing buffer only adds what is missing)."""
+    checkpoint's own training data), with the checkpoint's embedder and history window, and the reasoning
+    traces its examples showed in training. `path` makes it persistent (reopening an existing buffer only adds
+    what is missing)."""
     from dreamgym.data import load_trajectories
 
     meta = read_checkpoint_meta(checkpoint)
     src = data or meta.get("train", {}).get("data")
     if not src:
         raise ValueError(f"{checkpoint}: no training data recorded; pass data=")
-    m = meta["model"]
-    trs = em_transitions(load_trajectories(src), history=m.get("history", 3),
-                         binary_reward=m.get("binary_reward", True))
-    if m.get("use_reasoning", True) and m.get("example_reasoning") and meta.get("train", {}).get("teacher") == "env":
+    src, embedder, history, binary_reward, teacher_env = buffer_spec(meta, src)
+    trs = em_transitions(load_trajectories(src), history=history, binary_reward=binary_reward)
+    if teacher_env is not None:
         from dreamgym.reasoning import EnvTeacher, annotate
 
-        trs = annotate(trs, EnvTeacher(meta["env"]))  # examples carry the traces they had in training
-    return buffer_for(trs, m.get("embedder", "minilm"), path)
+        trs = annotate(trs, EnvTeacher(teacher_env))  # examples carry the traces they had in training
+    return buffer_for(trs, embedder, path)
 
 
 # -------------------------------------------------------------------------------------------------- training

@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     import random
 
     from dreamgym.data import load_trajectories
-    from dreamgym.experience_model import checkpoint_buffer
+    from dreamgym.experience_model import buffer_spec, checkpoint_buffer
 
     try:
         held = load_trajectories(a.data)
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     random.Random(0).shuffle(held)  # a capped evaluation should see every policy, not the first in the file
     rows: dict[str, dict[str, Any]] = {}
-    buffers: dict[tuple[str, str], Any] = {}
+    buffers: dict[tuple[Any, ...], Any] = {}
     for path in a.model:
         try:
             meta = read_checkpoint_meta(path)
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             if not src or not Path(src).exists():
                 print(f"dreamgym eval-em: {path} needs retrieval data; pass --train-data", file=sys.stderr)
                 return 2
-            key = (str(src), meta["model"].get("embedder", "minilm"), meta["model"].get("history", 3))
+            key = buffer_spec(meta, src)  # models whose seed buffers would be identical share one
             if key not in buffers:
                 buffers[key] = checkpoint_buffer(path, src)
             buf = buffers[key]

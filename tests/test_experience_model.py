@@ -7,7 +7,7 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience_model import (FAILURE_STATE, RESET_ACTION, ExperienceModel, ExperienceModelConfig,
-                                       balance_outcomes, build_request, checkpoint_buffer, em_transitions, format_completion,
+                                       balance_outcomes, buffer_spec, build_request, checkpoint_buffer, em_transitions, format_completion,
                                        parse_completion, query_for, train_main)
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.types import Task, Transition
@@ -129,6 +129,20 @@ def test_balance_outcomes_repeats_the_rarer_final_transitions_only():
     assert sum(not t.done for t in out) == 10 and all(e == [t] for t, e in zip(out, out_ex))
     assert len(balance_outcomes(trs, exs, max_repeat=2)[0]) == len(trs) + 2  # the cap
     assert balance_outcomes(trs, exs, max_repeat=1)[0] == trs  # off
+
+
+def test_buffer_spec_tells_apart_checkpoints_whose_seed_buffers_differ():
+    def meta(**model):
+        return {"env": "dial", "train": {"teacher": "env"},
+                "model": {"embedder": "hashing", "history": 0, "use_reasoning": True, "example_reasoning": True,
+                          **model}}
+
+    base = buffer_spec(meta(), "d.jsonl")
+    assert base == ("d.jsonl", "hashing", 0, True, "dial") == buffer_spec(meta(k=5), "d.jsonl")
+    # Examples without traces (switched off, or no reasoning at all) come from an unannotated buffer.
+    assert buffer_spec(meta(example_reasoning=False), "d.jsonl")[-1] is None
+    assert buffer_spec(meta(use_reasoning=False), "d.jsonl")[-1] is None
+    assert buffer_spec(meta(history=3), "d.jsonl") != base and buffer_spec(meta(), "e.jsonl") != base
 
 
 def test_malformed_output_is_retried_then_becomes_the_failure_state_and_is_counted():
