@@ -22,6 +22,7 @@ import argparse
 import copy
 import json
 import time
+from typing import Any
 
 import torch
 
@@ -87,34 +88,30 @@ def main() -> None:
     chunks = micro_batches(lengths, common.optim.micro_batch_tokens)
     packs = [pack([ordered[i].prompt_ids for i in c], [ordered[i].completion_ids for i in c], trainer.pad_id, device)
              for c in chunks]
-    bare = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        for p in packs:
-            with autocast(device):
-                logits = bare_model(input_ids=p.input_ids, attention_mask=p.attention_mask).logits
-            logits.float().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        bare.append(time.perf_counter() - t0)
-    bare_s = min(bare)
+    def best_pass_s(loss_of: Any) -> float:
+        """Fastest of `repeats` passes: backward of `loss_of(pack)` over every micro-batch, one optimiser step."""
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            for p in packs:
+                loss_of(p).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return min(times)
 
+    def full_vocab_loss(p: Any) -> Any:
+        with autocast(device):
+            logits = bare_model(input_ids=p.input_ids, attention_mask=p.attention_mask).logits
+        return logits.float().mean()
+
+    bare_s = best_pass_s(full_vocab_loss)
     # --- the same, with the trainer's own forward (vocabulary projection only at the trained positions)
     from dreamgym.trainers.common import policy_forward
 
-    masked = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        for p in packs:
-            policy_forward(bare_model, p).logp.sum().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        masked.append(time.perf_counter() - t0)
-    masked_s = min(masked)
+    masked_s = best_pass_s(lambda p: policy_forward(bare_model, p).logp.sum())
 
     res = {
         "preset": args.preset, "device": str(device), "threads": args.threads,
