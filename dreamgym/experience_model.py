@@ -712,7 +712,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     each transition's own trajectory (so the model learns to use examples it did not come from) but not the
     identical steps of other episodes: a synthetic step retrieves those too, and in a deterministic
     environment copying them is right (excluding them taught the model that the nearest example's outcome is
-    usually wrong, measured: it then ignored examples and predicted success on every dial submit).
+    usually wrong; measured on the dial: trained that way, the model gave every submit the same reward).
 
     Shapes: a batch is input_ids/labels/attention_mask of [batch_size, longest sequence in the batch].
     """
