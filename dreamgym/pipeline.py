@@ -286,14 +286,15 @@ class Recipe:
                               "wall_time_s": wall, "curve": curve or []}
         print(f"[{name}] {res}", flush=True)
 
-    def sft(self, epochs: int = 3, lr: float = 1e-3) -> Path:
+    def sft(self, epochs: int = 3, lr: float = 1e-3, batch_size: int | None = None) -> Path:
         """The SFT baseline on the oracle demonstrations; every RL method starts from it."""
         from dreamgym.train import build_backend, build_trainer
 
         out = self.run / "sft" / "final"
         done = self.stage("SFT policy on the demonstrations")
         t0 = time.time()
-        cfg = dataclasses.replace(self.base, algo="sft", sft=dataclasses.replace(self.base.sft, epochs=epochs),
+        sft_cfg = dataclasses.replace(self.base.sft, epochs=epochs, batch_size=batch_size or self.base.sft.batch_size)
+        cfg = dataclasses.replace(self.base, algo="sft", sft=sft_cfg,
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
         if (out / "trainer_state.json").is_file():
             backend = build_backend(cfg, str(out))
@@ -432,8 +433,14 @@ class QuickstartConfig:
     0.996 on held-out dial episodes (measured, see README). Fewer steps give a dream with wrong rewards."""
     em_batch_size: int = 8
     """Experience-model sequences per step (small batches: more updates for the same compute)."""
-    sft_epochs: int = 4
-    """Policy SFT epochs on the demonstrations."""
+    sft_epochs: int = 16
+    """Policy SFT epochs on the demonstrations (~590 steps of 16 on the default data). Measured on the dial
+    (sampled test success, seed 0): the tiny policy learns which way to turn early but when to submit only in a
+    sharp, noisy transition — 0.31 after these 16 epochs, between 0.12 and 0.40 for 12-30 epochs, 0.98 after
+    1,000 steps of 16 drawn with replacement. The old default (4 epochs of 32) gave 0.05: a policy that almost
+    never submits at the target gives GRPO no signal (neither real nor dream GRPO moved it)."""
+    sft_batch_size: int = 16
+    """Policy SFT turns per optimiser step."""
     sft_lr: float = 1e-3
     """Policy SFT learning rate."""
     dream_iterations: int = 8
@@ -463,7 +470,7 @@ class QuickstartConfig:
     def validate(self) -> None:
         if self.offline_episodes < 10:
             raise ConfigError("offline_episodes: need at least 10 offline episodes")
-        for name in ("em_steps", "em_batch_size"):
+        for name in ("em_steps", "em_batch_size", "sft_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
@@ -475,7 +482,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                em_overrides=q.em_overrides)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
     em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
-    r.sft(epochs=q.sft_epochs, lr=q.sft_lr)
+    r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size)
     rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
     r.run_method("DreamGym-S2R GRPO", mode="real", from_method="DreamGym GRPO", budget=q.budget,
