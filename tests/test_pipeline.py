@@ -52,6 +52,6 @@ def test_quickstart_config_rejects_bad_values_naming_the_field():
     from dreamgym.pipeline import QuickstartConfig
 
     for bad, field_name in (("em_steps=0", "em_steps"), ("em_batch_size=-1", "em_batch_size"),
-                            ("offline_episodes=3", "offline_episodes")):
+                            ("sft_batch_size=0", "sft_batch_size"), ("offline_episodes=3", "offline_episodes")):
         with pytest.raises(ConfigError, match=field_name):
             load_config(QuickstartConfig, None, [bad])
