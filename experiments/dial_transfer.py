@@ -14,7 +14,9 @@ Reads a quickstart run directory (its offline data, SFT demonstrations and exper
 
     python experiments/dial_transfer.py --run runs/quickstart
 
-Takes ~10-15 minutes on 2 CPU cores. Measured 2026-11-30 (10 iterations, test seeds 10-19, n = 180 each), seed 0
+Takes ~10-15 minutes on 2 CPU cores. Results depend on the thread count (float sums differ, and the SFT
+transition amplifies that); the figures below are from `--threads 1`.
+Measured 2026-11-30 (10 iterations, test seeds 10-19, n = 180 each), seed 0
 with this session's quickstart: start 0.644 [0.572, 0.711] (550 SFT steps) -> dream 0.617 [0.544, 0.685]
 (0 real steps) vs real 0.706 [0.635, 0.767] (2,931 real steps): no transfer. An earlier hand-run of the same
 steps (SFT fixed at 600 steps as with `--sft-steps 600`, the previous quickstart's experience model) gave start 0.528 [0.455, 0.599] ->
@@ -37,7 +39,7 @@ from dreamgym.envs import dial
 from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld, train_dream
 from dreamgym.rollout import RealStepBudget
-from dreamgym.train import TrainConfig, build_backend, build_trainer, iteration_tasks
+from dreamgym.train import TrainConfig, build_backend, build_trainer, train_real
 
 
 def main() -> None:
@@ -68,20 +70,20 @@ def main() -> None:
     sft = build_trainer("sft", backend, cfg, admissible_fn=dial.admissible_from_state)
     examples, _ = sft.examples(load_trajectories(run / "demos.jsonl"))
     rng = random.Random(args.seed)
-    check_steps, step, train_success = 0, 0, 0.0
+    check_budget = RealStepBudget(None)  # counts the real steps the success checks take
+    step, train_success = 0, 0.0
     while step < (args.sft_steps or args.max_sft_steps):
         sft.train_step(rng.sample(examples, 16))
         step += 1
         if step % 50 == 0 and not args.sft_steps:
             ec = EvalConfig(temperature=1.0, sample_seed=step, agent=cfg.agent, rollout=cfg.rollout)
-            r = evaluate_policy(backend, dial.DialEnv, dial.make_tasks("train"), [0], ec)
-            check_steps += int(round(r.mean_steps * r.n))
+            r = evaluate_policy(backend, dial.DialEnv, dial.make_tasks("train"), [0], ec, budget=check_budget)
             train_success = r.success_rate
             print(f"sft step {step}: sampled train success {train_success:.3f}", flush=True)
             if train_success >= args.start_success:
                 break
     sft.save(out / "start")
-    results = {"start": {"sft_steps": step, "train_success": train_success, "real_check_steps": check_steps,
+    results = {"start": {"sft_steps": step, "train_success": train_success, "real_check_steps": check_budget.used,
                          "wall_s": time.time() - t0, **test(backend).to_dict()}}
     print("start:", json.dumps(results["start"]), flush=True)
 
@@ -102,12 +104,10 @@ def main() -> None:
 
     # 2b. GRPO in the real dial, same iterations, every step counted.
     t0 = time.time()
-    rcfg = load_config(TrainConfig, None, rl)
+    rcfg = load_config(TrainConfig, None, [*rl, f"iterations={args.iterations}", "save_every=0"])
     be = build_backend(rcfg, str(out / "start"))
     trainer = build_trainer("grpo", be, rcfg, budget=RealStepBudget(None))
-    pool = dial.make_tasks("train")
-    for it in range(args.iterations):
-        trainer.train_iteration(iteration_tasks(pool, 8, args.seed, it), dial.DialEnv)
+    train_real(trainer, dial, rcfg, out / "real", logger=None, progress=False)
     trainer.save(out / "real" / "final")
     results["real"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)
