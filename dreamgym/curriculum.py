@@ -109,6 +109,71 @@ class CurriculumStats:
         return self.valid / self.proposed if self.proposed else 0.0
 
 
+# ------------------------------------------------------------------------------ teaching the LLM to write tasks
+def solved_task_steps(trajectories: list[Any]) -> dict[str, tuple[Task, int]]:
+    """Each task some episode in `trajectories` won, with the fewest steps a winning episode took: the
+    difficulty measure of `writing_examples` (more steps = harder) and its proof that the task is feasible."""
+    out: dict[str, tuple[Task, int]] = {}
+    for tr in trajectories:
+        if tr.won and (tr.task.id not in out or len(tr.steps) < out[tr.task.id][1]):
+            out[tr.task.id] = (tr.task, len(tr.steps))
+    return out
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower())) or {"_"}
+
+
+def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, max_examples: int = 0,
+                     neighbours: int = 20, seed: int = 0) -> list[tuple[list[dict[str, str]], str]]:
+    """(chat request, target completion) pairs in the curriculum's own two prompts, for the experience
+    model's SFT: a model trained from scratch only on transitions cannot write a task (measured on the dial:
+    0 of its proposals parsed), so M_task would never add one.
+
+    Variant examples: for task A, up to `n_variants` of the `neighbours` most similar solved tasks (BM25 over
+    the instructions' words) that took at least as many steps to win, as `Variant: <instruction>` lines (strictly
+    more would be too few: on WebShop most wins take 5 steps, and the neighbours left were other products);
+    tasks with no such neighbour are skipped. Selection examples: the same candidates shuffled, answered with the
+    hardest one (ties: the first listed) -- every candidate was won in real data, so each is feasible. With
+    `max_examples` > 0 at most that many variant examples (and as many selection examples) are kept."""
+    import bm25s
+
+    rng = random.Random(seed)
+    items = sorted(solved.values(), key=lambda ts: ts[0].id)
+    words = [sorted(_words(t.instruction)) for t, _ in items]
+    # BM25 over the instructions: template words every task shares ("i", "looking", "dollars") weigh nothing,
+    # the product and its attributes decide which tasks are neighbours.
+    index = bm25s.BM25()
+    index.index(words, show_progress=False)
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    out: list[tuple[list[dict[str, str]], str]] = []
+    picks: list[tuple[list[dict[str, str]], str]] = []
+    n_kept = 0
+    for i in order:
+        if max_examples and n_kept >= max_examples:
+            break
+        task, steps = items[i]
+        scores = np.asarray(index.get_scores(words[i]))
+        sims = sorted(((float(scores[j]), j) for j in range(len(items))
+                       if j != i and scores[j] > 0 and items[j][1] >= steps
+                       and items[j][0].instruction.strip().lower() != task.instruction.strip().lower()),
+                      key=lambda sj: (-sj[0], sj[1]))[:neighbours]
+        if not sims:
+            continue
+        chosen = rng.sample([j for _, j in sims], min(n_variants, len(sims)))
+        variants = [items[j][0].instruction for j in chosen]
+        out.append((Curriculum.variant_request(task, n_variants),
+                    "\n".join(f"Variant: {v}" for v in variants)))
+        if len(chosen) > 1:
+            rng.shuffle(chosen)
+            best = max(range(len(chosen)), key=lambda c: (items[chosen[c]][1], -c))
+            picks.append((Curriculum.select_request(task, [items[j][0].instruction for j in chosen]),
+                           f"Choice: {best + 1}"))
+        n_kept += 1
+    return out + picks
+
+
 class Curriculum:
     """Task pool + variance-driven generation. `sample` draws a batch; `update` takes the iteration's
     rewards per task and grows the pool with validated harder variants."""
@@ -139,11 +204,13 @@ class Curriculum:
         return picked
 
     # -- generation -------------------------------------------------------------------------------------
-    def _variant_request(self, task: Task) -> list[dict[str, str]]:
+    @staticmethod
+    def variant_request(task: Task, n_variants: int) -> list[dict[str, str]]:
         return [{"role": "system", "content": VARIANT_SYSTEM},
-                {"role": "user", "content": f"Task: {task.instruction}\nWrite {self.config.n_variants} harder variants."}]
+                {"role": "user", "content": f"Task: {task.instruction}\nWrite {n_variants} harder variants."}]
 
-    def _select_request(self, task: Task, candidates: list[str]) -> list[dict[str, str]]:
+    @staticmethod
+    def select_request(task: Task, candidates: list[str]) -> list[dict[str, str]]:
         listing = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(candidates))
         return [{"role": "system", "content": SELECT_SYSTEM},
                 {"role": "user", "content": f"Original: {task.instruction}\nCandidates:\n{listing}"}]
@@ -184,7 +251,7 @@ class Curriculum:
         assert self.llm is not None
         params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.max_tokens,
                                 seed=self.rng.randrange(2**31))
-        outs = self.llm.generate([self._variant_request(t) for t in seeds], params)
+        outs = self.llm.generate([self.variant_request(t, self.config.n_variants) for t in seeds], params)
         valid_per_seed: list[list[tuple[str, dict[str, Any]]]] = []
         for text in (o.text for o in outs):
             cands = self.parse_variants(text)[: self.config.n_variants]
@@ -206,7 +273,7 @@ class Curriculum:
         choosing = [i for i, k in enumerate(valid_per_seed) if len(k) > 1]
         choice = {i: 0 for i, k in enumerate(valid_per_seed) if k}
         if choosing:
-            sel = self.llm.generate([self._select_request(seeds[i], [c for c, _ in valid_per_seed[i]])
+            sel = self.llm.generate([self.select_request(seeds[i], [c for c, _ in valid_per_seed[i]])
                                      for i in choosing], SamplingParams(temperature=0.0, max_tokens=8))
             for i, o in zip(choosing, sel):
                 m = re.search(r"(\d+)", o.text)

@@ -557,7 +557,7 @@ class TrainEMConfig:
     teacher: str = "env"
     """Reasoning traces: 'env' (family explain, fills only missing traces) or 'keep' (use stored traces)."""
     lora: bool | None = None
-    """LoRA via PEFT; None: full fine-tuning for tiny, LoRA for every other model."""
+    """LoRA via PEFT; None: full fine-tuning below `presets.FULL_FT_MAX_PARAMS` parameters (tiny), LoRA above."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -595,6 +595,11 @@ class TrainEMConfig:
     """Checkpoint (with optimizer and RNG state, for resume) every N steps."""
     resume: bool = True
     """Continue from the checkpoint in `out` when one exists."""
+    task_writing: int = 2000
+    """Also teach the curriculum's two prompts (write harder variants of a task; pick one): at most this many
+    variant examples, and as many selection examples, built from the tasks the data shows solved (harder = a
+    win took more steps; `curriculum.writing_examples`). 0: none -- a model trained from scratch on
+    transitions alone then writes no parseable task and the curriculum adds nothing."""
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -648,6 +653,22 @@ def encode_examples(transitions: list[Transition], examples: list[list[Transitio
             stats["skipped_long_completion"] += 1
             continue
         out.append((list(prompt) + comp, len(prompt)))
+    return out
+
+
+def encode_chat_examples(pairs: list[tuple[list[dict[str, str]], str]], backend: Any, max_new_tokens: int,
+                         stats: Counter) -> list[tuple[list[int], int]]:
+    """Like `encode_examples` for plain (chat request, target text) pairs, e.g. the curriculum's prompts."""
+    tok = backend.tokenizer
+    out = []
+    for request, target in pairs:
+        prompt = backend.prompt_ids(request)
+        comp = tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if len(comp) > max_new_tokens:
+            stats["skipped_long_completion"] += 1
+            continue
+        out.append((list(prompt) + comp, len(prompt)))
+        stats["task_writing_examples"] += 1
     return out
 
 
@@ -720,7 +741,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     from dreamgym.llm.hf import HFBackend
     from dreamgym.metrics import MetricsLogger
-    from dreamgym.presets import load_preset
+    from dreamgym.presets import load_preset, wants_lora
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
@@ -765,11 +786,13 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     device = cfg.device
     state_path = out / TRAIN_STATE_FILE
     resuming = cfg.resume and state_path.is_file() and (out / MODEL_SUBDIR).is_dir()
-    use_lora = cfg.lora if cfg.lora is not None else cfg.preset != "tiny"
-    if resuming and not use_lora:
-        model, tokenizer = load_preset(str(out / MODEL_SUBDIR), device=device)
-    else:
-        model, tokenizer = load_preset(cfg.preset, device=device)
+    # A resumed full fine-tune saved whole weights (config.json); a resumed LoRA run saved an adapter.
+    resumed_full = resuming and (out / MODEL_SUBDIR / "config.json").is_file()
+    model, tokenizer = load_preset(str(out / MODEL_SUBDIR) if resumed_full else cfg.preset, device=device)
+    if resuming and cfg.lora is not None and cfg.lora == resumed_full:
+        raise ConfigError(f"lora={cfg.lora} but the run in {out} trained "
+                          f"{'all weights' if resumed_full else 'a LoRA adapter'}; resume with the same setting")
+    use_lora = not resumed_full and (resuming or wants_lora(cfg.lora, model))
     if use_lora:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -789,6 +812,12 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     stats: Counter = Counter()
     t0 = time.perf_counter()
     data = encode_examples(transitions, examples, mcfg, backend, stats)
+    if cfg.task_writing > 0:
+        from dreamgym.curriculum import CurriculumConfig, solved_task_steps, writing_examples
+
+        pairs = writing_examples(solved_task_steps(trajectories), n_variants=CurriculumConfig().n_variants,
+                                 max_examples=cfg.task_writing, seed=cfg.seed)
+        data += encode_chat_examples(pairs, backend, mcfg.max_new_tokens, stats)
     t_encode = time.perf_counter() - t0
     if not data:
         raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")
@@ -796,7 +825,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     n_batches = math.ceil(len(data) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(round(cfg.epochs * n_batches)))
     say(f"{len(data)} examples (mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}), "
-        f"{total} steps of {cfg.batch_size}; skipped {dict(stats)}")
+        f"{total} steps of {cfg.batch_size}; counts {dict(stats)}")
 
     peak = cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -872,7 +901,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
                "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
-               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "skipped": dict(stats)}
+               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats)}
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
 

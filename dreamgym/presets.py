@@ -75,6 +75,20 @@ class PresetError(RuntimeError):
     """A preset could not be built or loaded; the message says why and how to fix it."""
 
 
+# Below this many parameters `lora=None` (auto) means full fine-tuning: the tiny preset and every model
+# fine-tuned from it. Adapters on a few-million-parameter model leave too little capacity to learn (a LoRA on a
+# tiny WebShop policy never learned to copy product ids) and full updates are cheap at that size anyway.
+FULL_FT_MAX_PARAMS = 50_000_000
+
+
+def wants_lora(lora: bool | None, model: Any) -> bool:
+    """Resolve a `lora` setting for `model`: an explicit True/False wins; None picks LoRA only for models with
+    at least FULL_FT_MAX_PARAMS parameters."""
+    if lora is not None:
+        return bool(lora)
+    return sum(p.numel() for p in model.parameters()) >= FULL_FT_MAX_PARAMS
+
+
 def pick_device() -> str:
     """'cuda' when a GPU is usable, else 'cpu'."""
     import torch

@@ -110,7 +110,7 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
     from dreamgym.llm.hf import HFBackend
 
     model, tok, meta = load_policy(init or cfg.model.preset, device=device)
-    if meta.get("kind") == "lora" and cfg.model.use_lora():
+    if meta.get("kind") == "lora" and cfg.model.lora is not False:
         # Continue training the same adapters (the PEFT model loads them frozen by default).
         for name, p in model.named_parameters():
             if "lora_" in name:

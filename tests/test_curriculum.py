@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups, reward_variance
+from dreamgym.curriculum import (Curriculum, CurriculumConfig, cluster_groups, reward_variance, solved_task_steps,
+                                 writing_examples)
 from dreamgym.envs.dial import make_tasks, parse_goal
 from dreamgym.llm.fake import FakeLLM
 
@@ -58,3 +59,29 @@ def test_cluster_groups_pools_rewards_of_similar_tasks():
     emb = np.array([[1, 0], [0.99, 0.01], [0, 1], [0.01, 0.99]])
     groups = cluster_groups(["a", "b", "c", "d"], [1, 0, 1, 1], emb, n_clusters=2)
     assert sorted(groups["a"]) == [0, 1] and sorted(groups["c"]) == [1, 1]
+
+
+def test_writing_examples_teach_harder_solved_variants_and_the_hardest_choice(tmp_path):
+    from dreamgym.collect import collect
+    from dreamgym.data import load_trajectories
+    from dreamgym.envs.webshop import parse_goal as ws_parse_goal
+
+    collect("webshop", {"oracle": 0.7, "random": 0.3}, 60, tmp_path / "d.jsonl", seed=3, progress=False)
+    trajs = load_trajectories(tmp_path / "d.jsonl")
+    solved = solved_task_steps(trajs)
+    assert solved and all(any(t.won and t.task.id == tid for t in trajs) for tid in solved)
+    by_text = {task.instruction: steps for task, steps in solved.values()}
+    pairs = writing_examples(solved, n_variants=3, seed=0)
+    variants = [(req, out) for req, out in pairs if out.startswith("Variant:")]
+    choices = [(req, out) for req, out in pairs if out.startswith("Choice:")]
+    assert variants and choices
+    for req, out in variants:
+        parent = req[-1]["content"].split("\n")[0].removeprefix("Task: ")
+        lines = Curriculum.parse_variants(out)
+        assert 1 <= len(lines) <= 3
+        # Every target is a real solved task that took at least as many steps as the parent, and parses as a goal.
+        assert all(by_text[v] >= by_text[parent] and ws_parse_goal(v) is not None for v in lines)
+    for req, out in choices:
+        listed = [line.split(". ", 1)[1] for line in req[-1]["content"].split("\n")[2:]]
+        picked = listed[int(out.removeprefix("Choice: ")) - 1]
+        assert by_text[picked] == max(by_text[c] for c in listed)

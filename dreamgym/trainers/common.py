@@ -39,7 +39,6 @@ from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import RealStepBudget, RolloutConfig
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-FULL_FT_PRESETS = ("tiny",)
 
 
 # ------------------------------------------------------------------------------------------------- configs
@@ -48,7 +47,8 @@ class ModelConfig:
     preset: str = "tiny"
     """Policy model: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
     lora: bool | None = None
-    """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning for `tiny`, LoRA otherwise."""
+    """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning for models under
+    `presets.FULL_FT_MAX_PARAMS` (tiny and checkpoints made from it), LoRA for larger ones."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -62,8 +62,10 @@ class ModelConfig:
     generation_batch_size: int = 64
     """Rows the policy backend decodes together."""
 
-    def use_lora(self) -> bool:
-        return self.lora if self.lora is not None else self.preset not in FULL_FT_PRESETS
+    def use_lora(self, model: nn.Module) -> bool:
+        from dreamgym.presets import wants_lora
+
+        return wants_lora(self.lora, model)
 
 
 @dataclass
@@ -153,7 +155,7 @@ def is_peft(model: nn.Module) -> bool:
 def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
     """The trainable policy: `model` wrapped with LoRA adapters (PEFT) or, for full fine-tuning, `model` itself
     with float32 weights. Idempotent on an already-wrapped PEFT model."""
-    if cfg.use_lora():
+    if is_peft(model) or cfg.use_lora(model):
         if not is_peft(model):
             from peft import LoraConfig, get_peft_model
 

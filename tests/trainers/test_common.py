@@ -47,8 +47,17 @@ def test_policy_forward_reproduces_sampling_logprobs(tiny_backend):
 
 
 def test_lora_selection_and_adapter_checkpoint(tiny_backend, tmp_path):
-    assert not ModelConfig(preset="tiny").use_lora() and ModelConfig(preset="smollm2-135m").use_lora()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     be = tiny_backend
+    # Auto (lora=None) decides by size: the tiny model (and checkpoints made from it) is fully fine-tuned, a
+    # 135M-parameter model gets adapters; an explicit setting always wins.
+    with torch.device("meta"):
+        big = LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                           num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3))
+    assert not ModelConfig(preset="runs/x/checkpoint/model").use_lora(be.model)
+    assert ModelConfig(preset="smollm2-135m").use_lora(big) and ModelConfig(lora=True).use_lora(be.model)
+    assert not ModelConfig(lora=False).use_lora(big)
     model = prepare_policy(be.model, ModelConfig(preset="tiny", lora=True, lora_r=4))
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
