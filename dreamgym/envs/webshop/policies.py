@@ -1,4 +1,4 @@
-"""Scripted WebShop policies for offline trajectories: oracle, noisy (human-like) and random.
+"""Scripted WebShop policies for offline trajectories: oracle, noisy (human-like), shopper and random.
 
 Owns: how each policy picks the next action from an observation's `info` (the abstract state and the
 catalog key); the oracle's notion of a winning product.
@@ -192,6 +192,53 @@ class NoisyPolicy(OraclePolicy):
         return super().act(obs, info)
 
 
+class ShopperPolicy:
+    """A shopper that acts only on what the instruction and the pages show, deterministically: searches the
+    product type and attributes the instruction names, clicks the first listed product within the price
+    bound (next page when none is, the top one after the last page), clicks the listed option values the
+    instruction names, and buys. Its wins are demonstrations a policy can imitate exactly: the oracle clicks
+    the product it knows wins (from the catalog), which a model reading the same page can only guess -- a tiny
+    model trained on oracle demonstrations learned to emit product-id-shaped strings instead of copying one."""
+
+    def __init__(self, seed: int = 0):
+        self.goal: dict[str, Any] = {}
+        self.query = ""
+
+    def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
+        self.goal = parse_goal(task.instruction) or {}
+        words = [self.goal.get("product_type") or "", *self.goal.get("attributes", [])]
+        self.query = " ".join(w for w in words if w).strip() or _PRICE_CLAUSE.sub("", task.instruction).strip()
+
+    def _affordable(self, price: str) -> bool:
+        bound = self.goal.get("price_upper")
+        m = re.search(r"[\d.]+", price.replace(",", ""))
+        return bound is None or m is None or float(m.group(0)) <= float(bound)
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        p = parse_abstract(info.get("abstract_state", ""))
+        page = p["page"]
+        if page == "search":
+            return f"search[{self.query}]"
+        if page == "results":
+            for link in p["links"]:
+                if self._affordable(link["price"]):
+                    return click(link["asin"])
+            if NEXT_PAGE in p["buttons"]:
+                return click(NEXT_PAGE)
+            return click(p["links"][0]["asin"]) if p["links"] else click(BACK_TO_SEARCH)
+        if page == "item":
+            selected = {o["name"]: o["value"] for o in p["options"] if o["selected"]}
+            for name, value in goal_options_dict(self.goal).items():
+                offered = [o for o in p["options"] if o["name"] == name or name.startswith("option")]
+                pick = next((o["value"] for o in offered if _norm(o["value"]) == _norm(value)), None)
+                if pick is not None and selected.get(name) != pick and pick not in selected.values():
+                    return click(pick)
+            return click(BUY_NOW)
+        if page in ("description", "features", "reviews"):
+            return click(PREV_PAGE)
+        return click(BACK_TO_SEARCH)
+
+
 class RandomPolicy:
     """Uniform over the page's admissible actions; a search uses 1-4 random words of the instruction."""
 
@@ -211,4 +258,4 @@ class RandomPolicy:
 
 
 POLICIES: dict[str, type] = {"oracle": OraclePolicy, "expert": OraclePolicy, "noisy": NoisyPolicy,
-                             "random": RandomPolicy}
+                             "shopper": ShopperPolicy, "random": RandomPolicy}
