@@ -55,3 +55,14 @@ def test_quickstart_config_rejects_bad_values_naming_the_field():
                             ("sft_batch_size=0", "sft_batch_size"), ("offline_episodes=3", "offline_episodes")):
         with pytest.raises(ConfigError, match=field_name):
             load_config(QuickstartConfig, None, [bad])
+
+
+def test_table_config_rejects_bad_values_naming_the_field():
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.table import TableConfig
+
+    for bad, field_name in ((["budget=8"], "budget"), (["sft_policy=shopper"], "sft_policy")):
+        with pytest.raises(ConfigError, match=field_name):
+            load_config(TableConfig, None, bad)
+    cfg = load_config(TableConfig, None, ["sft_policy=shopper", "offline_mix=shopper:0.5,noisy:0.3,random:0.2"])
+    assert cfg.sft_policy == "shopper"
