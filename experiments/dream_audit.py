@@ -1,12 +1,14 @@
-"""On-policy fidelity of a dial experience model: does the dream agree with reality on *this policy's* episodes?
+"""On-policy fidelity of an experience model: does the dream agree with reality on *this policy's* episodes?
 
 `dreamgym eval-em` scores the model on held-out real trajectories of the scripted policies; what RL needs is
 agreement on the episodes the policy being trained actually produces, and a policy trained in the dream drifts
 toward wherever the model is wrong. This plays the policy inside the synthetic environment, replays each dream
-episode's actions in the real dial from the same task, and prints the outcome confusion (dream vs real) and the
-per-step next-state agreement.
+episode's actions in the real environment from the same task, and prints the outcome confusion (dream won vs
+real won) and the per-step next-state agreement (exact abstract state; the dial compares parsed states).
 
-    python experiments/dial_dream_audit.py --em runs/quickstart/em --policy runs/dial-transfer/start
+    python experiments/dream_audit.py --env dial --em runs/quickstart/em --policy runs/dial-transfer/start
+    python experiments/dream_audit.py --env webshop --em runs/ws-em2 --policy runs/ws-sft3/final \
+        --data runs/table-webshop/offline.jsonl --tasks 64 agent.history=0 agent.show_admissible=false
 
 Measured 2026-11-30 (144 episodes): the quickstart's model on the SFT start of experiments/dial_transfer.py
 credited 88 true wins, missed 0, invented 4; on the policy after 10 dream iterations it invented 11 and 17% of
@@ -23,7 +25,7 @@ from pathlib import Path
 import torch
 
 from dreamgym.config import load_config
-from dreamgym.envs import dial
+from dreamgym.envs import family
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
 from dreamgym.rollout import run_rollouts
 from dreamgym.train import TrainConfig, build_backend
@@ -31,39 +33,49 @@ from dreamgym.train import TrainConfig, build_backend
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="dial", help="environment family")
     ap.add_argument("--em", required=True, help="experience-model checkpoint (dreamgym train-em)")
     ap.add_argument("--policy", required=True, help="policy checkpoint or model directory")
+    ap.add_argument("--data", default="", help="offline data seeding the buffer (default: the model's own)")
+    ap.add_argument("--tasks", type=int, default=0, help="train tasks to play (0: all)")
     ap.add_argument("--repeats", type=int, default=2, help="episodes per train task")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt, e.g. agent.history=0")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = load_config(TrainConfig, None, ["env=dial", *ENV_DEFAULTS["dial"]["train"]])
+    fam = family(args.env)
+    cfg = load_config(TrainConfig, None, [f"env={args.env}", *ENV_DEFAULTS.get(args.env, {}).get("train", []),
+                                          *args.overrides])
+    dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
-        world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={args.em}"]), Path(tmp), args.seed)
+        world = DreamWorld(args.env, load_config(DreamConfig, None, dream), Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
-        tasks = dial.make_tasks("train") * args.repeats
+        tasks = list(fam.tasks("train"))
+        tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
         episodes = run_rollouts(backend, world.env_factory(), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
+    parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = 0
     for ep in episodes:
-        env = dial.DialEnv()
+        env = fam.make_env("train")
         env.reset(options={"task": ep.task})
-        real_reward, wrong = 0.0, False
+        real_won, wrong = False, False
         for turn in ep.turns:
             if not turn.stepped:
                 break
-            _, r, term, trunc, info = env.step(turn.action or "")
-            real_reward += r
-            same = dial.parse_state(info["abstract_state"]) == dial.parse_state(turn.next_state)
+            _, _, term, trunc, info = env.step(turn.action or "")
+            real_won = bool(info.get("won"))
+            same = parse(info["abstract_state"]) == parse(turn.next_state)
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
             if term or trunc:
                 break
+        env.close()
         divergent += wrong
-        outcomes[("dream win" if ep.reward > 0 else "dream loss", "real win" if real_reward > 0 else "real loss")] += 1
+        outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
-    print(f"{n} episodes; dream success {sum(e.reward > 0 for e in episodes) / n:.3f}")
+    print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}")
     for (d, r), c in sorted(outcomes.items()):
         print(f"  {d:10s} / {r:9s}: {c}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f}; episodes with a wrong state {divergent / n:.3f}")
