@@ -4,7 +4,8 @@
 agreement on the episodes the policy being trained actually produces, and a policy trained in the dream drifts
 toward wherever the model is wrong. This plays the policy inside the synthetic environment, replays each dream
 episode's actions in the real environment from the same task, and prints the outcome confusion (dream won vs
-real won) and the per-step next-state agreement (exact abstract state; the dial compares parsed states).
+real won) and the per-step next-state agreement (exact abstract state -- the dial compares parsed states -- and
+token F1, the measure `dreamgym eval-em` uses).
 
     python experiments/dream_audit.py --env dial --em runs/quickstart/em --policy runs/dial-transfer/start
     python experiments/dream_audit.py --env webshop --em runs/ws-em2 --policy runs/ws-sft3/final \
@@ -26,6 +27,7 @@ import torch
 
 from dreamgym.config import load_config
 from dreamgym.envs import family
+from dreamgym.fidelity import token_f1
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
 from dreamgym.rollout import run_rollouts
 from dreamgym.train import TrainConfig, build_backend
@@ -58,6 +60,7 @@ def main() -> None:
     parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = 0
+    f1s: list[float] = []
     for ep in episodes:
         env = fam.make_env("train")
         env.reset(options={"task": ep.task})
@@ -68,6 +71,7 @@ def main() -> None:
             _, _, term, trunc, info = env.step(turn.action or "")
             real_won = bool(info.get("won"))
             same = parse(info["abstract_state"]) == parse(turn.next_state)
+            f1s.append(token_f1(turn.next_state, info["abstract_state"]))
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
             if term or trunc:
                 break
@@ -78,7 +82,8 @@ def main() -> None:
     print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}")
     for (d, r), c in sorted(outcomes.items()):
         print(f"  {d:10s} / {r:9s}: {c}")
-    print(f"next-state agreement per step {agree / max(steps, 1):.3f}; episodes with a wrong state {divergent / n:.3f}")
+    print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
+          f"episodes with a wrong state {divergent / n:.3f}")
 
 
 if __name__ == "__main__":
