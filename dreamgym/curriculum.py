@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dreamgym.llm.base import LLM, SamplingParams
-from dreamgym.types import Task
+from dreamgym.types import Task, Trajectory
 
 VARIANT_SYSTEM = (
     "You design training tasks for an agent. Given a task the agent sometimes solves and sometimes fails, "
@@ -110,7 +110,7 @@ class CurriculumStats:
 
 
 # ------------------------------------------------------------------------------ teaching the LLM to write tasks
-def solved_task_steps(trajectories: list[Any]) -> dict[str, tuple[Task, int]]:
+def solved_task_steps(trajectories: list[Trajectory]) -> dict[str, tuple[Task, int]]:
     """Each task some episode in `trajectories` won, with the fewest steps a winning episode took: the
     difficulty measure of `writing_examples` (more steps = harder) and its proof that the task is feasible."""
     out: dict[str, tuple[Task, int]] = {}
@@ -155,10 +155,16 @@ def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, m
             break
         task, steps = items[i]
         scores = np.asarray(index.get_scores(words[i]))
-        sims = sorted(((float(scores[j]), j) for j in range(len(items))
-                       if j != i and scores[j] > 0 and items[j][1] >= steps
-                       and items[j][0].instruction.strip().lower() != task.instruction.strip().lower()),
-                      key=lambda sj: (-sj[0], sj[1]))[:neighbours]
+        ranked = sorted(((float(scores[j]), j) for j in range(len(items))
+                         if j != i and scores[j] > 0 and items[j][1] >= steps),
+                        key=lambda sj: (-sj[0], sj[1]))
+        seen = {task.instruction.strip().lower()}  # one line per distinct text (dial tasks share instructions)
+        sims = []
+        for sc, j in ranked:
+            text = items[j][0].instruction.strip().lower()
+            if text not in seen and len(sims) < neighbours:
+                seen.add(text)
+                sims.append((sc, j))
         if not sims:
             continue
         chosen = rng.sample([j for _, j in sims], min(n_variants, len(sims)))
