@@ -145,6 +145,7 @@ def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, m
     # the product and its attributes decide which tasks are neighbours.
     index = bm25s.BM25()
     index.index(words, show_progress=False)
+    step_counts = np.array([n for _, n in items])
     order = list(range(len(items)))
     rng.shuffle(order)
     out: list[tuple[list[dict[str, str]], str]] = []
@@ -155,19 +156,21 @@ def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, m
             break
         task, steps = items[i]
         scores = np.asarray(index.get_scores(words[i]))
-        ranked = sorted(((float(scores[j]), j) for j in range(len(items))
-                         if j != i and scores[j] > 0 and items[j][1] >= steps),
-                        key=lambda sj: (-sj[0], sj[1]))
+        cand = np.flatnonzero((scores > 0) & (step_counts >= steps))
+        cand = cand[cand != i]
+        ranked = cand[np.lexsort((cand, -scores[cand]))]  # best score first, ties by index
         seen = {task.instruction.strip().lower()}  # one line per distinct text (dial tasks share instructions)
-        sims = []
-        for sc, j in ranked:
+        sims: list[int] = []
+        for j in ranked.tolist():
             text = items[j][0].instruction.strip().lower()
-            if text not in seen and len(sims) < neighbours:
+            if text not in seen:
                 seen.add(text)
-                sims.append((sc, j))
+                sims.append(j)
+                if len(sims) == neighbours:
+                    break
         if not sims:
             continue
-        chosen = rng.sample([j for _, j in sims], min(n_variants, len(sims)))
+        chosen = rng.sample(sims, min(n_variants, len(sims)))
         variants = [items[j][0].instruction for j in chosen]
         out.append((Curriculum.variant_request(task, n_variants),
                     "\n".join(f"Variant: {v}" for v in variants)))

@@ -61,7 +61,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -635,30 +635,23 @@ def _lr_at(step: int, peak: float, warmup: int, total: int) -> float:
 
 def encode_examples(transitions: list[Transition], examples: list[list[Transition]], cfg: ExperienceModelConfig,
                     backend: Any, stats: Counter) -> list[tuple[list[int], int]]:
-    """Token ids of prompt + completion for each transition, and the prompt length (the loss mask boundary).
+    """Token ids of prompt + completion for each transition, and the prompt length (the loss mask boundary);
+    the strict output format is the completion (`encode_chat_examples` does the tokenizing)."""
+    count = lambda req: len(backend.prompt_ids(req))  # noqa: E731
+    pairs = ((build_request(tr, ex, cfg, count, stats),
+              format_completion(tr.next_state, tr.reward, tr.done, tr.reasoning, cfg.use_reasoning))
+             for tr, ex in zip(transitions, examples))
+    return encode_chat_examples(pairs, backend, cfg.max_new_tokens, stats)
+
+
+def encode_chat_examples(pairs: Iterable[tuple[list[dict[str, str]], str]], backend: Any, max_new_tokens: int,
+                         stats: Counter) -> list[tuple[list[int], int]]:
+    """Token ids of prompt + completion for each (chat request, target text) pair, and the prompt length.
 
     The prompt is tokenized exactly as generation will see it (`backend.prompt_ids`, chat template applied
-    once); the completion is the strict output format followed by the tokenizer's end-of-turn token. Examples
-    whose completion exceeds `max_new_tokens` are skipped (counted): a model trained on cut-off targets would
-    learn never to close its tags."""
-    tok = backend.tokenizer
-    eos = tok.eos_token_id
-    count = lambda req: len(backend.prompt_ids(req))  # noqa: E731
-    out = []
-    for tr, ex in zip(transitions, examples):
-        prompt = backend.prompt_ids(build_request(tr, ex, cfg, count, stats))
-        target = format_completion(tr.next_state, tr.reward, tr.done, tr.reasoning, cfg.use_reasoning)
-        comp = tok(target, add_special_tokens=False)["input_ids"] + [eos]
-        if len(comp) > cfg.max_new_tokens:
-            stats["skipped_long_completion"] += 1
-            continue
-        out.append((list(prompt) + comp, len(prompt)))
-    return out
-
-
-def encode_chat_examples(pairs: list[tuple[list[dict[str, str]], str]], backend: Any, max_new_tokens: int,
-                         stats: Counter) -> list[tuple[list[int], int]]:
-    """Like `encode_examples` for plain (chat request, target text) pairs, e.g. the curriculum's prompts."""
+    once); the completion is the target followed by the tokenizer's end-of-turn token. Pairs whose completion
+    exceeds `max_new_tokens` are skipped (counted): a model trained on cut-off targets would learn never to
+    close its tags."""
     tok = backend.tokenizer
     out = []
     for request, target in pairs:
@@ -668,7 +661,6 @@ def encode_chat_examples(pairs: list[tuple[list[dict[str, str]], str]], backend:
             stats["skipped_long_completion"] += 1
             continue
         out.append((list(prompt) + comp, len(prompt)))
-        stats["task_writing_examples"] += 1
     return out
 
 
@@ -817,7 +809,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
         pairs = writing_examples(solved_task_steps(trajectories), n_variants=CurriculumConfig().n_variants,
                                  max_examples=cfg.task_writing, seed=cfg.seed)
-        data += encode_chat_examples(pairs, backend, mcfg.max_new_tokens, stats)
+        writing = encode_chat_examples(pairs, backend, mcfg.max_new_tokens, stats)
+        stats["task_writing_examples"] += len(writing)
+        data += writing
     t_encode = time.perf_counter() - t0
     if not data:
         raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")

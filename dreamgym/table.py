@@ -73,7 +73,13 @@ class TableConfig:
     def validate(self) -> None:
         if self.budget < 16:
             raise ConfigError(f"budget: B must be >= 16 so that S2R gets B/16 >= 1 real steps, got {self.budget}")
-        if self.sft_policy not in {part.split(":")[0].strip() for part in self.offline_mix.split(",")}:
+        from dreamgym.collect import parse_mix
+
+        try:
+            mix = parse_mix(self.offline_mix)
+        except ValueError as e:
+            raise ConfigError(f"offline_mix: {e}") from None
+        if self.sft_policy not in mix:
             raise ConfigError(f"sft_policy: {self.sft_policy!r} is not a policy of offline_mix {self.offline_mix!r}")
 
 

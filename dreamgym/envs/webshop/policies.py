@@ -23,6 +23,7 @@ from dreamgym.envs.webshop.pages import (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PRE
 from dreamgym.envs.webshop.reward import get_reward, goal_options_dict, option_matches
 from dreamgym.types import Task
 
+SUB_PAGE_KINDS = tuple(s.lower() for s in SUB_PAGES)  # page kinds of the item's sub-pages
 _PRICE_CLAUSE = re.compile(r",?\s*(and\s+)?(the\s+)?(price|priced|that costs|for less|under \d).*$")
 
 
@@ -53,7 +54,34 @@ def best_options(product: Product, goal: dict[str, Any]) -> dict[str, str]:
     return chosen
 
 
-class OraclePolicy:
+class _PagePolicy:
+    """The page dispatch every page-reading shopper shares: search with `_query()`, decide on results and item
+    pages in `_on_results` / `_on_item`, leave a description/features/reviews sub-page, else back to search."""
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        p = parse_abstract(info.get("abstract_state", ""))
+        page = p["page"]
+        if page == "search":
+            return f"search[{self._query()}]"
+        if page == "results":
+            return self._on_results(p)
+        if page == "item":
+            return self._on_item(p)
+        if page in SUB_PAGE_KINDS:
+            return click(PREV_PAGE)
+        return click(BACK_TO_SEARCH)
+
+    def _query(self) -> str:
+        raise NotImplementedError
+
+    def _on_results(self, p: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def _on_item(self, p: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+
+class OraclePolicy(_PagePolicy):
     """Searches with the instruction's type and attributes, scans the (at most 5) result pages for a
     product that scores 1.0 with the right options, clicks the options and buys. If none of the 50
     results wins, it searches again with the instruction, then with the target's title."""
@@ -96,18 +124,8 @@ class OraclePolicy:
             self._wins[asin] = result
         return self._wins[asin]
 
-    def act(self, obs: str, info: dict[str, Any]) -> str:
-        p = parse_abstract(info.get("abstract_state", ""))
-        page = p["page"]
-        if page == "search":
-            return f"search[{self.queries[min(self.qi, len(self.queries) - 1)]}]"
-        if page == "results":
-            return self._on_results(p)
-        if page == "item":
-            return self._on_item(p)
-        if page in ("description", "features", "reviews"):
-            return click(PREV_PAGE)
-        return click(BACK_TO_SEARCH)
+    def _query(self) -> str:
+        return self.queries[min(self.qi, len(self.queries) - 1)]
 
     def _on_results(self, p: dict[str, Any]) -> str:
         for link in p["links"]:
@@ -187,12 +205,12 @@ class NoisyPolicy(OraclePolicy):
 
     def act(self, obs: str, info: dict[str, Any]) -> str:
         p = parse_abstract(info.get("abstract_state", ""))
-        if p["page"] in ("description", "features", "reviews") and self.rng.random() < 0.15:
+        if p["page"] in SUB_PAGE_KINDS and self.rng.random() < 0.15:
             return click(BACK_TO_SEARCH)
         return super().act(obs, info)
 
 
-class ShopperPolicy:
+class ShopperPolicy(_PagePolicy):
     """A shopper that acts only on what the instruction and the pages show, deterministically: searches the
     product type and attributes the instruction names, clicks the first listed product within the price
     bound (next page when none is, the top one after the last page), clicks the listed option values the
@@ -214,29 +232,25 @@ class ShopperPolicy:
         m = re.search(r"[\d.]+", price.replace(",", ""))
         return bound is None or m is None or float(m.group(0)) <= float(bound)
 
-    def act(self, obs: str, info: dict[str, Any]) -> str:
-        p = parse_abstract(info.get("abstract_state", ""))
-        page = p["page"]
-        if page == "search":
-            return f"search[{self.query}]"
-        if page == "results":
-            for link in p["links"]:
-                if self._affordable(link["price"]):
-                    return click(link["asin"])
-            if NEXT_PAGE in p["buttons"]:
-                return click(NEXT_PAGE)
-            return click(p["links"][0]["asin"]) if p["links"] else click(BACK_TO_SEARCH)
-        if page == "item":
-            selected = {o["name"]: o["value"] for o in p["options"] if o["selected"]}
-            for name, value in goal_options_dict(self.goal).items():
-                offered = [o for o in p["options"] if o["name"] == name or name.startswith("option")]
-                pick = next((o["value"] for o in offered if _norm(o["value"]) == _norm(value)), None)
-                if pick is not None and selected.get(name) != pick and pick not in selected.values():
-                    return click(pick)
-            return click(BUY_NOW)
-        if page in ("description", "features", "reviews"):
-            return click(PREV_PAGE)
-        return click(BACK_TO_SEARCH)
+    def _query(self) -> str:
+        return self.query
+
+    def _on_results(self, p: dict[str, Any]) -> str:
+        for link in p["links"]:
+            if self._affordable(link["price"]):
+                return click(link["asin"])
+        if NEXT_PAGE in p["buttons"]:
+            return click(NEXT_PAGE)
+        return click(p["links"][0]["asin"]) if p["links"] else click(BACK_TO_SEARCH)
+
+    def _on_item(self, p: dict[str, Any]) -> str:
+        selected = {o["name"]: o["value"] for o in p["options"] if o["selected"]}
+        for name, value in goal_options_dict(self.goal).items():
+            offered = [o for o in p["options"] if o["name"] == name or name.startswith("option")]
+            pick = next((o["value"] for o in offered if _norm(o["value"]) == _norm(value)), None)
+            if pick is not None and selected.get(name) != pick and pick not in selected.values():
+                return click(pick)
+        return click(BUY_NOW)
 
 
 class RandomPolicy:
