@@ -94,3 +94,17 @@ def test_large_catalog_builds_and_indexes(tmp_path, monkeypatch):
     cat = get_catalog(n_products=5000, seed=3)
     assert len(cat) == 5000 and len(cat.goals("test")) == 500
     assert cat.search.search("machine wash hoodie")[:1]
+
+
+def test_parse_goal_does_not_depend_on_the_hash_seed():
+    # The lexicon is built from sets; with length ties in set order the same instruction parsed differently
+    # from one process to the next (attribute order, hence the shopper policy's query).
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from dreamgym.envs import webshop as ws; "
+            "print(json.dumps([ws.parse_goal(t.instruction) for t in ws.tasks('train')[:600]], sort_keys=True))")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert outs[0] and outs[0] == outs[1]

@@ -178,8 +178,10 @@ def _lexicon() -> dict[str, Any]:
         if len(owners) == 1 and len(n) > 3:
             type_forms.append((n, owners[0]))
             type_forms.append((n + "s" if not n.endswith("s") else n[:-1], owners[0]))
-    type_forms.sort(key=lambda x: -len(x[0]))
-    attributes = sorted(all_attrs, key=len, reverse=True)
+    # Longest first, ties alphabetical: both come from sets, and with ties in set order the parse of the same
+    # instruction (which phrase is consumed first, so the attributes' order) changed with PYTHONHASHSEED.
+    type_forms.sort(key=lambda x: (-len(x[0]), x[0]))
+    attributes = sorted(all_attrs, key=lambda a: (-len(a), a))
     known = set(vocab.TEMPLATE_WORDS)
     for t in vocab.PRODUCT_TYPES:
         for text in (t.name, t.query, t.display.lower(), *t.attributes, *t.nouns, *t.materials,
