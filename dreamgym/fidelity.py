@@ -12,6 +12,9 @@ Metrics (DESIGN.md §1, "Theory": reward accuracy and domain-consistent transiti
   exact match after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the
   model's own reward mapping, done = the real `terminated`), `failure_rate` the share of failure states.
   `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
+  `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`: `search`,
+  `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
+  WebShop: results pages after a search, which depend on a search engine the model never sees).
 - free-running: each held-out episode is replayed from its real initial state with its real actions, feeding
   the model its own predicted states and history, until the model says done or the actions run out.
   `false_success` = share of really failed episodes in which the model declared success (reward 1);
@@ -179,6 +182,13 @@ def _batched(model: ExperienceModel, queries: list[Transition], batch_size: int)
     return out
 
 
+def action_kind(action: str) -> str:
+    """The verb of an action: the text before `[` (`search[...]` -> `search`), else its first word."""
+    a = action.strip()
+    head = a.split("[", 1)[0] if "[" in a else (a.split(maxsplit=1) or [""])[0]
+    return head.strip().lower() or "(empty)"
+
+
 def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_size: int = 32) -> dict[str, Any]:
     """One-step predictions from real inputs (see the module docstring)."""
     steps = [t for t in transitions if t.action != RESET_ACTION]
@@ -193,6 +203,14 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
         "done_acc": sum(p.done == t.done for p, t in zip(preds, steps)) / n,
         "failure_rate": sum(p.failed for p in preds) / n,
     }
+    kinds: dict[str, list[tuple[Prediction, Transition]]] = {}
+    for p, t in zip(preds, steps):
+        kinds.setdefault(action_kind(t.action), []).append((p, t))
+    res["by_action"] = {k: {"n": len(v),
+                            "state_f1": sum(token_f1(p.next_state, t.next_state) for p, t in v) / len(v),
+                            "state_em": sum(exact_match(p.next_state, t.next_state) for p, t in v) / len(v),
+                            "reward_acc": sum(abs(p.reward - t.reward) < 1e-6 for p, t in v) / len(v)}
+                        for k, v in sorted(kinds.items(), key=lambda kv: -len(kv[1]))}
     pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
     res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
     if resets:
@@ -280,6 +298,10 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
         vals = [r.get(k) for k, _ in COLUMNS]
         lines.append(f"{name:<{width}} " + " ".join(f"{v:>10.3f}" if isinstance(v, float) else f"{'-':>10}"
                                                   for v in vals))
+    for name, r in rows.items():  # where the average F1 comes from: one line per action verb
+        parts = [f"{k} {v['state_f1']:.3f} (n={v['n']})" for k, v in (r.get("by_action") or {}).items()]
+        if parts:
+            lines.append(f"{name}: F1 by action: " + ", ".join(parts))
     return "\n".join(lines)
 
 

@@ -6,8 +6,8 @@ from dreamgym.data import write_jsonl
 from dreamgym.envs import family
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig, em_transitions, format_completion
-from dreamgym.fidelity import (check_alfworld, check_dial, check_generic, check_webshop, checkers_for, exact_match,
-                               free_running, main, teacher_forced, token_f1)
+from dreamgym.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
+                               exact_match, free_running, main, teacher_forced, token_f1)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
 
@@ -109,6 +109,8 @@ def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
     tf = teacher_forced(perfect, trs)
     assert tf["n"] == sum(len(t.steps) for t in trajs)
     assert tf["state_f1"] == 1.0 and tf["state_em"] == 1.0 and tf["reward_acc"] == 1.0 and tf["done_acc"] == 1.0
+    assert sum(v["n"] for v in tf["by_action"].values()) == tf["n"] and len(tf["by_action"]) >= 2
+    assert all(v["state_f1"] == 1.0 for v in tf["by_action"].values())
     fr = free_running(perfect, trajs, "dial")
     assert fr["false_success"] == 0.0 and fr["outcome_acc"] == 1.0 and fr["contradiction_rate"] == 0.0
 
@@ -118,9 +120,17 @@ def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
     bad = _fake(liar)
     tf = teacher_forced(bad, trs)
     assert tf["reward_acc"] < 1.0 and tf["done_acc"] < 1.0
+    # the average is the n-weighted mean of the per-verb figures
+    by = tf["by_action"]
+    assert abs(sum(v["state_f1"] * v["n"] for v in by.values()) / tf["n"] - tf["state_f1"]) < 1e-9
     fr = free_running(bad, trajs, "dial")
     assert any(not t.won for t in trajs)
     assert fr["false_success"] == 1.0 and fr["contradiction_rate"] > 0.5 and fr["examples"]
+
+
+def test_action_kind_is_the_verb():
+    assert action_kind("search[red shoes]") == "search" and action_kind("click[Buy Now]") == "click"
+    assert action_kind("go to countertop 1") == "go" and action_kind("  ") == "(empty)"
 
 
 def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):

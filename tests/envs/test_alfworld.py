@@ -235,3 +235,21 @@ def test_engine_speedups_do_not_change_observations(env, six):
     runs = [subprocess.run([sys.executable, "-c", SCRIPT % fast, path, actions], capture_output=True, text=True,
                            timeout=300, check=True).stdout for fast in ("True", "False")]
     assert runs[0] == runs[1] and json.loads(runs[0])[-1][2] is True
+
+
+def test_envs_in_threads_match_serial_play(six):
+    """The rollout engine steps real envs from a thread pool; the engine's parsers are not thread-safe, and
+    before `ENGINE_LOCK` 11 of 12 concurrent resets failed with grammar errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def episode(task):
+        e = A.make_env("train", n=N)
+        try:
+            return [obs for _, obs, _, _ in play(e, task, "expert")]
+        finally:
+            e.close()
+
+    serial = [episode(t) for t in six]
+    with ThreadPoolExecutor(max_workers=len(six)) as pool:
+        threaded = list(pool.map(episode, six))
+    assert threaded == serial

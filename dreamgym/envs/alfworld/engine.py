@@ -10,6 +10,10 @@ The memoisations:
 - `Rule.parse_conjunctive_query` and the grammar's template parser: the engine re-parses the same few dozen
   grammar strings with tatsu at every step (~70% of a step). Parsed rules are read-only; parsed symbol lists
   are mutated by the caller, so those are handed out as deep copies.
+Thread safety: the engine is not thread-safe. Its tatsu grammar parsers keep parse state on shared objects
+and the translator rewrites the process-wide `sys.argv`, so two engines reset from two threads at once fail
+with grammar errors (measured: 11 of 12 concurrent resets in the rollout engine's thread pool). Every call
+into an engine (make, load, reset, step) must hold `ENGINE_LOCK`; `ALFWorldEnv` does.
 Must not know: game generation, the TextEnv contract, abstract states, models, torch.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import sys
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -27,6 +32,7 @@ _PATCHED = False
 _WRAPPED = False
 _MEMO = False
 _SAS_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
+ENGINE_LOCK = threading.RLock()  # one engine call at a time per process (see the module docstring)
 SAS_CACHE_SIZE = 16  # translations kept per process (a kitchen's is ~1 MB of text plus the parsed task)
 
 

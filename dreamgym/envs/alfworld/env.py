@@ -25,7 +25,7 @@ from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs.alfworld import games
-from dreamgym.envs.alfworld.engine import make_engine
+from dreamgym.envs.alfworld.engine import ENGINE_LOCK, make_engine
 from dreamgym.envs.alfworld.state import StateTracker
 from dreamgym.types import Task
 
@@ -123,12 +123,15 @@ class ALFWorldEnv(TextEnv):
 
     # -- TextEnv -------------------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        self.task, path = self._pick(seed, options)
-        engine = self._engine_()
-        if self._loaded != path:
-            engine.load(path)
-            self._loaded = path
-        gs = engine.reset()
+        # The lock serialises engine calls across threads (the rollout engine steps envs in a thread pool); the
+        # engine is CPU-bound Python, so holding it costs no parallelism the GIL would have allowed.
+        with ENGINE_LOCK:
+            self.task, path = self._pick(seed, options)
+            engine = self._engine_()
+            if self._loaded != path:
+                engine.load(path)
+                self._loaded = path
+            gs = engine.reset()
         self.t = 0
         raw = gs.feedback
         obs = raw.replace(games.WELCOME, "").strip()
@@ -140,7 +143,8 @@ class ALFWorldEnv(TextEnv):
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.t += 1
         command = normalize_command(action)
-        gs, _, _ = self._engine_().step(command)
+        with ENGINE_LOCK:
+            gs, _, _ = self._engine_().step(command)
         obs = gs.feedback.strip() or "Nothing happens."
         state = self._tracker.update(command, obs)
         won = bool(gs.get("won"))
@@ -154,7 +158,8 @@ class ALFWorldEnv(TextEnv):
     def close(self) -> None:
         if self._engine is not None:
             try:
-                self._engine.close()
+                with ENGINE_LOCK:
+                    self._engine.close()
             except Exception:  # noqa: BLE001 - closing twice or a half-started engine is fine
                 pass
             self._engine = None
