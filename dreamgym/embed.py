@@ -1,7 +1,9 @@
 """Text embedders for retrieval: the `Embedder` protocol, the MiniLM default and a numpy hashing embedder.
 
 Owns: what text stands for a transition (`transition_text`), the embedder protocol (unit-length float32
-rows) and the two implementations.
+rows), the two implementations, and `DiskCachedEmbedder`, the on-disk vector cache that makes "embeddings are
+computed once and stored" hold across processes (a seed buffer is rebuilt by every run that retrieves from
+it: train-em, eval-em, each dream run; for 14k ALFWorld transitions MiniLM takes ~13 min on one core).
 Must not know: the replay buffer, environments, trainers. This module never imports torch at import time:
 `MiniLMEmbedder` loads sentence-transformers (and so torch) only when it first encodes.
 
@@ -19,9 +21,12 @@ Choice of embedder (the paper leaves it open; any semantic encoder):
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import os
 import re
+import sqlite3
+import threading
 import zlib
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -200,11 +205,94 @@ class HashingEmbedder:
         return _l2_normalise(out)
 
 
-def make_embedder(spec: str = "minilm") -> Embedder:
-    """By name: "minilm" (default) or "hashing" / "hashing:<dim>"."""
+class DiskCachedEmbedder:
+    """`inner` with a persistent text -> vector cache in one SQLite file (keyed by the SHA-1 of the embedding
+    space's name and the text, so two spaces never share a row). Same `name` and `dim` as `inner`: a buffer
+    cannot tell the difference, except that texts embedded by any earlier process are not embedded again.
+
+    SQLite gives the crash safety (a killed writer loses at most its open transaction) and lets several
+    processes share the file (WAL journal, a busy timeout). A cache that cannot be opened or written is
+    skipped with the vectors still computed: the cache saves time and never decides an outcome.
+    """
+
+    CHUNK = 500  # keys per lookup query (SQLite's default limit on bound parameters is 999+)
+
+    def __init__(self, inner: Embedder, path: str | Path):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self.path = Path(path)
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS vec (key BLOB PRIMARY KEY, v BLOB NOT NULL)")
+            self._db.commit()
+        except (OSError, sqlite3.Error):
+            self._db = None
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.sha1(f"{self.name}\0{text}".encode("utf-8", "surrogatepass")).digest()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim) float32, unit rows: cached rows read back, the rest computed by `inner` and stored."""
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        keys = [self._key(t) for t in texts]
+        found: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            if self._db is not None:
+                uniq = list(dict.fromkeys(keys))
+                try:
+                    for i in range(0, len(uniq), self.CHUNK):
+                        part = uniq[i:i + self.CHUNK]
+                        rows = self._db.execute(f"SELECT key, v FROM vec WHERE key IN ({','.join('?' * len(part))})",
+                                                part).fetchall()
+                        for k, v in rows:
+                            vec = np.frombuffer(v, dtype=np.float32)
+                            if vec.shape == (self.dim,):
+                                found[bytes(k)] = vec
+                except sqlite3.Error:
+                    found = {}
+        missing = list(dict.fromkeys((k, t) for k, t in zip(keys, texts) if k not in found))
+        self.hits += len(texts) - sum(1 for k in keys if k not in found)
+        self.misses += len(missing)
+        if missing:
+            new = np.asarray(self.inner.encode([t for _, t in missing]), dtype=np.float32)
+            for (k, _), v in zip(missing, new):
+                found[k] = v
+            with self._lock:
+                if self._db is not None:
+                    try:
+                        with self._db:  # one transaction: all of these rows or none
+                            self._db.executemany("INSERT OR REPLACE INTO vec (key, v) VALUES (?, ?)",
+                                                 [(k, found[k].tobytes()) for k, _ in missing])
+                    except sqlite3.Error:
+                        pass
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+def embedding_cache_path(name: str) -> Path:
+    """Where `make_embedder` keeps the vectors of embedding space `name` (under the DreamGym cache directory)."""
+    from dreamgym.paths import cache_dir
+
+    return cache_dir("embeddings") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".sqlite")
+
+
+def make_embedder(spec: str = "minilm", cache: bool = True) -> Embedder:
+    """By name: "minilm" (default) or "hashing" / "hashing:<dim>". `cache` keeps MiniLM's vectors on disk
+    (`DiskCachedEmbedder` at `embedding_cache_path`); the hashing embedder is faster than a cache lookup."""
     name, _, arg = spec.partition(":")
     if name == "minilm":
-        return MiniLMEmbedder()
+        inner = MiniLMEmbedder()
+        return DiskCachedEmbedder(inner, embedding_cache_path(inner.name)) if cache else inner
     if name == "hashing":
         return HashingEmbedder(dim=int(arg)) if arg else HashingEmbedder()
     raise ValueError(f"unknown embedder {spec!r}; use 'minilm' or 'hashing[:dim]'")

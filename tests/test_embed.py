@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from dreamgym.embed import Embedder, HashingEmbedder, MiniLMEmbedder, make_embedder, transition_text
+from dreamgym.embed import (DiskCachedEmbedder, Embedder, HashingEmbedder, MiniLMEmbedder, embedding_cache_path,
+                           make_embedder, transition_text)
 
 
 def test_hashing_embedder_shape_norm_and_similarity():
@@ -52,7 +53,10 @@ def test_no_torch_at_import():
 
 def test_make_embedder():
     assert make_embedder("hashing:64").dim == 64
-    assert isinstance(make_embedder("minilm"), MiniLMEmbedder)
+    cached = make_embedder("minilm")
+    assert isinstance(cached, DiskCachedEmbedder) and isinstance(cached.inner, MiniLMEmbedder)
+    assert cached.name == MiniLMEmbedder.name and cached.path == embedding_cache_path(MiniLMEmbedder.name)
+    assert isinstance(make_embedder("minilm", cache=False), MiniLMEmbedder)
     with pytest.raises(ValueError):
         make_embedder("word2vec")
 
@@ -65,3 +69,44 @@ def test_minilm_embedder_offline_semantics():
     assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
     assert x[0] @ x[1] > x[0] @ x[2] + 0.2
     assert e.encode([]).shape == (0, 384)
+
+
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += len(texts)
+        return super().encode(texts)
+
+
+def test_disk_cache_embeds_each_text_once_across_instances(tmp_path):
+    texts = [f"action: go to cabinet {i}\ntask: put a mug in cabinet\nstate: kitchen" for i in range(1200)]
+    ref = HashingEmbedder(dim=64).encode(texts)
+    first = DiskCachedEmbedder(CountingEmbedder(dim=64), tmp_path / "v.sqlite")
+    assert first.name == ref_name(64) and first.dim == 64
+    assert np.array_equal(first.encode(texts[:700] + texts[:5]), ref[list(range(700)) + list(range(5))])
+    assert first.inner.calls == 700  # duplicates inside one call are embedded once
+    first.close()
+    # A new instance (a new process) reads what the first stored: only the unseen texts reach the embedder.
+    second = DiskCachedEmbedder(CountingEmbedder(dim=64), tmp_path / "v.sqlite")
+    assert np.array_equal(second.encode(texts), ref) and second.inner.calls == 500
+    assert second.hits == 700 and second.misses == 500
+    # Another embedding space never reads these rows.
+    other = DiskCachedEmbedder(CountingEmbedder(dim=32), tmp_path / "v.sqlite")
+    assert other.encode(texts[:3]).shape == (3, 32) and other.inner.calls == 3
+    assert second.encode([]).shape == (0, 64)
+
+
+def test_disk_cache_that_cannot_open_still_embeds(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    e = DiskCachedEmbedder(CountingEmbedder(dim=16), blocker / "v.sqlite")  # parent is a file: no cache
+    assert np.array_equal(e.encode(["a b", "c d"]), HashingEmbedder(dim=16).encode(["a b", "c d"]))
+
+
+def ref_name(dim):
+    return HashingEmbedder(dim=dim).name
