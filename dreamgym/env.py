@@ -62,6 +62,10 @@ class TextEnv(gymnasium.Env[str, str]):
 
     metadata = {"render_modes": []}
     env_family: str = "text"
+    thread_safe: bool = True
+    """False when two instances must not run `reset`/`step` at the same time in one process (their engine keeps
+    process-global state). The rollout engine then steps such environments one at a time, so a step's
+    timeout measures the step and not the wait for another instance."""
 
     def __init__(self) -> None:
         self.observation_space = TextSpace()

@@ -21,6 +21,9 @@ Decisions (documented here because trainers and evaluation depend on them):
   runs past `episode_timeout_s`, ends with that reason and the error text; the rest of the batch continues.
   Such episodes are not the policy's doing: `Episode.trainable` is False and trainers skip them. A timed-out
   environment is abandoned (its thread cannot be killed; it is never used again).
+- Environments are constructed in the calling thread (constructors are cheap; a failing one ends its episode
+  with "reset_error"). When any of them declares `thread_safe = False` the pool has one worker: their steps
+  run one at a time and a step's timeout measures the step, not the wait behind the other instances.
 - Every step of an environment without `is_synthetic = True` takes one unit from the `RealStepBudget` before
   it runs; when none is left the episode ends with reason "budget" (not trainable), so the cap is never
   exceeded.
@@ -274,9 +277,18 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
     if not slots:
         return []
 
-    pool = ThreadPoolExecutor(max_workers=min(cfg.env_workers, len(slots)), thread_name_prefix="dreamgym-env")
+    for s in slots:
+        s.ep._start = time.monotonic()
+        try:
+            s.env = env_factory()
+        except Exception as e:  # noqa: BLE001 - a broken environment ends its episode, not the batch
+            _close(s, "reset_error", _err(e))
+    workers = min(cfg.env_workers, len(slots))
+    if any(not getattr(s.env, "thread_safe", True) for s in slots if s.env is not None):
+        workers = 1
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dreamgym-env")
     try:
-        _reset_all(pool, slots, env_factory, cfg, st)
+        _reset_all(pool, slots, cfg, st)
         turn = 0
         while True:
             live = [s for s in slots if not s.ep.done]
@@ -314,21 +326,17 @@ def _close(s: _Slot, reason: str, error: str | None = None) -> None:
         s.ep.wall_time_s = time.monotonic() - s.ep._start
 
 
-def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], env_factory: Callable[[], TextEnv],
-               cfg: RolloutConfig, st: dict[str, float]) -> None:
-    def make_and_reset(s: _Slot) -> Callable[[], Any]:
-        def fn() -> Any:
-            env = env_factory()
-            s.env = env
-            return env.reset(seed=s.ep.seed, options={"task": s.ep.task})
-        return fn
+def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], cfg: RolloutConfig, st: dict[str, float]) -> None:
+    def reset(s: _Slot) -> Callable[[], Any]:
+        return lambda: s.env.reset(seed=s.ep.seed, options={"task": s.ep.task})
 
     t0 = time.monotonic()
-    for s in slots:
+    ready = [s for s in slots if not s.ep.done]  # constructed without error
+    for s in ready:
         s.ep._start = t0
-    results = _call_all(pool, [make_and_reset(s) for s in slots], cfg.step_timeout_s)
+    results = _call_all(pool, [reset(s) for s in ready], cfg.step_timeout_s)
     st["env_time_s"] += time.monotonic() - t0
-    for s, (status, value) in zip(slots, results):
+    for s, (status, value) in zip(ready, results):
         if status == "ok":
             obs, info = value
             s.ep.source = "synthetic" if getattr(s.env, "is_synthetic", False) else "real"

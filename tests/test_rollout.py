@@ -142,6 +142,62 @@ def test_failures_are_isolated_and_recorded(tiny):
     assert ep.end_reason == "max_turns" and ep.trainable and len(ep.turns) == 2
 
 
+class SlowUnsafeDial(DialEnv):
+    """Not thread-safe: records how many of its kind run at once; each reset and step takes 0.2 s."""
+
+    thread_safe = False
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def _timed(self, fn, *args):
+        cls = SlowUnsafeDial
+        with cls.lock:
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        try:
+            time.sleep(0.2)
+            return fn(*args)
+        finally:
+            with cls.lock:
+                cls.running -= 1
+
+    def _reset(self, seed, options):
+        return self._timed(super()._reset, seed, options)
+
+    def _step(self, action):
+        return self._timed(super()._step, action)
+
+
+def test_envs_that_are_not_thread_safe_run_one_at_a_time(tiny):
+    _, tok = tiny
+    be = ScriptedBackend(tok, expert_reply)
+    tasks = [task(0, 3), task(2, 7), task(4, 8), task(6, 5)]
+    # 8 environments queued behind one worker: waiting (up to 1.4 s) does not count against a 0.5 s step timeout
+    eps = run_rollouts(be, SlowUnsafeDial, tasks, group_size=2, config=RolloutConfig(step_timeout_s=0.5),
+                       agent=AGENT)
+    assert SlowUnsafeDial.most == 1
+    assert all(e.end_reason == "terminated" and e.won for e in eps)
+    SlowUnsafeDial.most = 0
+    run_rollouts(be, type("SafeSlow", (SlowUnsafeDial,), {"thread_safe": True}), tasks, agent=AGENT)
+    assert SlowUnsafeDial.most > 1  # the same environments declared safe do run together
+
+
+def failing_factory():
+    if failing_factory.calls.pop(0):
+        raise ValueError("no such game")
+    return DialEnv()
+
+
+def test_a_failing_constructor_ends_only_its_episode(tiny):
+    _, tok = tiny
+    failing_factory.calls = [False, True, False]
+    eps = run_rollouts(ScriptedBackend(tok, expert_reply), failing_factory, [task(0, 3), task(2, 7), task(6, 5)],
+                       agent=AGENT)
+    assert [e.end_reason for e in eps] == ["terminated", "reset_error", "terminated"]
+    assert eps[1].error.startswith("ValueError: no such game") and eps[1].wall_time_s < 60
+
+
 class BatchedDial(DialEnv):
     batched_step = True
     calls = []

@@ -48,6 +48,7 @@ class ALFWorldEnv(TextEnv):
     `reset(options={"task": task})` plays that task's game, `reset(seed=s)` draws one from the pool."""
 
     env_family = "alfworld"
+    thread_safe = False  # the engine is not (engine.ENGINE_LOCK); the rollout engine steps these one at a time
 
     def __init__(self, split: str = "train", max_steps: int = DEFAULT_MAX_STEPS, n: int | None = None,
                  seed: int = 0, tasks: list[Task] | None = None):
