@@ -212,7 +212,8 @@ class DiskCachedEmbedder:
 
     SQLite gives the crash safety (a killed writer loses at most its open transaction) and lets several
     processes share the file (WAL journal, a busy timeout). A cache that cannot be opened or written is
-    skipped with the vectors still computed: the cache saves time and never decides an outcome.
+    skipped with the vectors still computed: the cache saves time and never decides an outcome. It only grows
+    (~1.6 KB per MiniLM text); deleting the file is always safe.
     """
 
     CHUNK = 500  # keys per lookup query (SQLite's default limit on bound parameters is 999+)

@@ -277,17 +277,18 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
     if not slots:
         return []
 
-    for s in slots:
-        s.ep._start = time.monotonic()
-        try:
-            s.env = env_factory()
-        except Exception as e:  # noqa: BLE001 - a broken environment ends its episode, not the batch
-            _close(s, "reset_error", _err(e))
-    workers = min(cfg.env_workers, len(slots))
-    if any(not getattr(s.env, "thread_safe", True) for s in slots if s.env is not None):
-        workers = 1
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dreamgym-env")
-    try:
+    pool: ThreadPoolExecutor | None = None
+    try:  # from the first constructor on, the finally below closes whatever environments exist
+        for s in slots:
+            s.ep._start = time.monotonic()
+            try:
+                s.env = env_factory()
+            except Exception as e:  # noqa: BLE001 - a broken environment ends its episode, not the batch
+                _close(s, "reset_error", _err(e))
+        workers = min(cfg.env_workers, len(slots))
+        if any(not getattr(s.env, "thread_safe", True) for s in slots if s.env is not None):
+            workers = 1
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dreamgym-env")
         _reset_all(pool, slots, cfg, st)
         turn = 0
         while True:
@@ -315,7 +316,8 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
                     s.env.close()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
     return [s.ep for s in slots]
 
 
