@@ -151,5 +151,7 @@ def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
         for k in ("state_f1", "state_em", "reward_acc", "done_acc", "false_success", "contradiction_rate"):
             assert r[k] is None or 0.0 <= r[k] <= 1.0
         assert r["n"] == 24 and r["episodes"] == 4
+        assert sum(v["n"] for v in r["by_action"].values()) == 24
+    assert text.count("F1 by action: ") == 3
     assert main(["--env", "dial", "--model", str(tmp_path), "--data", str(held)]) == 2
     assert parse_state(abstract_state(3)) == 3
