@@ -107,11 +107,11 @@ def check_webshop(past: list[tuple[str, str]], state: str, action: str, nxt: str
     """WebShop: arriving at an item page shows a product that was listed in a results page earlier in the
     episode (and the one that was clicked); a sub-page (description/features/reviews) belongs to the item
     it was opened from."""
-    from dreamgym.envs.webshop.pages import parse_abstract
+    from dreamgym.envs.webshop.pages import SUB_PAGE_KINDS, parse_abstract
 
     cur, new = parse_abstract(state), parse_abstract(nxt)
     bad = []
-    if new["page"] == "item" and not (cur["page"] in ("item", "description", "features", "reviews")
+    if new["page"] == "item" and not (cur["page"] in ("item", *SUB_PAGE_KINDS)
                                       and cur["asin"] == new["asin"]):
         listed = {ln["asin"] for s, _ in past + [(state, action)] for ln in parse_abstract(s)["links"]}
         if new["asin"] not in listed:
@@ -119,7 +119,7 @@ def check_webshop(past: list[tuple[str, str]], state: str, action: str, nxt: str
         m = re.fullmatch(r"\s*click\[\s*(\S+)\s*\]\s*", action, re.I)
         if m and m.group(1).upper() in {a.upper() for a in listed} and m.group(1).upper() != new["asin"].upper():
             bad.append(f"clicked {m.group(1)} but the item page shows {new['asin']}")
-    if new["page"] in ("description", "features", "reviews") and cur["asin"] and new["asin"] != cur["asin"]:
+    if new["page"] in SUB_PAGE_KINDS and cur["asin"] and new["asin"] != cur["asin"]:
         bad.append(f"{new['page']} of {new['asin']} opened from the page of {cur['asin']}")
     return bad
 

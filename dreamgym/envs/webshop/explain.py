@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dreamgym.envs.webshop.pages import parse_abstract
+from dreamgym.envs.webshop.pages import SUB_PAGE_KINDS, parse_abstract
 from dreamgym.envs.webshop.reward import goal_options_dict
 from dreamgym.types import Transition
 
@@ -93,7 +93,7 @@ def explain(tr: Transition) -> str:
         if before["page"] == "item" and before["asin"] == after["asin"]:
             return (f"Clicking {arg} selects that option of {after['asin']}; {_option_status(goal_opts, after['options'])}."
                     f" Nothing is bought yet, so the reward is 0.{end}")
-        if before["page"] in ("description", "features", "reviews"):
+        if before["page"] in SUB_PAGE_KINDS:
             return f"< Prev returns from the {before['page']} tab to the item page of {after['asin']}; the reward is 0.{end}"
         title = after["texts"][0] if after["texts"] else after["asin"]
         budget = ""
@@ -105,7 +105,7 @@ def explain(tr: Transition) -> str:
                 + (f" ({', '.join(avail)})." if avail else ".")) if goal_opts else ""
         return (f"Clicking {after['asin']} opens its item page: {title}"
                 + (f" at ${price:.2f}" if price is not None else "") + f"{budget}.{opts} The reward is 0.{end}")
-    if after["page"] in ("description", "features", "reviews"):
+    if after["page"] in SUB_PAGE_KINDS:
         attrs = goal.get("attributes") or []
         text = " ".join(after["texts"]).lower()
         seen = [a for a in attrs if a.lower() in text]

@@ -49,7 +49,8 @@ SEARCH_PLACEHOLDER = "search[<query>]"
 
 BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, BUY_NOW = "Back to Search", "Next >", "< Prev", "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
-PAGE_KINDS = ("search", "results", "item", "description", "features", "reviews", "done")
+SUB_PAGE_KINDS = tuple(s.lower() for s in SUB_PAGES)  # page kinds of the item's sub-pages
+PAGE_KINDS = ("search", "results", "item", *SUB_PAGE_KINDS, "done")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def page_text(state: PageState) -> str:
         return f'results for "{q}", page {state.page} of {state.n_pages} ({len(state.results)} total)'
     if state.kind == "item":
         return f"item {state.asin}"
-    if state.kind in ("description", "features", "reviews"):
+    if state.kind in SUB_PAGE_KINDS:
         return f"{state.kind} of {state.asin}"
     return state.kind
 
@@ -294,7 +295,7 @@ def parse_abstract(state: str) -> dict[str, Any]:
                            total=int(r.group(4)))
             elif text.startswith("item "):
                 out.update(page="item", asin=text[5:].strip())
-            elif " of " in text and text.split(" of ")[0] in ("description", "features", "reviews"):
+            elif " of " in text and text.split(" of ")[0] in SUB_PAGE_KINDS:
                 sub, asin = text.split(" of ", 1)
                 out.update(page=sub, asin=asin.strip())
             else:

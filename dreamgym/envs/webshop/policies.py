@@ -19,11 +19,10 @@ from typing import Any
 from dreamgym.envs.webshop.catalog import Catalog, Product, get_catalog
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.pages import (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW,
-                                         SEARCH_PLACEHOLDER, SUB_PAGES, parse_abstract)
+                                         SEARCH_PLACEHOLDER, SUB_PAGE_KINDS, SUB_PAGES, parse_abstract)
 from dreamgym.envs.webshop.reward import get_reward, goal_options_dict, option_matches
 from dreamgym.types import Task
 
-SUB_PAGE_KINDS = tuple(s.lower() for s in SUB_PAGES)  # page kinds of the item's sub-pages
 _PRICE_CLAUSE = re.compile(r",?\s*(and\s+)?(the\s+)?(price|priced|that costs|for less|under \d).*$")
 
 
