@@ -194,23 +194,26 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
     steps = [t for t in transitions if t.action != RESET_ACTION]
     resets = [t for t in transitions if t.action == RESET_ACTION]
     preds = _batched(model, steps, batch_size)
+    # One score per step, aggregated over all steps and per action verb.
+    f1 = [token_f1(p.next_state, t.next_state) for p, t in zip(preds, steps)]
+    em = [exact_match(p.next_state, t.next_state) for p, t in zip(preds, steps)]
+    rew = [abs(p.reward - t.reward) < 1e-6 for p, t in zip(preds, steps)]
     n = max(1, len(steps))
     res: dict[str, Any] = {
         "n": len(steps),
-        "state_f1": sum(token_f1(p.next_state, t.next_state) for p, t in zip(preds, steps)) / n,
-        "state_em": sum(exact_match(p.next_state, t.next_state) for p, t in zip(preds, steps)) / n,
-        "reward_acc": sum(abs(p.reward - t.reward) < 1e-6 for p, t in zip(preds, steps)) / n,
+        "state_f1": sum(f1) / n,
+        "state_em": sum(em) / n,
+        "reward_acc": sum(rew) / n,
         "done_acc": sum(p.done == t.done for p, t in zip(preds, steps)) / n,
         "failure_rate": sum(p.failed for p in preds) / n,
     }
-    kinds: dict[str, list[tuple[Prediction, Transition]]] = {}
-    for p, t in zip(preds, steps):
-        kinds.setdefault(action_kind(t.action), []).append((p, t))
-    res["by_action"] = {k: {"n": len(v),
-                            "state_f1": sum(token_f1(p.next_state, t.next_state) for p, t in v) / len(v),
-                            "state_em": sum(exact_match(p.next_state, t.next_state) for p, t in v) / len(v),
-                            "reward_acc": sum(abs(p.reward - t.reward) < 1e-6 for p, t in v) / len(v)}
-                        for k, v in sorted(kinds.items(), key=lambda kv: -len(kv[1]))}
+    kinds: dict[str, list[int]] = {}
+    for i, t in enumerate(steps):
+        kinds.setdefault(action_kind(t.action), []).append(i)
+    res["by_action"] = {k: {"n": len(ix), "state_f1": sum(f1[i] for i in ix) / len(ix),
+                            "state_em": sum(em[i] for i in ix) / len(ix),
+                            "reward_acc": sum(rew[i] for i in ix) / len(ix)}
+                        for k, ix in sorted(kinds.items(), key=lambda kv: -len(kv[1]))}
     pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
     res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
     if resets:
