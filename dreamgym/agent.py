@@ -3,7 +3,8 @@
 Owns: the system prompt, `build_messages` (the chat request for one turn, rebuilt every turn from the task,
 the last H turns and the current state, so context stays bounded on long episodes), the reply format
 `<think>…</think><action>…</action>`, `format_response` (the inverse, used to turn demonstrations into
-training targets) and `parse_action`.
+training targets), `parse_action`, and `ground_action` (an action mapped onto the environment's admissible
+actions by string similarity).
 Must not know: models, tokenizers, torch, environments (states are plain strings), trainers.
 
 Reply format (documented contract between the prompt, SFT targets and the rollout engine):
@@ -18,6 +19,7 @@ reply that has no parseable action is the rollout engine's decision (see dreamgy
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +37,9 @@ SYSTEM_PROMPT = (
 
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.S)
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.S)
+# An admissible entry such as `search[<query>]` is a form: every `search[...]` is valid where it is offered.
+_FORM_RE = re.compile(r"^([\w-]+)\[<[^<>\[\]]*>\]$")
+_VERB_RE = re.compile(r"^([\w-]+)\[")
 
 
 @dataclass
@@ -96,3 +101,35 @@ def parse_thought(text: str) -> str:
     """The reasoning inside `<think>…</think>` ("" when absent)."""
     m = _THINK_RE.search(text)
     return m.group(1).strip() if m else ""
+
+
+def ground_action(action: str, admissible: Sequence[str], min_similarity: float) -> str:
+    """`action` mapped onto the environment's admissible actions: itself when it is admissible (up to case and
+    whitespace) or fills a form the list offers (`search[...]` where `search[<query>]` is listed), else the most
+    similar listed action when the similarity (difflib's ratio on lower-cased text, in [0, 1]) is at least
+    `min_similarity`, else unchanged (the environment then answers with its invalid-action notice).
+
+    Why: a small policy that means `click[B0A7Q2X9K1]` but writes one character wrong wastes the step and, with
+    greedy decoding, repeats it until the step limit. Mapping a generated action to the closest admissible one
+    is the usual grounding step for LLM agents (Huang et al. 2022, "Language Models as Zero-Shot Planners").
+    The policy is still trained on the tokens it generated; the mapping is part of the environment as the
+    policy sees it, the same in real and synthetic environments.
+    """
+    if not admissible:
+        return action
+    key = " ".join(action.split()).lower()
+    verb = _VERB_RE.match(key)
+    best, best_ratio = action, -1.0
+    for cand in admissible:
+        c = " ".join(cand.split()).lower()
+        if c == key:
+            return action
+        form = _FORM_RE.match(c)
+        if form:
+            if verb and verb.group(1) == form.group(1):
+                return action
+            continue
+        ratio = difflib.SequenceMatcher(None, key, c, autojunk=False).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = cand, ratio
+    return best if best_ratio >= min_similarity else action

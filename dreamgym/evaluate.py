@@ -57,6 +57,8 @@ class EvalResult:
     n_failed: int
     """Episodes ended by an environment failure, not counted in n."""
     invalid_action_rate: float
+    grounded_action_rate: float = 0.0
+    """Share of turns whose action was mapped onto an admissible one (`rollout.ground_actions`)."""
     episodes: list[Episode] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,7 +67,8 @@ class EvalResult:
     def __str__(self) -> str:
         return (f"success {self.success_rate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (n={self.n}, "
                 f"{self.n_success} won), mean reward {self.mean_reward:.3f}, mean steps {self.mean_steps:.2f}, "
-                f"env failures {self.n_failed}, invalid actions {self.invalid_action_rate:.3f}")
+                f"env failures {self.n_failed}, invalid actions {self.invalid_action_rate:.3f}, "
+                f"grounded actions {self.grounded_action_rate:.3f}")
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -113,6 +116,7 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
                       mean_steps=sum(sum(t.stepped for t in e.turns) for e in ok) / n if n else 0.0,
                       n=n, n_success=k, n_failed=len(episodes) - n,
                       invalid_action_rate=sum(e.invalid_actions for e in episodes) / turns if turns else 0.0,
+                      grounded_action_rate=sum(e.grounded_actions for e in episodes) / turns if turns else 0.0,
                       episodes=list(episodes))
 
 

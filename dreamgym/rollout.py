@@ -17,6 +17,10 @@ Decisions (documented here because trainers and evaluation depend on them):
   turn is kept with reward 0 and the episode ends with reason "invalid_action" — the paper's "invalid action
   leads to a failure state with reward 0", and the policy is trained away from it. With "pass" the raw reply
   text goes to the environment, which answers with its invalid-action notice. Either way it is counted.
+- With `ground_actions` > 0 a parsed action that the environment does not list is replaced by the most similar
+  admissible action (`dreamgym.agent.ground_action`) when the similarity reaches that threshold. The turn keeps
+  the generated tokens (they are what is trained on) and the written action (`Turn.generated_action`); the
+  episode counts how often it happened.
 - An environment that raises (in reset or step), exceeds `step_timeout_s` on one step, or an episode that
   runs past `episode_timeout_s`, ends with that reason and the error text; the rest of the batch continues.
   Such episodes are not the policy's doing: `Episode.trainable` is False and trainers skip them. A timed-out
@@ -39,7 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, parse_action, parse_thought
+from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, ground_action, parse_action, parse_thought
 from dreamgym.env import TextEnv
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
 from dreamgym.types import Step, Task, Trajectory
@@ -79,10 +83,15 @@ class RolloutConfig:
     """Threads stepping real environments concurrently."""
     on_invalid_action: Literal["end", "pass"] = "end"
     """Reply without a parseable action: end the episode with reward 0, or pass the raw text to the env."""
+    ground_actions: float = 0.0
+    """Map an action the environment does not list onto the most similar admissible one when their string
+    similarity (difflib ratio, 0..1) is at least this; 0 turns grounding off."""
 
     def validate(self) -> None:
         if self.max_turns < 1 or self.max_new_tokens < 1 or self.env_workers < 1:
             raise ValueError("rollout.max_turns, max_new_tokens and env_workers must be >= 1")
+        if not 0.0 <= self.ground_actions <= 1.0:
+            raise ValueError(f"rollout.ground_actions must be in [0, 1] (0 = off), got {self.ground_actions}")
 
 
 class RealStepBudget:
@@ -127,7 +136,9 @@ class Turn:
     """Sampling log-probabilities of `completion_ids` (temperature-1 model log-probs)."""
     text: str
     action: str | None
-    """The parsed action (None: the reply had none)."""
+    """The action sent to the environment: the parsed one, or its grounded form (None: the reply had none)."""
+    generated_action: str | None = None
+    """The action as the reply wrote it, when grounding replaced it (None otherwise)."""
     finish_reason: str = "stop"
     history_shown: int = 0
     """How many history turns the prompt actually held (fewer than H when the prompt had to be cut)."""
@@ -157,6 +168,8 @@ class Episode:
     end_reason: str = ""
     error: str | None = None
     invalid_actions: int = 0
+    grounded_actions: int = 0
+    """Turns whose action was replaced by the most similar admissible one (`RolloutConfig.ground_actions`)."""
     wall_time_s: float = 0.0
     _start: float = field(default=0.0, repr=False)
 
@@ -188,6 +201,8 @@ class Episode:
         for i, t in enumerate(stepped):
             info: dict[str, Any] = {"observation": t.observation, "reply": t.text,
                                     "agent_thought": parse_thought(t.text), "admissible_actions": t.admissible_actions}
+            if t.generated_action is not None:
+                info["generated_action"] = t.generated_action
             if i == len(stepped) - 1:
                 info.update(end_reason=self.end_reason, won=self.won)
             steps.append(Step(state=t.state, action=t.action if t.action is not None else t.text.strip(),
@@ -388,11 +403,15 @@ def _policy_turn(backend: PolicyBackend, live: list[_Slot], cfg: RolloutConfig, 
     for s, ids, h, c in zip(owners, prompts, shown, completions):
         st["gen_tokens"] += len(c.token_ids)
         st["prompt_tokens"] += len(ids)
-        action = parse_action(c.text)
+        action = written = parse_action(c.text)
+        if action is not None and cfg.ground_actions > 0 and s.admissible:
+            action = ground_action(action, s.admissible, cfg.ground_actions)
         t = Turn(state=s.state, prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
                  text=c.text, action=action, finish_reason=c.finish_reason, history_shown=h,
-                 admissible_actions=list(s.admissible) if s.admissible is not None else None)
+                 admissible_actions=list(s.admissible) if s.admissible is not None else None,
+                 generated_action=written if action != written else None)
         s.ep.turns.append(t)
+        s.ep.grounded_actions += action != written
         if c.finish_reason == "error":
             _close(s, "generation_error", c.text or "the backend reported an error")
         elif action is None:
@@ -490,6 +509,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "mean_reward": sum(e.reward for e in ok) / len(ok) if ok else 0.0,
         "mean_turns": sum(len(e.turns) for e in ok) / len(ok) if ok else 0.0,
         "invalid_action_rate": sum(e.invalid_actions for e in episodes) / n_turns if n_turns else 0.0,
+        "grounded_action_rate": sum(e.grounded_actions for e in episodes) / n_turns if n_turns else 0.0,
         "turns": float(n_turns),
     }
     for reason in POLICY_ENDS + FAILURE_ENDS:

@@ -103,6 +103,27 @@ def test_invalid_reply_ends_episode_or_is_passed_to_env(tiny):
     assert rollout_metrics([ep])["invalid_action_rate"] == 1.0
 
 
+def test_grounding_maps_misspelt_actions_onto_admissible_ones(tiny):
+    _, tok = tiny
+    typo = {"turn up": "turn upp", "turn down": "tun down", "submit": "submitt"}
+
+    def misspelt(prompt: str) -> str:
+        reply = expert_reply(prompt)
+        action = re.search(r"<action>(.*)</action>", reply).group(1)
+        return reply.replace(f"<action>{action}<", f"<action>{typo[action]}<")
+
+    be = ScriptedBackend(tok, misspelt)
+    tasks = [task(0, 3), task(5, 2)]
+    plain = run_rollouts(be, DialEnv, tasks, config=RolloutConfig(), agent=AGENT)
+    assert not any(e.won for e in plain) and all(e.grounded_actions == 0 for e in plain)
+    eps = run_rollouts(be, DialEnv, tasks, config=RolloutConfig(ground_actions=0.8), agent=AGENT)
+    assert all(e.won for e in eps) and [e.grounded_actions for e in eps] == [4, 4]
+    t = eps[0].turns[0]
+    assert t.action == "turn up" and t.generated_action == "turn upp" and "turn upp" in t.text  # tokens as written
+    assert eps[0].to_trajectory().steps[0].info["generated_action"] == "turn upp"
+    assert rollout_metrics(eps)["grounded_action_rate"] == 1.0 and rollout_metrics(plain)["grounded_action_rate"] == 0
+
+
 class CrashingDial(DialEnv):
     """Raises on its second step when the target is 7; hangs on its first step when the target is 8."""
 
