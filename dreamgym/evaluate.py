@@ -145,6 +145,11 @@ def load_policy(spec: str, device: str | None = None) -> tuple[Any, Any, dict[st
     return model, tok, meta
 
 
+# Rollout settings that are part of the policy's interface, read from a trainer checkpoint by `dreamgym eval`
+# unless given on the command line (the rest, e.g. timeouts and the turn cap, belong to the evaluation).
+ROLLOUT_KEYS_FROM_CHECKPOINT = ("max_new_tokens", "ground_actions")
+
+
 def agent_config_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
     """The `agent` section a checkpoint was trained with ({} when unknown)."""
     return dict((meta.get("config") or {}).get("agent") or {})
@@ -170,9 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model, tok, meta = load_policy(args.policy)
         cfg = load_config(EvalConfig, args.config, args.overrides)
-        if meta and "agent" not in parse_overrides(args.overrides):
+        given = parse_overrides(args.overrides)
+        if meta and "agent" not in given:
             # The prompt format must be the one the policy was trained with.
             cfg.agent = from_dict(AgentConfig, agent_config_from_meta(meta), prefix="agent.")
+        # So must the reply length it learned to write and the action grounding its environments applied.
+        trained_rollout = (meta.get("config") or {}).get("rollout") or {}
+        for key in ROLLOUT_KEYS_FROM_CHECKPOINT:
+            if key in trained_rollout and key not in given.get("rollout", {}):
+                setattr(cfg.rollout, key, type(getattr(cfg.rollout, key))(trained_rollout[key]))
+        cfg.rollout.validate()
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         fam = family(args.env)
         tasks = fam.tasks(args.split)

@@ -41,6 +41,11 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
                       "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["n"] + res["n_failed"] == 6 and res["config"]["agent"]["history"] == 0  # trained prompt format kept
+    assert res["config"]["rollout"]["max_new_tokens"] == 10  # and the reply length it was trained to write
+    assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--max-tasks", "3", "--json", str(out),
+                      "rollout.max_new_tokens=12", "rollout.ground_actions=0.9"]) == 0
+    cfg = json.loads(out.read_text())["config"]["rollout"]
+    assert cfg["max_new_tokens"] == 12 and cfg["ground_actions"] == 0.9  # the command line wins
 
 
 def test_bad_config_is_reported_not_raised(capsys):
