@@ -911,7 +911,7 @@ def train_main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="checkpoint directory")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.k=2 epochs=3")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)
     over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "preset", "out")
                                 if (v := getattr(a, k)) is not None]
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -516,7 +516,7 @@ def quickstart_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML file with QuickstartConfig fields")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", help="e.g. env=dial dream_iterations=10")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         q = load_config(QuickstartConfig, args.config, args.overrides)
     except (ConfigError, OSError) as e:

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML file with TableConfig fields")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         t = load_config(TableConfig, args.config, args.overrides + ([f"env={args.env}"] if args.env else []))
     except (ConfigError, OSError) as e:
