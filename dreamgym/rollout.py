@@ -21,8 +21,9 @@ Decisions (documented here because trainers and evaluation depend on them):
   admissible action (`dreamgym.agent.ground_action`) when the similarity reaches that threshold. The turn keeps
   the generated tokens (they are what is trained on) and the written action (`Turn.generated_action`); the
   episode counts how often it happened.
-- An environment that raises (in reset or step), exceeds `step_timeout_s` on one step, or an episode that
-  runs past `episode_timeout_s`, ends with that reason and the error text; the rest of the batch continues.
+- An environment that raises (in reset or step), exceeds `step_timeout_s` on one step (a batched step of n
+  environments gets n times that), or whose reset and steps add up to more than `episode_timeout_s`, ends its
+  episode with that reason and the error text; the rest of the batch continues.
   Such episodes are not the policy's doing: `Episode.trainable` is False and trainers skip them. A timed-out
   environment is abandoned (its thread cannot be killed; it is never used again).
 - Environments are constructed in the calling thread (constructors are cheap; a failing one ends its episode
@@ -78,7 +79,9 @@ class RolloutConfig:
     step_timeout_s: float = 60.0
     """A single environment step (or reset) that takes longer ends its episode ("step_timeout")."""
     episode_timeout_s: float = 1800.0
-    """An episode running longer than this (wall clock) ends with "episode_timeout"."""
+    """An episode whose environment has spent longer than this in reset and steps ends with "episode_timeout".
+    Time spent waiting for the policy or for other episodes does not count: in a batch of hundreds of episodes
+    the wall clock measures the batch, not the episode."""
     env_workers: int = 32
     """Threads stepping real environments concurrently."""
     on_invalid_action: Literal["end", "pass"] = "end"
@@ -171,6 +174,8 @@ class Episode:
     grounded_actions: int = 0
     """Turns whose action was replaced by the most similar admissible one (`RolloutConfig.ground_actions`)."""
     wall_time_s: float = 0.0
+    env_time_s: float = 0.0
+    """Seconds its environment spent in reset and steps (a batched step's time is shared among its episodes)."""
     _start: float = field(default=0.0, repr=False)
 
     @property
@@ -223,29 +228,39 @@ def _mix(*xs: int) -> int:
     return h
 
 
-def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]], timeout: float) -> list[tuple[str, Any]]:
-    """Run `fns` in the pool; each gets `timeout` seconds from the moment it starts running (time queued behind
-    other work does not count). Returns per call ("ok", value), ("error", exception) or ("timeout", None)."""
+def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]],
+              timeouts: Sequence[float]) -> list[tuple[str, Any, float]]:
+    """Run `fns` in the pool; call i gets `timeouts[i]` seconds from the moment it starts running (time queued
+    behind other work does not count). Returns per call (status, value, seconds it ran): ("ok", value, s),
+    ("error", exception, s) or ("timeout", None, s)."""
     starts: list[float | None] = [None] * len(fns)
+    ends: list[float | None] = [None] * len(fns)
 
     def run(i: int) -> Any:
         starts[i] = time.monotonic()
-        return fns[i]()
+        try:
+            return fns[i]()
+        finally:
+            ends[i] = time.monotonic()
 
     futs: dict[Future, int] = {pool.submit(run, i): i for i in range(len(fns))}
-    out: list[tuple[str, Any]] = [("timeout", None)] * len(fns)
+    out: list[tuple[str, Any, float]] = [("timeout", None, 0.0)] * len(fns)
     pending = set(futs)
     while pending:
-        started = [starts[futs[f]] for f in pending if starts[futs[f]] is not None]
+        deadlines = [starts[i] + timeouts[i] for i in (futs[f] for f in pending) if starts[i] is not None]
         now = time.monotonic()
-        wait_s = max(0.0, min(s + timeout for s in started) - now) + 1e-3 if started else 0.05
+        wait_s = max(0.0, min(deadlines) - now) + 1e-3 if deadlines else 0.05
         done, pending = wait(pending, timeout=wait_s, return_when=FIRST_COMPLETED)
         for f in done:
+            i = futs[f]
+            ran = (ends[i] or time.monotonic()) - (starts[i] or time.monotonic())
             exc = f.exception()
-            out[futs[f]] = ("error", exc) if exc is not None else ("ok", f.result())
+            out[i] = ("error", exc, ran) if exc is not None else ("ok", f.result(), ran)
         now = time.monotonic()
-        expired = {f for f in pending if starts[futs[f]] is not None and now - starts[futs[f]] > timeout}
-        pending -= expired  # left as ("timeout", None); the thread is abandoned
+        expired = {f for f in pending if starts[futs[f]] is not None and now - starts[futs[f]] > timeouts[futs[f]]}
+        for f in expired:  # the thread is abandoned
+            out[futs[f]] = ("timeout", None, now - starts[futs[f]])
+        pending -= expired
     return out
 
 
@@ -310,10 +325,9 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
             live = [s for s in slots if not s.ep.done]
             if not live:
                 break
-            now = time.monotonic()
             for s in live:
-                if now - s.ep._start > cfg.episode_timeout_s:
-                    _close(s, "episode_timeout", f"episode ran past {cfg.episode_timeout_s}s")
+                if s.ep.env_time_s > cfg.episode_timeout_s:
+                    _close(s, "episode_timeout", f"its environment took more than {cfg.episode_timeout_s}s")
                 elif len(s.ep.turns) >= cfg.max_turns:
                     _close(s, "max_turns")
             live = [s for s in slots if not s.ep.done]
@@ -351,9 +365,10 @@ def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], cfg: RolloutConfig,
     ready = [s for s in slots if not s.ep.done]  # constructed without error
     for s in ready:
         s.ep._start = t0
-    results = _call_all(pool, [reset(s) for s in ready], cfg.step_timeout_s)
+    results = _call_all(pool, [reset(s) for s in ready], [cfg.step_timeout_s] * len(ready))
     st["env_time_s"] += time.monotonic() - t0
-    for s, (status, value) in zip(ready, results):
+    for s, (status, value, ran) in zip(ready, results):
+        s.ep.env_time_s += ran
         if status == "ok":
             obs, info = value
             s.ep.source = "synthetic" if getattr(s.env, "is_synthetic", False) else "real"
@@ -464,12 +479,17 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
     calls: list[Callable[[], Any]] = [(lambda s=s, a=a: s.env.step(a)) for s, a in single]  # type: ignore[union-attr]
     groups = list(batched.items())
     calls += [(lambda cls=cls, g=g: cls.step_batch([s.env for s, _ in g], [a for _, a in g])) for cls, g in groups]
-    results = _call_all(pool, calls, cfg.step_timeout_s)
+    # A batched call makes len(g) steps at once, so it gets len(g) steps' time (a dream batch of 128 episodes on
+    # a CPU takes minutes, and one step's timeout would end every episode in it); each episode is charged its share.
+    results = _call_all(pool, calls, [cfg.step_timeout_s] * len(single) + [cfg.step_timeout_s * len(g) for _, g in groups])
 
-    for (s, _), (status, value) in zip(single, results[: len(single)]):
+    for (s, _), (status, value, ran) in zip(single, results[: len(single)]):
+        s.ep.env_time_s += ran
         _settle(s, status, value, cfg)
     retry: list[tuple[_Slot, str]] = []
-    for (cls, g), (status, value) in zip(groups, results[len(single):]):
+    for (cls, g), (status, value, ran) in zip(groups, results[len(single):]):
+        for s, _ in g:
+            s.ep.env_time_s += ran / len(g)
         if status == "ok":
             for (s, _), out in zip(g, value):
                 _record(s, out)
@@ -479,8 +499,9 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
         else:
             retry += g  # one bad episode must not sink the batch: step each alone to find it
     if retry:
-        for (s, _), (status, value) in zip(retry, _call_all(pool, [(lambda s=s, a=a: s.env.step(a)) for s, a in retry],
-                                                               cfg.step_timeout_s)):
+        for (s, _), (status, value, ran) in zip(retry, _call_all(pool, [(lambda s=s, a=a: s.env.step(a)) for s, a in retry],
+                                                                    [cfg.step_timeout_s] * len(retry))):
+            s.ep.env_time_s += ran
             _settle(s, status, value, cfg)
     st["env_time_s"] += time.monotonic() - t0
 

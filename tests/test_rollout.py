@@ -244,6 +244,42 @@ def test_batched_env_steps_once_per_turn_and_matches(tiny):
     assert [[t.observation for t in e.turns] for e in a] == [[t.observation for t in e.turns] for e in b]
 
 
+class SlowBatchedDial(DialEnv):
+    """A batched environment whose step_batch takes 0.1 s per environment, like an experience model on a CPU."""
+
+    batched_step = True
+
+    @classmethod
+    def _step_batch(cls, envs, actions):
+        time.sleep(0.1 * len(envs))
+        return [e._step(a) for e, a in zip(envs, actions)]
+
+
+class SlowBackend(ScriptedBackend):
+    def generate_from_ids(self, prompts, params):
+        time.sleep(0.3)
+        return super().generate_from_ids(prompts, params)
+
+
+def test_timeouts_measure_each_episodes_own_environment_time(tiny):
+    _, tok = tiny
+    tasks = [task(0, 3), task(5, 2), task(9, 8), task(1, 4)]
+    # a batched step of 8 environments takes 0.8 s: n steps at once get n step timeouts, not one
+    eps = run_rollouts(ScriptedBackend(tok, expert_reply), SlowBatchedDial, tasks, group_size=2, agent=AGENT,
+                       config=RolloutConfig(step_timeout_s=0.3))
+    assert all(e.won for e in eps)
+    # each turn charges an episode its share of the batch: ~0.1 s
+    assert all(0.09 * len(e.turns) <= e.env_time_s < 0.1 * len(e.turns) + 0.15 for e in eps)
+    # a slow policy (0.3 s per turn, 1.2 s per episode) does not count against the episodes' environment time
+    eps = run_rollouts(SlowBackend(tok, expert_reply), DialEnv, tasks, agent=AGENT,
+                       config=RolloutConfig(episode_timeout_s=0.5))
+    assert all(e.won for e in eps) and all(e.wall_time_s > 0.5 > e.env_time_s for e in eps)
+    # while environment time that adds up past the limit ends the episode
+    eps = run_rollouts(ScriptedBackend(tok, expert_reply), SlowUnsafeDial, [task(0, 8)], agent=AGENT,
+                       config=RolloutConfig(episode_timeout_s=0.5))
+    assert eps[0].end_reason == "episode_timeout" and not eps[0].trainable and len(eps[0].turns) == 2
+
+
 def test_real_step_budget_is_a_hard_cap(tiny):
     _, tok = tiny
     be = ScriptedBackend(tok, expert_reply)
