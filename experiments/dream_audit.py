@@ -79,7 +79,9 @@ def main() -> None:
         divergent += wrong
         outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
-    print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}")
+    failed = collections.Counter(e.end_reason for e in episodes if not e.trainable)
+    print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}; environment failures "
+          f"{sum(failed.values())} {dict(failed) if failed else ''}")
     for (d, r), c in sorted(outcomes.items()):
         print(f"  {d:10s} / {r:9s}: {c}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
