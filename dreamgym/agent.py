@@ -115,21 +115,16 @@ def ground_action(action: str, admissible: Sequence[str], min_similarity: float)
     The policy is still trained on the tokens it generated; the mapping is part of the environment as the
     policy sees it, the same in real and synthetic environments.
     """
-    if not admissible:
-        return action
     key = " ".join(action.split()).lower()
+    norm = [" ".join(c.split()).lower() for c in admissible]
+    forms = {m.group(1) for m in map(_FORM_RE.match, norm) if m}
     verb = _VERB_RE.match(key)
-    best, best_ratio = action, -1.0
-    for cand in admissible:
-        c = " ".join(cand.split()).lower()
-        if c == key:
-            return action
-        form = _FORM_RE.match(c)
-        if form:
-            if verb and verb.group(1) == form.group(1):
-                return action
-            continue
-        ratio = difflib.SequenceMatcher(None, key, c, autojunk=False).ratio()
-        if ratio > best_ratio:
-            best, best_ratio = cand, ratio
-    return best if best_ratio >= min_similarity else action
+    if key in norm or (verb and verb.group(1) in forms):
+        return action
+    # Admissible already (the usual case) costs no similarity computation; otherwise the first most similar wins.
+    scored = [(difflib.SequenceMatcher(None, key, c, autojunk=False).ratio(), i)
+              for i, c in enumerate(norm) if not _FORM_RE.match(c)]
+    if not scored:
+        return action
+    ratio, i = max(scored, key=lambda r: (r[0], -r[1]))
+    return admissible[i] if ratio >= min_similarity else action

@@ -481,7 +481,8 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
     calls += [(lambda cls=cls, g=g: cls.step_batch([s.env for s, _ in g], [a for _, a in g])) for cls, g in groups]
     # A batched call makes len(g) steps at once, so it gets len(g) steps' time (a dream batch of 128 episodes on
     # a CPU takes minutes, and one step's timeout would end every episode in it); each episode is charged its share.
-    results = _call_all(pool, calls, [cfg.step_timeout_s] * len(single) + [cfg.step_timeout_s * len(g) for _, g in groups])
+    timeouts = [cfg.step_timeout_s] * len(single) + [cfg.step_timeout_s * len(g) for _, g in groups]
+    results = _call_all(pool, calls, timeouts)
 
     for (s, _), (status, value, ran) in zip(single, results[: len(single)]):
         s.ep.env_time_s += ran
@@ -499,8 +500,8 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
         else:
             retry += g  # one bad episode must not sink the batch: step each alone to find it
     if retry:
-        for (s, _), (status, value, ran) in zip(retry, _call_all(pool, [(lambda s=s, a=a: s.env.step(a)) for s, a in retry],
-                                                                    [cfg.step_timeout_s] * len(retry))):
+        alone = [(lambda s=s, a=a: s.env.step(a)) for s, a in retry]  # type: ignore[union-attr]
+        for (s, _), (status, value, ran) in zip(retry, _call_all(pool, alone, [cfg.step_timeout_s] * len(retry))):
             s.ep.env_time_s += ran
             _settle(s, status, value, cfg)
     st["env_time_s"] += time.monotonic() - t0
