@@ -53,7 +53,7 @@ def test_family_surface():
     fam = family("alfworld")
     for name in ("make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text"):
         assert hasattr(fam, name)
-    assert set(fam.POLICIES) >= {"oracle", "expert", "noisy", "random"}
+    assert set(fam.POLICIES) >= {"oracle", "expert", "noisy", "searcher", "random"}
 
 
 def test_check_env(six):
@@ -151,6 +151,24 @@ def test_noisy_expert_detours_and_recovers(env, six):
         wins += steps[-1][3]["won"]
         extra += (len(steps) - 1) - len(steps[0][3]["walkthrough"])
     assert wins >= 5 and extra > 6  # it wanders, yet finishes
+
+
+def test_searcher_wins_each_task_type_from_the_state_alone(env, six):
+    for task in six:
+        pol = A.POLICIES["searcher"](0)
+        obs, info = env.reset(options={"task": task})
+        pol.reset(task, obs, info)
+        won, n = False, 0
+        for n in range(1, 51):
+            # Only the state text a policy model is shown, and the admissible list: no walkthrough, no engine.
+            seen = {"abstract_state": info["abstract_state"], "admissible_actions": info["admissible_actions"]}
+            obs, r, term, trunc, info = env.step(pol.act(obs, seen))
+            if term or trunc:
+                won = info["won"]
+                break
+        assert won, task.instruction
+        # It searches: never shorter than the planner, who knows where everything is.
+        assert n >= len(env.reset(options={"task": task})[1]["walkthrough"])
 
 
 def test_random_policy_rarely_wins(env, six):

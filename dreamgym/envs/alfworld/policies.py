@@ -1,9 +1,11 @@
 """Scripted ALFWorld policies for offline trajectories: the planner's expert walkthrough (ALFWorld's
-"oracle"), a noisy expert that takes detours and recovers, and a uniform random policy.
+"oracle"), a noisy expert that takes detours and recovers, an observation-only searcher, and a uniform random
+policy.
 
 Owns: how each policy picks a command from (observation, info). The expert reads `info["walkthrough"]`
 (the engine planner's plan, given at reset) and `info["admissible_actions"]`; the noisy expert also reads the
-abstract state to recover after a detour.
+abstract state to recover after a detour. The searcher reads only the abstract state (what a policy model is
+shown), so its demonstrations are imitable: the expert walks straight to an object the state has not shown.
 Must not know: the engine, game files, models, torch.
 """
 
@@ -128,4 +130,86 @@ class RandomPolicy(ExpertPolicy):
         return self.rng.choice(list(adm))
 
 
-POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "random": RandomPolicy}
+class SearcherPolicy(ExpertPolicy):
+    """Solves the task from the abstract state alone, deterministically (one rule per situation, first match):
+
+    1. holding a goal object that still needs heating/cooling/cleaning: go to the first microwave/fridge/sinkbasin
+       the state lists and use it;
+    2. holding a ready goal object: look-at tasks go to a receptacle known to hold the named lamp and use it;
+       the others go to the first receptacle of the goal's type, open it if closed, and move the object there;
+    3. hands empty and a goal object known to lie elsewhere than a goal receptacle: go there, open, take it;
+    4. otherwise explore: go to the first receptacle the state has no contents for (those that can hold the
+       object first, in the listed order) and open it if closed.
+    When every rule fails (everything explored, nothing found) it picks an admissible command at random.
+    Its wins are demonstrations a model reading the same state can imitate."""
+
+    def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
+        from dreamgym.envs.alfworld.goals import goal_of
+
+        self.goal = goal_of(task) or {}
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        from dreamgym.envs.alfworld.goals import NEEDED_PROP
+        from dreamgym.envs.alfworld.knowledge import can_contain, type_of
+
+        adm = list(info.get("admissible_actions") or [])
+        s = parse_state(info.get("abstract_state") or obs)
+        g = self.goal
+        if not g:
+            return self.rng.choice(adm) if adm else FALLBACK
+        obj, recep, toggle = g["object"], g.get("receptacle"), g.get("toggle")
+        prop = NEEDED_PROP.get(g["task_type"])
+
+        def reach(r: str, then: str) -> str:
+            """Walk to r, open it if closed, then do `then` (already formatted for r)."""
+            if s.location != r:
+                return f"go to {r}"
+            if s.is_openable(r) and r not in s.opened:
+                return f"open {r}"
+            return then
+
+        def first_of(kind: str) -> str | None:
+            return next((r for r in s.receptacles if type_of(r) == kind), None)
+
+        held = s.inventory
+        if held is not None and type_of(held) == obj:
+            if prop and prop not in s.altered.get(held, set()):
+                verb, kind = {"hot": ("heat", "microwave"), "cool": ("cool", "fridge"),
+                              "clean": ("clean", "sinkbasin")}[prop]
+                r = first_of(kind)
+                if r is not None:
+                    action = f"go to {r}" if s.location != r else f"{verb} {held} with {r}"
+                    if action in adm:
+                        return action
+            elif toggle:
+                lamp = next(((r, o) for r, objs in s.known.items() for o in objs if type_of(o) == toggle), None)
+                if lamp is not None:
+                    action = reach(lamp[0], f"use {lamp[1]}")
+                    if action in adm:
+                        return action
+            elif recep:
+                r = first_of(recep)
+                if r is not None:
+                    action = reach(r, f"move {held} to {r}")
+                    if action in adm:
+                        return action
+        elif held is None:
+            spots = [(r, o) for r, objs in s.known.items() if type_of(r) != recep for o in objs if type_of(o) == obj]
+            if spots:
+                r, o = spots[0]
+                action = reach(r, f"take {o} from {r}")
+                if action in adm:
+                    return action
+        unseen = [r for r in s.receptacles if r not in s.known]
+        # Receptacles that can hold the object come first; a look-at task also needs its lamp, which may be
+        # anywhere, so once the object is in hand every unexplored receptacle is as good as another.
+        unseen.sort(key=lambda r: obj not in can_contain().get(type_of(r), ()) and not (toggle and held))
+        for r in unseen:
+            action = reach(r, "look")
+            if action in adm:
+                return action
+        return self.rng.choice(adm) if adm else FALLBACK
+
+
+POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "searcher": SearcherPolicy,
+            "random": RandomPolicy}
