@@ -17,6 +17,14 @@ Choice of embedder (the paper leaves it open; any semantic encoder):
   not semantic, but deterministic, dependency-free and about 10k texts/s (250 characters each) on one busy
   core, some 20x MiniLM's rate, which suits tests and very large buffers. Abstract states are templated text, so lexical overlap already finds the
   same page or room with the same action.
+
+Either can be wrapped by `ActionKeyed` (spec suffix "+action", e.g. "hashing+action"): the key becomes
+[w * e(action) ; e(whole transition text)], so the action counts as much as everything else. In one text
+the action is a few tokens beside a long task and page, and the nearest transitions are then those from the same
+task and page, whatever they did; for predicting the next state, what the action does elsewhere matters more.
+Measured on WebShop (150 held-out steps, 20,000 offline episodes, hashing, k = 2): an example with exactly the
+true next state was retrieved for 37% of steps with the plain key and 57% with "+action" (item clicks 37% -> 67%,
+searches 32% -> 46%).
 """
 
 from __future__ import annotations
@@ -287,13 +295,42 @@ def embedding_cache_path(name: str) -> Path:
     return cache_dir("embeddings") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".sqlite")
 
 
+class ActionKeyed:
+    """Transition keys that weigh the action like the rest: `[w * e(action) ; e(text)] / norm`, 2x the base dim.
+
+    Reads the action back from `transition_text`'s layout (first line "action: ..."); a text without one (a
+    bare task, a query string) gets a zero action block, so it is compared on its text alone. The cosine of
+    two keys is (w^2 cos(actions) + cos(texts)) / (1 + w^2) when both have actions.
+    """
+
+    def __init__(self, base: Embedder, weight: float = 1.0):
+        if weight <= 0:
+            raise ValueError("the action weight must be > 0")
+        self.base, self.weight = base, float(weight)
+        self.name = f"{base.name}+action{self.weight:g}"
+        self.dim = 2 * base.dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        actions = [t[len("action: "):].partition("\n")[0] if t.startswith("action: ") else "" for t in texts]
+        whole = self.base.encode(list(texts))
+        acts = self.base.encode(actions) * np.array([[bool(a)] for a in actions], np.float32).reshape(-1, 1)
+        return _l2_normalise(np.concatenate([self.weight * acts, whole], axis=1).astype(np.float32))
+
+
 def make_embedder(spec: str = "minilm", cache: bool = True) -> Embedder:
-    """By name: "minilm" (default) or "hashing" / "hashing:<dim>". `cache` keeps MiniLM's vectors on disk
-    (`DiskCachedEmbedder` at `embedding_cache_path`); the hashing embedder is faster than a cache lookup."""
+    """By name: "minilm" (default) or "hashing" / "hashing:<dim>", each optionally with "+action" or
+    "+action:<weight>" (`ActionKeyed`). `cache` keeps MiniLM's vectors on disk (`DiskCachedEmbedder` at
+    `embedding_cache_path`); the hashing embedder is faster than a cache lookup."""
+    base_spec, plus, keyed = spec.partition("+")
+    if plus:
+        kind, _, w = keyed.partition(":")
+        if kind != "action":
+            raise ValueError(f"unknown embedder {spec!r}; the only suffix is '+action[:weight]'")
+        return ActionKeyed(make_embedder(base_spec, cache), float(w) if w else 1.0)
     name, _, arg = spec.partition(":")
     if name == "minilm":
         inner = MiniLMEmbedder()
         return DiskCachedEmbedder(inner, embedding_cache_path(inner.name)) if cache else inner
     if name == "hashing":
         return HashingEmbedder(dim=int(arg)) if arg else HashingEmbedder()
-    raise ValueError(f"unknown embedder {spec!r}; use 'minilm' or 'hashing[:dim]'")
+    raise ValueError(f"unknown embedder {spec!r}; use 'minilm' or 'hashing[:dim]', optionally '+action[:weight]'")

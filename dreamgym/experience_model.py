@@ -135,7 +135,8 @@ class ExperienceModelConfig:
     binary_reward: bool = True
     """Train on the paper's outcome reward (1 at a successful final step, else 0) instead of the env's raw reward."""
     embedder: str = "minilm"
-    """Retrieval embedder (dreamgym.embed.make_embedder): 'minilm' (all-MiniLM-L6-v2) or 'hashing[:dim]' (fast)."""
+    """Retrieval embedder (dreamgym.embed.make_embedder): 'minilm' (all-MiniLM-L6-v2) or 'hashing[:dim]' (fast),
+    optionally with '+action[:weight]' (the action weighs as much as the task and state in the key)."""
     mmr_lambda: float | None = None
     """Diversity re-ranking of retrieved examples (maximal marginal relevance); None: plain top-k."""
     retrieve_real_only: bool = True
@@ -147,8 +148,12 @@ class ExperienceModelConfig:
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:
             raise ConfigError("k, history and retries must be >= 0")
-        if self.embedder.partition(":")[0] not in ("minilm", "hashing"):
-            raise ConfigError(f"embedder: {self.embedder!r} is not 'minilm' or 'hashing[:dim]'")
+        try:
+            from dreamgym.embed import make_embedder
+
+            make_embedder(self.embedder, cache=False)  # parses the spec; MiniLM loads lazily, on first encode
+        except ValueError as e:
+            raise ConfigError(f"embedder: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------------- format

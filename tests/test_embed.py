@@ -110,3 +110,25 @@ def test_disk_cache_that_cannot_open_still_embeds(tmp_path):
 
 def ref_name(dim):
     return HashingEmbedder(dim=dim).name
+
+
+def test_action_keyed_embedder_ranks_the_same_action_first():
+    """A click on product B0X from another search retrieves over a different click on the same page."""
+    page = "[page] results for \"bath towels quick dry\", page 1 of 5\n" + "\n".join(
+        f"[link] B0{i}{i}{i} | Towel number {i} quick dry cotton bath | $2{i}.99" for i in range(10))
+    task = "get me quick dry bath towels in red under 60 dollars"
+    query = transition_text(task, page, "click[B0777]")
+    same_page_other_click = transition_text(task, page, "click[B0333]")
+    other_page_same_click = transition_text("i want a towel set for the gym", "[page] results for \"gym towel\"\n"
+                                            "[link] B0777 | Towel number 7 | $27.99", "click[B0777]")
+    plain, keyed = make_embedder("hashing"), make_embedder("hashing+action:2")
+    assert isinstance(keyed, Embedder) and keyed.dim == 2 * plain.dim and keyed.name.endswith("+action2")
+    for emb, winner in ((plain, 1), (keyed, 2)):
+        q, a, b = emb.encode([query, same_page_other_click, other_page_same_click])
+        assert np.isclose(np.linalg.norm(q), 1.0, atol=1e-5)
+        assert (1 if q @ a > q @ b else 2) == winner
+    # A text without an action (a bare task) is compared on its text alone and still has a unit key.
+    bare = keyed.encode(["quick dry bath towels"])[0]
+    assert np.isclose(np.linalg.norm(bare), 1.0, atol=1e-5) and not bare[: plain.dim].any()
+    with pytest.raises(ValueError, match="action"):
+        make_embedder("hashing+words")

@@ -281,3 +281,13 @@ def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
     m = ExperienceModel.load(out, device="cpu", config_overrides={"max_new_tokens": 24, "retries": 0})
     (p,) = m.predict([_q(3, "turn up")])
     assert isinstance(p.failed, bool) and m.stats["predictions"] == 1  # 2 steps teach nothing; it must run
+
+
+def test_embedder_spec_is_checked_at_start_up():
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.experience_model import TrainEMConfig
+
+    assert load_config(TrainEMConfig, None, ["model.embedder=hashing:64+action:2"]).model.embedder.endswith("+action:2")
+    for bad in ("hashing+words", "hashing:x", "word2vec"):
+        with pytest.raises(ConfigError, match="embedder"):
+            load_config(TrainEMConfig, None, [f"model.embedder={bad}"])
