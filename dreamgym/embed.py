@@ -43,6 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 STATE_MAX_CHARS = 2000
+ACTION_PREFIX = "action: "  # first line of `transition_text`; `ActionKeyed` reads the action back from it
 
 
 def transition_text(task_instruction: str, state: str, action: str, max_state_chars: int = STATE_MAX_CHARS) -> str:
@@ -51,7 +52,7 @@ def transition_text(task_instruction: str, state: str, action: str, max_state_ch
     The action comes first and the state last, because encoders truncate long inputs (MiniLM at 256
     word pieces): a long page then loses its tail, never the action or the task.
     """
-    return f"action: {action}\ntask: {task_instruction}\nstate: {state[:max_state_chars]}"
+    return f"{ACTION_PREFIX}{action}\ntask: {task_instruction}\nstate: {state[:max_state_chars]}"
 
 
 def text_of(transition: Any) -> str:
@@ -312,7 +313,7 @@ class ActionKeyed:
         self.dim = 2 * base.dim
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        actions = [t[len("action: "):].partition("\n")[0] if t.startswith("action: ") else "" for t in texts]
+        actions = [t[len(ACTION_PREFIX):].partition("\n")[0] if t.startswith(ACTION_PREFIX) else "" for t in texts]
         whole = self.base.encode(list(texts))
         has_action = np.array([bool(a) for a in actions], np.float32)[:, None]  # (n, 1)
         acts = self.base.encode(actions) * has_action  # (n, base.dim); zero rows for texts without an action

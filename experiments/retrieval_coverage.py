@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 
 from dreamgym.data import load_trajectories
-from dreamgym.experience_model import buffer_for, em_transitions
+from dreamgym.experience_model import RESET_ACTION, buffer_for, em_transitions
 from dreamgym.fidelity import action_kind
 
 
@@ -35,7 +35,8 @@ def main() -> None:
     a = p.parse_args()
 
     seed_trs = em_transitions(load_trajectories(a.data), history=a.history)
-    queries = [t for t in em_transitions(load_trajectories(a.heldout), history=a.history) if t.state]
+    queries = [t for t in em_transitions(load_trajectories(a.heldout), history=a.history)
+               if t.action != RESET_ACTION]  # the steps eval-em scores (initial states are not retrieved for)
     random.Random(0).shuffle(queries)
     queries = queries[: a.max_queries]
     print(f"{len(seed_trs)} buffer transitions, {len(queries)} held-out queries, k = {a.k}")

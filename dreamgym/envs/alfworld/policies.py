@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from dreamgym.envs.alfworld.goals import NEEDED_PROP, goal_of
+from dreamgym.envs.alfworld.knowledge import can_contain, type_of
 from dreamgym.envs.alfworld.state import parse_state
 from dreamgym.types import Task
 
@@ -144,14 +146,9 @@ class SearcherPolicy(ExpertPolicy):
     Its wins are demonstrations a model reading the same state can imitate."""
 
     def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
-        from dreamgym.envs.alfworld.goals import goal_of
-
         self.goal = goal_of(task) or {}
 
     def act(self, obs: str, info: dict[str, Any]) -> str:
-        from dreamgym.envs.alfworld.goals import NEEDED_PROP
-        from dreamgym.envs.alfworld.knowledge import can_contain, type_of
-
         adm = list(info.get("admissible_actions") or [])
         s = parse_state(info.get("abstract_state") or obs)
         g = self.goal
