@@ -11,7 +11,8 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
   abstract state is the real environment's (family `make_env` + `reset` with that task, cached per task) when
   `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`.
-- Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs).
+- Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs). A
+  family with `canonical_state` has the model's states rewritten through it (derived lines recomputed).
 - An action that the state does not offer (by the family's `admissible_from_state`) is answered, without a
   model call, with the same state and a notice (`invalid_action="noop"`, like the real environments), or sent
   to the model (`invalid_action="model"`, the paper's failure feedback, only as good as the model's training).
@@ -146,11 +147,23 @@ class SyntheticEnv(TextEnv):
             self.stats["model_initial_states"] += 1
             if pred.failed:
                 return pred.next_state, False
-            state = pred.next_state
+            state = self._canonical(pred.next_state)
         if state is None:
             return "[failure] No initial state: the real environment could not reset to this task.", False
         self._init_cache[key] = state
         return state, True
+
+    def _canonical(self, state: str) -> str:
+        """The model's state in the family's canonical layout (families that define `canonical_state`; others
+        unchanged). Why: derived lines (ALFWorld's "Unexplored") must match what the real environment writes even
+        when the model was trained before they existed or miscopies them; the buffer keeps the same text."""
+        fn = getattr(self.family, "canonical_state", None)
+        if fn is None:
+            return state
+        try:
+            return fn(state)
+        except Exception:  # noqa: BLE001 - a state the parser cannot read stays as the model wrote it
+            return state
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         adm = None if self._init_failed else list(self.family.admissible_from_state(self.state))
@@ -225,7 +238,7 @@ class SyntheticEnv(TextEnv):
                 e.stats["model_steps"] += 1
                 q.next_state, q.reward, q.done, q.reasoning = p.next_state, float(p.reward), bool(p.done), p.reasoning
                 e.history.append((e.state, actions[i]))
-                e.state = p.next_state
+                e.state = e._canonical(p.next_state)
                 e._advance()
                 terminated = bool(p.done)
                 truncated = not terminated and e.t >= e.max_steps

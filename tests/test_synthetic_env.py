@@ -4,7 +4,8 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.env import check_env
 from dreamgym.envs import dial
-from dreamgym.experience_model import FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions
+from dreamgym.experience_model import (FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions,
+                                       format_completion)
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.synthetic_env import SyntheticEnv, is_admissible
 from dreamgym.types import Task
@@ -122,3 +123,35 @@ def test_synthetic_env_on_the_trained_tiny_model_is_deterministic():
     env = SyntheticEnv(model)
     check_env(env, n_steps=3)
     assert model.stats["predictions"] > 0
+
+
+def _alf_state(known: str, location: str = "middle of the room", unexplored: str | None = None) -> str:
+    lines = ["Task: put some book in shelf.", "Observation: You arrive.", f"Location: {location}",
+             "Inventory: nothing", "Opened: none", "Lamps on: none", "Altered: none", f"Known contents: {known}"]
+    if unexplored is not None:
+        lines.append(f"Unexplored: {unexplored}")
+    return "\n".join(lines + ["Receptacles: desk 1, drawer 1, shelf 1"])
+
+
+def test_alfworld_model_states_get_the_derived_unexplored_line():
+    """An experience model trained before ALFWorld states had the "Unexplored" line (or one that miscopies it)
+    still gives the policy the line the real environment writes: the synthetic env recomputes it."""
+    from dreamgym.envs.alfworld.state import canonical_state
+
+    def old_format(req):
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1]
+        if action == "go to desk 1":  # an old-format answer: no Unexplored line
+            return format_completion(_alf_state("desk 1: book 1", "desk 1"), 0.0, False, "You arrive.")
+        return format_completion(_alf_state("none", unexplored="shelf 1"), 0.0, False, "Start.")  # miscopied
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    env = SyntheticEnv(ExperienceModel(FakeLLM(old_format), config=ExperienceModelConfig(use_retrieval=False),
+                                       env="alfworld"), tasks=[task], initial_state="model")
+    obs, info = env.reset(seed=0)
+    assert "Unexplored: desk 1, drawer 1, shelf 1" in obs
+    obs, r, term, trunc, info = env.step("go to desk 1")
+    assert "Unexplored: drawer 1, shelf 1" in obs and "Known contents: desk 1: book 1" in obs
+    assert "take book 1 from desk 1" in info["admissible_actions"]
+    # Real states are fixed points; a text missing a line is left alone rather than emptied.
+    assert canonical_state(obs) == obs
+    assert canonical_state("The room is dark.") == "The room is dark."

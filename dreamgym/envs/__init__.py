@@ -13,6 +13,8 @@ collector, the experience model, the curriculum and evaluation use without knowi
 - `admissible_from_state(state: str) -> list[str]`: the actions an abstract state offers
 - `parse_goal(instruction: str) -> dict | None`: the structured goal, or None when not well-formed
 - `explain(transition: Transition) -> str`: the environment-grounded reasoning trace for a transition
+- optional `canonical_state(state: str) -> str`: a state text in the family's canonical layout, derived
+  lines recomputed (the synthetic environment passes the model's states through it)
 
 `family(name)` imports one of them by name.
 """

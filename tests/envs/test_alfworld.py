@@ -5,6 +5,7 @@ reward, bad commands, the abstract state and the admissible commands rebuilt fro
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -129,7 +130,7 @@ def test_abstract_state_tracks_what_the_agent_knows(env, six):
     again = play(env, task, "expert")
     assert [s[3]["abstract_state"] for s in again] == [s[3]["abstract_state"] for s in steps]
     for line in ("Task:", "Observation:", "Location:", "Inventory:", "Opened:", "Lamps on:", "Altered:",
-                 "Known contents:", "Receptacles:"):
+                 "Known contents:", "Unexplored:", "Receptacles:"):
         assert line in steps[-1][3]["abstract_state"]
 
 
@@ -169,6 +170,31 @@ def test_searcher_wins_each_task_type_from_the_state_alone(env, six):
         assert won, task.instruction
         # It searches: never shorter than the planner, who knows where everything is.
         assert n >= len(env.reset(options={"task": task})[1]["walkthrough"])
+
+
+def test_list_searcher_explores_by_copying_the_unexplored_line(env, six):
+    """`searcher-list` demonstrations are imitable by copying: each exploring step goes to the first name of the
+    state's "Unexplored" line, which is exactly Receptacles minus Known contents."""
+    wins, explored = 0, 0
+    for task in six:
+        pol = A.POLICIES["searcher-list"](0)
+        obs, info = env.reset(options={"task": task})
+        pol.reset(task, obs, info)
+        for _ in range(50):
+            text = info["abstract_state"]
+            s = parse_state(text)
+            unexplored = re.search(r"^Unexplored: (.*)$", text, flags=re.M).group(1).split(", ")
+            assert unexplored == ([r for r in s.receptacles if r not in s.known] or ["none"])
+            action = pol.act(obs, {"abstract_state": text, "admissible_actions": info["admissible_actions"]})
+            target = action.removeprefix("go to ")
+            if action.startswith("go to ") and target not in s.known and s.inventory is None:
+                assert target == unexplored[0], (text, action)
+                explored += 1
+            obs, r, term, trunc, info = env.step(action)
+            if term or trunc:
+                break
+        wins += info["won"]
+    assert explored >= 6 and wins >= 5
 
 
 def test_random_policy_rarely_wins(env, six):

@@ -143,7 +143,15 @@ class SearcherPolicy(ExpertPolicy):
     4. otherwise explore: go to the first receptacle the state has no contents for (those that can hold the
        object first, in the listed order) and open it if closed.
     When every rule fails (everything explored, nothing found) it picks an admissible command at random.
-    Its wins are demonstrations a model reading the same state can imitate."""
+    Its wins are demonstrations a model reading the same state can imitate.
+
+    `by_type=False` (policy name `searcher-list`) explores in the listed order, i.e. always the first name of
+    the state's "Unexplored" line: 90% wins in 24.5 steps instead of 99% in 14.7, but every exploring step is a
+    copy from the state rather than a judgement about which furniture can hold the object."""
+
+    def __init__(self, seed: int = 0, by_type: bool = True):
+        super().__init__(seed)
+        self.by_type = by_type
 
     def reset(self, task: Task, obs: str, info: dict[str, Any]) -> None:
         self.goal = goal_of(task) or {}
@@ -200,7 +208,8 @@ class SearcherPolicy(ExpertPolicy):
         unseen = [r for r in s.receptacles if r not in s.known]
         # Receptacles that can hold the object come first; a look-at task also needs its lamp, which may be
         # anywhere, so once the object is in hand every unexplored receptacle is as good as another.
-        unseen.sort(key=lambda r: obj not in can_contain().get(type_of(r), ()) and not (toggle and held))
+        if self.by_type:
+            unseen.sort(key=lambda r: obj not in can_contain().get(type_of(r), ()) and not (toggle and held))
         for r in unseen:
             action = reach(r, "look")
             if action in adm:
@@ -208,5 +217,12 @@ class SearcherPolicy(ExpertPolicy):
         return self.rng.choice(adm) if adm else FALLBACK
 
 
+class ListSearcherPolicy(SearcherPolicy):
+    """The searcher exploring in listed order (see `SearcherPolicy`, `by_type=False`)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(seed, by_type=False)
+
+
 POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "searcher": SearcherPolicy,
-            "random": RandomPolicy}
+            "searcher-list": ListSearcherPolicy, "random": RandomPolicy}

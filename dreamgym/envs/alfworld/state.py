@@ -2,7 +2,7 @@
 and the admissible commands rebuilt from that text alone.
 
 Owns: the state text format, `StateTracker` (updates the agent's knowledge from the engine's feedback
-sentences only, never from hidden engine facts), `parse_state`, and `admissible_from_state` (ALFWorld's
+sentences only, never from hidden engine facts), `parse_state`, `canonical_state`, and `admissible_from_state` (ALFWorld's
 command grammar over the receptacles and objects the state names; this is how the synthetic environment
 offers actions).
 Must not know: the engine, game files, policies, models, torch.
@@ -17,7 +17,14 @@ Format (every line always present, in this order; lists sorted as "cabinet 2" < 
     Lamps on: none
     Altered: none                         -- objects the agent cleaned/heated/cooled, e.g. "mug 1 (clean)"
     Known contents: cabinet 3: mug 1; countertop 1: apple 1, knife 2; drawer 1: nothing
+    Unexplored: cabinet 1, cabinet 2, coffeemachine 1, sinkbasin 1   -- receptacles with no known contents; "none"
     Receptacles: cabinet 1, cabinet 2, cabinet 3, coffeemachine 1, countertop 1, drawer 1, sinkbasin 1
+
+"Unexplored" is derived (Receptacles minus those in Known contents, in listed order) and `parse_state` ignores
+it. Why it is spelled out: a small policy cannot take a set difference of two 50-name lists in its head (SFT on
+observation-only searcher demonstrations without it wrote "go to cabinet 3" after "cabinet 2" by counting, in
+rooms without a cabinet 3), but it can copy the first name of a line. States written before the line existed
+still parse.
 """
 
 from __future__ import annotations
@@ -100,6 +107,7 @@ class AbstractState:
             f"Lamps on: {_join(self.lamps_on)}",
             f"Altered: {altered or 'none'}",
             f"Known contents: {known or 'none'}",
+            f"Unexplored: {', '.join(r for r in self.receptacles if r not in self.known) or 'none'}",
             f"Receptacles: {_join(self.receptacles)}",
         ])
 
@@ -182,6 +190,10 @@ class StateTracker:
             self.state.known[recep] = parse_list(m.group(1))
 
 
+_KEYS = ("Task", "Observation", "Location", "Inventory", "Opened", "Lamps on", "Altered", "Known contents",
+         "Receptacles")
+
+
 def _line(state: str, key: str) -> str | None:
     m = re.search(rf"^{re.escape(key)}:[ \t]*(.*)$", state, flags=re.M)
     return m.group(1).strip() if m else None
@@ -224,6 +236,15 @@ def parse_state(state: str) -> AbstractState:
                 s.known[recep] = [] if objs.strip() in ("nothing", "") else _names(objs)
     s.receptacles = sorted(set(_names(_line(state, "Receptacles"))), key=name_key)
     return s
+
+
+def canonical_state(state: str) -> str:
+    """`state` re-rendered from what `parse_state` reads: real states come back unchanged (checked on 22,324 of
+    them), a model's state gets the derived "Unexplored" line recomputed and its lists sorted. A text missing
+    any line but "Unexplored" is returned as it is: re-rendering would turn what it lacks into empty knowledge."""
+    if any(_line(state, key) is None for key in _KEYS):
+        return state
+    return parse_state(state).render()
 
 
 def admissible_from_state(state: str) -> list[str]:
