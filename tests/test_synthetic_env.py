@@ -128,9 +128,8 @@ def test_synthetic_env_on_the_trained_tiny_model_is_deterministic():
 def _alf_state(known: str, location: str = "middle of the room", unexplored: str | None = None) -> str:
     lines = ["Task: put some book in shelf.", "Observation: You arrive.", f"Location: {location}",
              "Inventory: nothing", "Opened: none", "Lamps on: none", "Altered: none", f"Known contents: {known}"]
-    if unexplored is not None:
-        lines.append(f"Unexplored: {unexplored}")
-    return "\n".join(lines + ["Receptacles: desk 1, drawer 1, shelf 1"])
+    lines.append("Receptacles: desk 1, drawer 1, shelf 1")
+    return "\n".join(lines + ([f"Unexplored: {unexplored}"] if unexplored is not None else []))
 
 
 def test_alfworld_model_states_get_the_derived_unexplored_line():

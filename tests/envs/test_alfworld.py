@@ -130,7 +130,7 @@ def test_abstract_state_tracks_what_the_agent_knows(env, six):
     again = play(env, task, "expert")
     assert [s[3]["abstract_state"] for s in again] == [s[3]["abstract_state"] for s in steps]
     for line in ("Task:", "Observation:", "Location:", "Inventory:", "Opened:", "Lamps on:", "Altered:",
-                 "Known contents:", "Unexplored:", "Receptacles:"):
+                 "Known contents:", "Receptacles:", "Unexplored:"):
         assert line in steps[-1][3]["abstract_state"]
 
 
