@@ -156,7 +156,7 @@ class SyntheticEnv(TextEnv):
     def _canonical(self, state: str) -> str:
         """The model's state in the family's canonical layout (families that define `canonical_state`; others
         unchanged). Why: derived lines (ALFWorld's "Unexplored") must match what the real environment writes even
-        when the model was trained before they existed or miscopies them; the buffer keeps the same text."""
+        when the model was trained before they existed or miscopies them."""
         fn = getattr(self.family, "canonical_state", None)
         if fn is None:
             return state
@@ -236,9 +236,10 @@ class SyntheticEnv(TextEnv):
                     results[i] = e._failure_end(p.error)
                     continue
                 e.stats["model_steps"] += 1
-                q.next_state, q.reward, q.done, q.reasoning = p.next_state, float(p.reward), bool(p.done), p.reasoning
                 e.history.append((e.state, actions[i]))
                 e.state = e._canonical(p.next_state)
+                # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
+                q.next_state, q.reward, q.done, q.reasoning = e.state, float(p.reward), bool(p.done), p.reasoning
                 e._advance()
                 terminated = bool(p.done)
                 truncated = not terminated and e.t >= e.max_steps

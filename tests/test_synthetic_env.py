@@ -144,13 +144,15 @@ def test_alfworld_model_states_get_the_derived_unexplored_line():
         return format_completion(_alf_state("none", unexplored="shelf 1"), 0.0, False, "Start.")  # miscopied
 
     task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
-    env = SyntheticEnv(ExperienceModel(FakeLLM(old_format), config=ExperienceModelConfig(use_retrieval=False),
+    buf = ReplayBuffer(None, HashingEmbedder())
+    env = SyntheticEnv(ExperienceModel(FakeLLM(old_format), buffer=buf, config=ExperienceModelConfig(use_retrieval=False),
                                        env="alfworld"), tasks=[task], initial_state="model")
     obs, info = env.reset(seed=0)
     assert "Unexplored: desk 1, drawer 1, shelf 1" in obs
     obs, r, term, trunc, info = env.step("go to desk 1")
     assert "Unexplored: drawer 1, shelf 1" in obs and "Known contents: desk 1: book 1" in obs
     assert "take book 1 from desk 1" in info["admissible_actions"]
+    assert [t.next_state for t in buf.transitions()] == [obs]  # the buffer holds what the policy was shown
     # Real states are fixed points; a text missing a line is left alone rather than emptied.
     assert canonical_state(obs) == obs
     assert canonical_state("The room is dark.") == "The room is dark."

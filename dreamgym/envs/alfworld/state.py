@@ -2,9 +2,9 @@
 and the admissible commands rebuilt from that text alone.
 
 Owns: the state text format, `StateTracker` (updates the agent's knowledge from the engine's feedback
-sentences only, never from hidden engine facts), `parse_state`, `canonical_state`, and `admissible_from_state` (ALFWorld's
-command grammar over the receptacles and objects the state names; this is how the synthetic environment
-offers actions).
+sentences only, never from hidden engine facts), `parse_state`, `canonical_state`, and
+`admissible_from_state` (ALFWorld's command grammar over the receptacles and objects the state names; this is
+how the synthetic environment offers actions).
 Must not know: the engine, game files, policies, models, torch.
 
 Format (every line always present, in this order; lists sorted as "cabinet 2" < "cabinet 10"):
