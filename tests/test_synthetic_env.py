@@ -145,8 +145,9 @@ def test_alfworld_model_states_get_the_derived_unexplored_line():
 
     task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
     buf = ReplayBuffer(None, HashingEmbedder())
-    env = SyntheticEnv(ExperienceModel(FakeLLM(old_format), buffer=buf, config=ExperienceModelConfig(use_retrieval=False),
-                                       env="alfworld"), tasks=[task], initial_state="model")
+    model = ExperienceModel(FakeLLM(old_format), buffer=buf, config=ExperienceModelConfig(use_retrieval=False),
+                            env="alfworld")
+    env = SyntheticEnv(model, tasks=[task], initial_state="model")
     obs, info = env.reset(seed=0)
     assert "Unexplored: desk 1, drawer 1, shelf 1" in obs
     obs, r, term, trunc, info = env.step("go to desk 1")
