@@ -27,7 +27,8 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     args = ["--algo", "grpo", "--env", "dial", f"run_dir={grpo_dir}", f"init={sft_dir / 'final'}",
             "grpo.group_size=2", "grpo.tasks_per_iteration=2", "save_every=1", "real_step_budget=200",
             "rollout.on_invalid_action=pass", *FAST]
-    assert train_main(args + ["iterations=2"]) == 0
+    assert train_main(args + ["iterations=2", "eval_at_start=false"]) == 0
+    assert [json.loads(line)["tag"] for line in (grpo_dir / "eval.jsonl").open()] == ["final"]  # no start evaluation
     assert json.loads((grpo_dir / "checkpoint" / "trainer_state.json").read_text())["iteration"] == 2
     assert train_main(args + ["iterations=3", "--resume"]) == 0
     assert "resumed from" in capsys.readouterr().out
