@@ -146,8 +146,8 @@ class SearcherPolicy(ExpertPolicy):
     Its wins are demonstrations a model reading the same state can imitate.
 
     `by_type=False` (policy name `searcher-list`) explores in the listed order, i.e. always the first name of
-    the state's "Unexplored" line: 90% wins in 24.5 steps instead of 99% in 14.7, but every exploring step is a
-    copy from the state rather than a judgement about which furniture can hold the object."""
+    the state's "Unexplored" line: 93% wins in 22.3 steps (500 train games) instead of 99% in 14.7, but every
+    exploring step is a copy from the state rather than a judgement about which furniture can hold the object."""
 
     def __init__(self, seed: int = 0, by_type: bool = True):
         super().__init__(seed)
