@@ -205,7 +205,7 @@ class SearcherPolicy(ExpertPolicy):
                 action = reach(r, f"take {o} from {r}")
                 if action in adm:
                     return action
-        unseen = [r for r in s.receptacles if r not in s.known]
+        unseen = s.unexplored()
         # Receptacles that can hold the object come first; a look-at task also needs its lamp, which may be
         # anywhere, so once the object is in hand every unexplored receptacle is as good as another.
         if self.by_type:

@@ -80,6 +80,10 @@ class AbstractState:
     def is_openable(self, name: str | None) -> bool:
         return bool(name) and type_of(name) in lower_set("openable")  # type: ignore[arg-type]
 
+    def unexplored(self) -> list[str]:
+        """Receptacles with no known contents, in listed order (the state's "Unexplored" line)."""
+        return [r for r in self.receptacles if r not in self.known]
+
     def visible(self) -> bool:
         """Whether the agent can reach into the receptacle it stands at."""
         return self.location is not None and (not self.is_openable(self.location) or self.location in self.opened)
@@ -110,7 +114,7 @@ class AbstractState:
             f"Altered: {altered or 'none'}",
             f"Known contents: {known or 'none'}",
             f"Receptacles: {_join(self.receptacles)}",
-            f"Unexplored: {', '.join(r for r in self.receptacles if r not in self.known) or 'none'}",
+            f"Unexplored: {', '.join(self.unexplored()) or 'none'}",
         ])
 
 
