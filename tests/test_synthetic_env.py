@@ -134,7 +134,8 @@ def _alf_state(known: str, location: str = "middle of the room", unexplored: str
 
 def test_alfworld_model_states_get_the_derived_unexplored_line():
     """An experience model trained before ALFWorld states had the "Unexplored" line (or one that miscopies it)
-    still gives the policy the line the real environment writes: the synthetic env recomputes it."""
+    still gives the policy a line that holds what the real environment's would: the synthetic env recomputes its
+    set and keeps the search order the model wrote."""
     from dreamgym.envs.alfworld.state import canonical_state
 
     def old_format(req):
@@ -149,7 +150,7 @@ def test_alfworld_model_states_get_the_derived_unexplored_line():
                             env="alfworld")
     env = SyntheticEnv(model, tasks=[task], initial_state="model")
     obs, info = env.reset(seed=0)
-    assert "Unexplored: desk 1, drawer 1, shelf 1" in obs
+    assert "Unexplored: shelf 1, desk 1, drawer 1" in obs  # its order first, the names it left out after
     obs, r, term, trunc, info = env.step("go to desk 1")
     assert "Unexplored: drawer 1, shelf 1" in obs and "Known contents: desk 1: book 1" in obs
     assert "take book 1 from desk 1" in info["admissible_actions"]

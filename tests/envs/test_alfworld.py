@@ -18,7 +18,7 @@ from dreamgym.envs import alfworld as A  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
-from dreamgym.envs.alfworld.state import parse_state  # noqa: E402
+from dreamgym.envs.alfworld.state import name_key, parse_state  # noqa: E402
 from dreamgym.types import Trajectory, Step  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.
@@ -39,7 +39,7 @@ def six(env):
 
 def play(env, task, policy, seed=0, limit=60):
     pol = A.POLICIES[policy](seed)
-    obs, info = env.reset(options={"task": task})
+    obs, info = env.reset(seed=seed, options={"task": task})
     pol.reset(task, obs, info)
     steps = [(None, obs, 0.0, info)]
     for _ in range(limit):
@@ -173,28 +173,40 @@ def test_searcher_wins_each_task_type_from_the_state_alone(env, six):
 
 
 def test_list_searcher_explores_by_copying_the_unexplored_line(env, six):
-    """`searcher-list` demonstrations are imitable by copying: each exploring step goes to the first name of the
-    state's "Unexplored" line, which is exactly Receptacles minus Known contents."""
-    wins, explored = 0, 0
-    for task in six:
+    """`searcher-list` demonstrations are imitable by copying, and only by copying: each exploring step goes to
+    the first name of the state's "Unexplored" line, which holds exactly Receptacles minus Known contents, in a
+    search order drawn from the episode seed (fixed within the episode, not the receptacles' numbering)."""
+    wins, explored, off_numbering = 0, 0, 0
+    for i, task in enumerate(six):
         pol = A.POLICIES["searcher-list"](0)
-        obs, info = env.reset(options={"task": task})
+        obs, info = env.reset(seed=100 + i, options={"task": task})
         pol.reset(task, obs, info)
+        first = None
         for _ in range(50):
             text = info["abstract_state"]
             s = parse_state(text)
-            unexplored = re.search(r"^Unexplored: (.*)$", text, flags=re.M).group(1).split(", ")
-            assert unexplored == ([r for r in s.receptacles if r not in s.known] or ["none"])
+            line = re.search(r"^Unexplored: (.*)$", text, flags=re.M).group(1)
+            unexplored = [] if line == "none" else line.split(", ")
+            expected = [r for r in s.receptacles if r not in s.known]
+            assert sorted(unexplored, key=name_key) == expected
+            first = first or unexplored
+            assert unexplored == [r for r in first if r in unexplored]  # one order for the whole episode
             action = pol.act(obs, {"abstract_state": text, "admissible_actions": info["admissible_actions"]})
             target = action.removeprefix("go to ")
             if action.startswith("go to ") and target not in s.known and s.inventory is None:
                 assert target == unexplored[0], (text, action)
                 explored += 1
+                off_numbering += target != expected[0]
             obs, r, term, trunc, info = env.step(action)
             if term or trunc:
                 break
         wins += info["won"]
-    assert explored >= 6 and wins >= 5
+        # The order is the seed's: the same seed gives it again, another seed a different one.
+        again = env.reset(seed=100 + i, options={"task": task})[1]["abstract_state"]
+        assert again.splitlines()[-1] == "Unexplored: " + ", ".join(first)
+    assert explored >= 6 and wins >= 5 and off_numbering >= explored // 2, (explored, off_numbering, wins)
+    other = {env.reset(seed=s, options={"task": six[0]})[1]["abstract_state"].splitlines()[-1] for s in range(4)}
+    assert len(other) > 1
 
 
 def test_random_policy_rarely_wins(env, six):

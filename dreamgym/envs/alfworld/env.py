@@ -136,7 +136,10 @@ class ALFWorldEnv(TextEnv):
         self.t = 0
         raw = gs.feedback
         obs = raw.replace(games.WELCOME, "").strip()
-        state = self._tracker.reset(self.task.instruction, obs)
+        # The state's search order (its "Unexplored" line) is drawn from the episode seed, so the G rollouts of a
+        # GRPO group share it and different seeds of one game do not.
+        order_seed = seed if seed is not None else int(self.np_random.integers(2**31))
+        state = self._tracker.reset(self.task.instruction, obs, seed=order_seed)
         info = self._info(gs, raw, state.render())
         info["walkthrough"] = list(gs.get("extra.walkthrough") or [])
         return obs, info
