@@ -145,9 +145,10 @@ class SearcherPolicy(ExpertPolicy):
     When every rule fails (everything explored, nothing found) it picks an admissible command at random.
     Its wins are demonstrations a model reading the same state can imitate.
 
-    `by_type=False` (policy name `searcher-list`) explores in the listed order, i.e. always the first name of
-    the state's "Unexplored" line: 93% wins in 22.3 steps (500 train games) instead of 99% in 14.7, but every
-    exploring step is a copy from the state rather than a judgement about which furniture can hold the object."""
+    `by_type=False` (policy name `searcher-list`) always explores the *last* name of the state's "Unexplored"
+    line (the line is in the episode's random search order, so first or last costs the same): 94.3% wins in 20.1
+    steps (600 train games, against 93.0% in 22.3 with the listed order and the first name), and every exploring
+    step is a copy from the state rather than a judgement about which furniture can hold the object."""
 
     def __init__(self, seed: int = 0, by_type: bool = True):
         super().__init__(seed)
@@ -210,6 +211,10 @@ class SearcherPolicy(ExpertPolicy):
         # anywhere, so once the object is in hand every unexplored receptacle is as good as another.
         if self.by_type:
             unseen.sort(key=lambda r: obj not in can_contain().get(type_of(r), ()) and not (toggle and held))
+        else:
+            # The last name of the line is the one nearest where a policy model starts writing: a fixed distance
+            # back from the prompt's end rather than a pointer to the start of a line of varying length.
+            unseen.reverse()
         for r in unseen:
             action = reach(r, "look")
             if action in adm:
