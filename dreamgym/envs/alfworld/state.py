@@ -93,7 +93,8 @@ class AbstractState:
         order lacks follow in listed order, so the set never depends on the order being complete."""
         listed = set(self.receptacles)
         ordered = [r for r in dict.fromkeys(self.search_order) if r in listed]
-        ordered += [r for r in self.receptacles if r not in set(ordered)]
+        placed = set(ordered)
+        ordered += [r for r in self.receptacles if r not in placed]
         return [r for r in ordered if r not in self.known]
 
     def visible(self) -> bool:
@@ -264,9 +265,10 @@ def parse_state(state: str) -> AbstractState:
 
 def canonical_state(state: str) -> str:
     """`state` re-rendered from what `parse_state` reads: real states come back unchanged (checked on 22,324 of
-    them), a model's state gets the derived "Unexplored" line recomputed (its set; the order it wrote is kept)
-    and its lists sorted. A text missing
-    any line but "Unexplored" is returned as it is: re-rendering would turn what it lacks into empty knowledge."""
+    them in listed order, and on the 48,880 state texts of 24,440 steps in search order); a model's state gets
+    the derived "Unexplored" line recomputed (its set; the order it wrote is kept) and its other lists sorted.
+    A text missing any line but "Unexplored" is returned as it is: re-rendering would turn what it lacks into
+    empty knowledge."""
     if any(_line(state, key) is None for key in _KEYS):
         return state
     return parse_state(state).render()
