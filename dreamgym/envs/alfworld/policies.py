@@ -141,7 +141,7 @@ class SearcherPolicy(ExpertPolicy):
        the others go to the first receptacle of the goal's type, open it if closed, and move the object there;
     3. hands empty and a goal object known to lie elsewhere than a goal receptacle: go there, open, take it;
     4. otherwise explore: go to the first receptacle the state has no contents for (those that can hold the
-       object first, in the listed order) and open it if closed.
+       object first, each group in the state's search order) and open it if closed.
     When every rule fails (everything explored, nothing found) it picks an admissible command at random.
     Its wins are demonstrations a model reading the same state can imitate.
 
@@ -223,7 +223,7 @@ class SearcherPolicy(ExpertPolicy):
 
 
 class ListSearcherPolicy(SearcherPolicy):
-    """The searcher exploring in listed order (see `SearcherPolicy`, `by_type=False`)."""
+    """The searcher exploring by the last name of the "Unexplored" line (see `SearcherPolicy`, `by_type=False`)."""
 
     def __init__(self, seed: int = 0):
         super().__init__(seed, by_type=False)
