@@ -24,9 +24,12 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of `x` over the positions where `mask` is true (0.0 when the mask is empty); returns a scalar."""
+    """Mean of `x` over the positions where `mask` is true (0.0 when the mask is empty); returns a scalar.
+
+    A float `mask` holds weights, and the result is the weighted mean sum(x * w) / sum(w) (weights may sum to
+    less than one, so the empty-mask guard is the smallest positive float, not 1)."""
     m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum() / m.sum().clamp(min=torch.finfo(m.dtype).tiny)
 
 
 # ----------------------------------------------------------------------------------------------- masks
@@ -146,7 +149,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     `old_logp` are the sampling log-probabilities of the tokens (the behaviour policy); `advantages` is per
     token or per row (broadcast along the tokens). `clip_eps_high` defaults to `clip_eps` (symmetric).
 
-    logp, old_logp: [B, L]; advantages: [B, L] or [B] ; mask: [B, L] bool.
+    logp, old_logp: [B, L]; advantages: [B, L] or [B] ; mask: [B, L] bool, or float per-token weights (then
+    every mean is weighted; `GRPOConfig.loss_agg="episode"` uses this).
     Returns: (loss scalar, stats with "clip_frac" — share of trained tokens whose ratio was clipped in the
     direction that matters — and "approx_kl" = mean(old_logp - logp)).
     """

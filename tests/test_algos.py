@@ -152,6 +152,8 @@ def test_masked_mean_and_normalize():
     m = torch.tensor([True, True, True, False])
     assert algos.masked_mean(x, m).item() == pytest.approx(2.0)
     assert algos.masked_mean(x, torch.zeros(4, dtype=torch.bool)).item() == 0.0
+    # Float weights summing to less than one: (0.1 * 1 + 0.1 * 2 + 0.2 * 3) / 0.4 = 2.25.
+    assert algos.masked_mean(x, torch.tensor([0.1, 0.1, 0.2, 0.0])).item() == pytest.approx(2.25)
     n = algos.normalize(x, m, eps=0.0)
     s = math.sqrt(2 / 3)
     assert n.tolist() == pytest.approx([-1 / s, 0.0, 1 / s, 0.0])

@@ -3,7 +3,8 @@
 Owns: `GRPOConfig` and `GRPOTrainer.train_iteration` — G rollouts per task from the same seed, the episode
 return normalised within its group, that advantage applied to every generated token of every turn of the
 episode, the clipped importance ratio against the sampling log-probs, an optional KL penalty (k3) to a frozen
-reference, and a token-level mean loss over the whole batch.
+reference, and a token-level mean loss over the whole batch (or, with `loss_agg="episode"`, a mean in which every
+episode weighs the same).
 Must not know: concrete environments (it gets a `TextEnv` factory), presets, where tasks come from.
 
 One iteration, step by step:
@@ -20,6 +21,11 @@ Observed on the dial with the tiny model (full fine-tuning): the token-level mea
 length, and failed episodes are usually the long ones, so tokens every reply contains (`</action>`) get a
 small net negative push; a fresh Adam turns even that into a full-size first step, and at lr >= 4e-4 the
 reply format broke after one update. lr 1e-4..2e-4 with the clip (and optionally `kl_coef`) is stable.
+On ALFWorld the bias is large: a failed episode runs to the step limit (50 turns), a win takes about 20, so
+under the token mean a group's negative advantages outweigh its positive ones about 2.5 : 1 on every kind of
+step both share (exploring, opening). `loss_agg="episode"` gives each token the weight 1 / (its episode's
+generated tokens in the batch), so each episode's tokens sum to one unit, as in DeepSeekMath's per-sequence
+GRPO mean; within a group the advantages then sum to zero over the shared steps as well.
 """
 
 from __future__ import annotations
@@ -60,10 +66,15 @@ class GRPOConfig:
     """Passes over each rollout batch."""
     minibatches: int = 1
     """Optimiser steps per pass (turn samples are shuffled and split evenly)."""
+    loss_agg: str = "token"
+    """How the per-token losses are averaged: "token" (every trained token of the batch weighs the same; long
+    episodes weigh more, as in DAPO) or "episode" (every episode weighs the same, whatever its length)."""
 
     def validate(self) -> None:
         if self.group_size < 1 or self.epochs < 1 or self.minibatches < 1:
             raise ValueError("grpo.group_size, epochs and minibatches must be >= 1")
+        if self.loss_agg not in ("token", "episode"):
+            raise ValueError(f"grpo.loss_agg must be 'token' or 'episode', got {self.loss_agg!r}")
 
 
 @dataclass
@@ -75,15 +86,24 @@ class TurnSample:
     old_logprobs: list[float]
     advantage: float
     episode: int
+    weight: float = 1.0
+    """Loss weight of each of this turn's tokens (1 under the token mean; 1 / episode tokens under "episode")."""
 
 
-def episode_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[TurnSample]:
-    """Every turn of every episode with that episode's advantage (turns without generated tokens are skipped)."""
+def episode_samples(episodes: Sequence[Episode], advantages: Sequence[float],
+                    loss_agg: str = "token") -> list[TurnSample]:
+    """Every turn of every episode with that episode's advantage (turns without generated tokens are skipped).
+
+    With `loss_agg="episode"` each token is weighted 1 / (generated tokens of its whole episode), so the weights
+    of one episode's tokens sum to 1 and the weighted token mean is the mean over episodes of each episode's
+    token mean."""
     out = []
     for i, (ep, a) in enumerate(zip(episodes, advantages)):
+        n_tok = sum(len(t.completion_ids) for t in ep.turns)
+        w = 1.0 / n_tok if loss_agg == "episode" and n_tok else 1.0
         for t in ep.turns:
             if t.completion_ids:
-                out.append(TurnSample(t.prompt_ids, t.completion_ids, t.logprobs, float(a), i))
+                out.append(TurnSample(t.prompt_ids, t.completion_ids, t.logprobs, float(a), i, w))
     return out
 
 
@@ -121,7 +141,7 @@ class GRPOTrainer(BaseTrainer):
                                               scale_by_std=cfg.scale_rewards, eps=cfg.adv_eps)
             keep = [i for i in range(len(ok)) if not bool(zero[i])]
             zero_groups = len({ok[i].group for i in range(len(ok)) if bool(zero[i])})
-            samples = episode_samples([ok[i] for i in keep], [float(adv[i]) for i in keep])
+            samples = episode_samples([ok[i] for i in keep], [float(adv[i]) for i in keep], cfg.loss_agg)
         else:
             samples, zero_groups = [], 0
         metrics.update(groups=float(n_groups), zero_variance_groups=float(zero_groups), samples=float(len(samples)))
@@ -157,15 +177,16 @@ class GRPOTrainer(BaseTrainer):
             for mb in _split(order, cfg.minibatches):
                 mb_samples = [samples[i] for i in mb]
                 set_lr(self.optimizer, opt_cfg, self.global_step)
-                n_trained = sum(len(s.completion_ids) for s in mb_samples)
+                # The step's loss is the weighted token mean; its total weight is the token count under "token".
+                w_step = sum(len(s.completion_ids) * s.weight for s in mb_samples)
                 # Sort by length inside the step so micro-batches carry little padding (the sum is order-free).
                 mb_samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
                 lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
                 for chunk in micro_batches(lengths, opt_cfg.micro_batch_tokens):
                     part = [mb_samples[i] for i in chunk]
-                    st, n_tok = self._micro_step(part, n_trained)
+                    st, n_tok = self._micro_step(part, w_step)
                     tokens += n_tok
-                    w = sum(len(s.completion_ids) for s in part) / n_trained
+                    w = sum(len(s.completion_ids) * s.weight for s in part) / w_step
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v * w
                     weight += w
@@ -179,14 +200,16 @@ class GRPOTrainer(BaseTrainer):
         self.model.eval()
         return out
 
-    def _micro_step(self, part: list[TurnSample], n_trained_step: int) -> tuple[dict[str, float], int]:
-        """Forward + backward of one micro-batch; its loss is scaled by its share of the step's trained tokens."""
+    def _micro_step(self, part: list[TurnSample], w_step: float) -> tuple[dict[str, float], int]:
+        """Forward + backward of one micro-batch; its loss is scaled by its share of the step's token weight."""
         cfg = self.config
         packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
         old = per_token(packed, [s.old_logprobs for s in part])
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)
         out = policy_forward(self.model, packed, entropy=True)
-        mask = packed.loss_mask
+        # A float mask makes every masked mean below a weighted mean: [B, L] = loss mask x per-row token weight.
+        row_w = torch.tensor([s.weight for s in part], dtype=torch.float32, device=self.device)
+        mask = packed.loss_mask.float() * row_w[:, None]
         pg_loss, st = algos.clipped_policy_loss(out.logp, old, adv, mask, clip_eps=cfg.clip_eps,
                                                 clip_eps_high=cfg.clip_eps_high)
         loss = pg_loss
@@ -195,7 +218,7 @@ class GRPOTrainer(BaseTrainer):
             ref = self._reference_forward(self.reference, packed)
             kl = algos.masked_mean(algos.kl_k3(out.logp, ref), mask)
             loss = loss + cfg.kl_coef * kl
-        share = packed.n_trained / n_trained_step
+        share = float(mask.sum()) / w_step
         (loss * share).backward()
         return {"loss": float(loss.detach()), "policy_loss": float(pg_loss.detach()), "kl": float(kl.detach()),
                 "entropy": float(algos.masked_mean(out.entropy.detach(), mask)),

@@ -121,3 +121,49 @@ def test_lora_grpo_iteration_with_kl_and_adapter_checkpoint(warm_backend, dial_c
     lora = {n: p for n, p in tr.model.named_parameters() if "lora_" in n}
     loaded = {n: p for n, p in model.named_parameters() if "lora_" in n}
     assert lora.keys() == loaded.keys() and all(torch.equal(lora[n], loaded[n]) for n in lora)
+
+
+def _ratio_one_samples(backend, lengths, advantages, loss_agg):
+    """Turn samples of hand-made episodes whose old log-probs are the model's own (importance ratio exactly 1).
+
+    lengths[e] lists the completion lengths of episode e's turns."""
+    from dreamgym.rollout import Episode, Turn
+    from dreamgym.trainers.common import pack, policy_forward
+    from dreamgym.trainers.grpo import episode_samples
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = backend.model.config.vocab_size
+    episodes = []
+    for turns in lengths:
+        ts = []
+        for n in turns:
+            prompt = torch.randint(3, vocab, (5,), generator=gen).tolist()
+            comp = torch.randint(3, vocab, (n,), generator=gen).tolist()
+            packed = pack([prompt], [comp], 0)
+            with torch.no_grad():
+                logp = policy_forward(backend.model, packed).logp[0][packed.loss_mask[0]].tolist()
+            ts.append(Turn(state="", prompt_ids=prompt, completion_ids=comp, logprobs=logp, text="", action=None))
+        episodes.append(Episode(task=None, seed=0, group=0, member=len(episodes), turns=ts))
+    return episode_samples(episodes, advantages, loss_agg)
+
+
+@pytest.mark.parametrize("loss_agg", ["token", "episode"])
+def test_loss_aggregation_weights_match_the_formula(tiny_backend, dial_common, loss_agg):
+    """At ratio 1 the clipped loss is -weighted mean(A): token mean -(sum A_e T_e)/(sum T_e); episode mean -mean(A_e).
+
+    A group with a short win (+1, 4 tokens) and a long loss (-1, 3 turns of 4 tokens): the token mean pushes down
+    by (4 - 12) / 16 = -0.5 per token, the episode mean is neutral (0)."""
+    lengths, adv = [[4], [4, 4, 4]], [1.0, -1.0]
+    samples = _ratio_one_samples(tiny_backend, lengths, adv, loss_agg)
+    weights = {s.episode: s.weight for s in samples}
+    assert weights == ({0: 1.0, 1: 1.0} if loss_agg == "token" else {0: 0.25, 1: 1 / 12})
+    tr = GRPOTrainer(tiny_backend, GRPOConfig(loss_agg=loss_agg), dial_common(lr=1e-4))
+    m = tr.update(samples)
+    expected = -(1 * 4 - 1 * 12) / 16 if loss_agg == "token" else 0.0
+    assert m["policy_loss"] == pytest.approx(expected, abs=1e-5)
+    assert m["approx_kl"] == pytest.approx(0.0, abs=1e-5) and m["optimizer_steps"] == 1
+
+
+def test_loss_agg_is_validated():
+    with pytest.raises(ValueError, match="grpo.loss_agg"):
+        GRPOConfig(loss_agg="sequence").validate()
