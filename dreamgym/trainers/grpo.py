@@ -15,7 +15,7 @@ One iteration, step by step:
      advantage) sample — the exact tokens that were sampled, the loss mask covering only generated tokens;
   4. `epochs` passes over the samples in `minibatches` optimiser steps each; each step accumulates gradients
      over micro-batches of at most `optim.micro_batch_tokens` padded tokens, every micro-batch's loss weighted
-     by its share of the step's trained tokens so the result is exactly the token-level mean.
+     by its share of the step's token weight so the result is exactly the (weighted) token mean.
 
 Observed on the dial with the tiny model (full fine-tuning): the token-level mean weights an episode by its
 length, and failed episodes are usually the long ones, so tokens every reply contains (`</action>`) get a
@@ -26,6 +26,8 @@ under the token mean a group's negative advantages outweigh its positive ones ab
 step both share (exploring, opening). `loss_agg="episode"` gives each token the weight 1 / (its episode's
 generated tokens in the batch), so each episode's tokens sum to one unit, as in DeepSeekMath's per-sequence
 GRPO mean; within a group the advantages then sum to zero over the shared steps as well.
+Real GRPO on ALFWorld with it took a tiny SFT policy from 6.7% to 19.2% of 120 held-out episodes (README,
+section 4).
 """
 
 from __future__ import annotations
