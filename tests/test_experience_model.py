@@ -228,9 +228,10 @@ def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_dynamics
     assert [g[1] for g in got] == [w[1] for w in want]
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 5): this fixture gives reward 0 to most winning submits "
+@pytest.mark.xfail(strict=False, reason="known gap (issue 5): this fixture gives reward 0 to most winning submits "
                    "(reward-1 recall 0.14 on held-out steps) although the quickstart's model with the same settings "
-                   "on other data reaches reward accuracy 0.996: the reward is learnt at the edge of this budget")
+                   "on other data reaches reward accuracy 0.996: the reward is learnt at the edge of this budget, and "
+                   "a fixture built afresh on another machine (2026-12-01) did learn it (XPASS), so it is not strict")
 def test_trained_tiny_model_predicts_the_submit_reward(trained_model):
     preds = trained_model.predict([_q(v, "submit") for v in (2, 5, 7)])
     assert [p.reward for p in preds] == [0.0, 1.0, 0.0], [p.text for p in preds]
