@@ -186,9 +186,9 @@ class GRPOTrainer(BaseTrainer):
                 lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
                 for chunk in micro_batches(lengths, opt_cfg.micro_batch_tokens):
                     part = [mb_samples[i] for i in chunk]
-                    st, n_tok = self._micro_step(part, w_step)
-                    tokens += n_tok
                     w = sum(len(s.completion_ids) * s.weight for s in part) / w_step
+                    st, n_tok = self._micro_step(part, w)
+                    tokens += n_tok
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v * w
                     weight += w
@@ -202,8 +202,8 @@ class GRPOTrainer(BaseTrainer):
         self.model.eval()
         return out
 
-    def _micro_step(self, part: list[TurnSample], w_step: float) -> tuple[dict[str, float], int]:
-        """Forward + backward of one micro-batch; its loss is scaled by its share of the step's token weight."""
+    def _micro_step(self, part: list[TurnSample], share: float) -> tuple[dict[str, float], int]:
+        """Forward + backward of one micro-batch; its loss is scaled by `share`, its part of the step's token weight."""
         cfg = self.config
         packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
         old = per_token(packed, [s.old_logprobs for s in part])
@@ -220,7 +220,6 @@ class GRPOTrainer(BaseTrainer):
             ref = self._reference_forward(self.reference, packed)
             kl = algos.masked_mean(algos.kl_k3(out.logp, ref), mask)
             loss = loss + cfg.kl_coef * kl
-        share = float(mask.sum()) / w_step
         (loss * share).backward()
         return {"loss": float(loss.detach()), "policy_loss": float(pg_loss.detach()), "kl": float(kl.detach()),
                 "entropy": float(algos.masked_mean(out.entropy.detach(), mask)),
