@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from dreamgym.buffer import ReplayBuffer
@@ -146,8 +148,8 @@ def test_alfworld_model_states_get_the_derived_unexplored_line():
 
     task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
     buf = ReplayBuffer(None, HashingEmbedder())
-    model = ExperienceModel(FakeLLM(old_format), buffer=buf, config=ExperienceModelConfig(use_retrieval=False),
-                            env="alfworld")
+    model = ExperienceModel(FakeLLM(old_format), buffer=buf,
+                            config=ExperienceModelConfig(use_retrieval=False, compact_states=False), env="alfworld")
     env = SyntheticEnv(model, tasks=[task], initial_state="model")
     obs, info = env.reset(seed=0)
     assert "Unexplored: shelf 1, desk 1, drawer 1" in obs  # its order first, the names it left out after
@@ -158,3 +160,58 @@ def test_alfworld_model_states_get_the_derived_unexplored_line():
     # Real states are fixed points; a text missing a line is left alone rather than emptied.
     assert canonical_state(obs) == obs
     assert canonical_state("The room is dark.") == "The room is dark."
+
+
+def test_alfworld_compact_states_are_completed_from_the_previous_state():
+    """With `compact_states` the model writes neither the receptacle list nor the unexplored line: its training
+    target leaves them out, and the synthetic env shows the policy whole states, the lines carried from the state
+    the action was taken in (the search order of the episode kept). A checkpoint saved before the field existed
+    loads with it off."""
+    from dreamgym.experience_model import written_state
+
+    start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
+    seen = []
+
+    def compact(req):
+        seen.append(req[-1]["content"])
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1]
+        if action == "go to desk 1":
+            body = _alf_state("desk 1: book 1", "desk 1").replace("\nReceptacles: desk 1, drawer 1, shelf 1", "")
+            return format_completion(body, 0.0, False, "You arrive.")
+        return format_completion(start, 0.0, False, "Start.")  # [reset]: the whole state
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    buf = ReplayBuffer(None, HashingEmbedder())
+    model = ExperienceModel(FakeLLM(compact), buffer=buf, config=ExperienceModelConfig(use_retrieval=False),
+                            env="alfworld")
+    env = SyntheticEnv(model, tasks=[task], initial_state="model")
+    obs, _ = env.reset(seed=0)
+    assert obs == start
+    obs, r, term, trunc, info = env.step("go to desk 1")
+    assert obs == _alf_state("desk 1: book 1", "desk 1", unexplored="shelf 1, drawer 1")  # order carried
+    assert "take book 1 from desk 1" in info["admissible_actions"]
+    # Training targets: the compact part after a step, the whole state after [reset].
+    tr = buf.transitions()[-1]
+    assert tr.next_state == obs
+    assert written_state(tr, model.config) == obs.rsplit("\nReceptacles:", 1)[0]
+    assert written_state(tr, ExperienceModelConfig(compact_states=False)) == obs
+    assert written_state(dataclasses.replace(tr, state=""), model.config) == obs  # a [reset] answer is whole
+
+
+def test_checkpoints_without_compact_states_load_with_it_off(tmp_path):
+    """Checkpoints saved before `compact_states` existed were trained on whole states, so they load with it off;
+    new ones keep what they were trained with."""
+    import json
+    import shutil
+
+    from em_helpers import trained_dial_model
+
+    for saved, expected in ((None, False), (True, True), (False, False)):
+        ckpt = tmp_path / f"em-{saved}"
+        shutil.copytree(trained_dial_model(), ckpt)
+        meta = json.loads((ckpt / "em_config.json").read_text())
+        meta["model"].pop("compact_states", None)
+        if saved is not None:
+            meta["model"]["compact_states"] = saved
+        (ckpt / "em_config.json").write_text(json.dumps(meta))
+        assert ExperienceModel.load(ckpt, device="cpu").config.compact_states is expected

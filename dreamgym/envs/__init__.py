@@ -15,6 +15,9 @@ collector, the experience model, the curriculum and evaluation use without knowi
 - `explain(transition: Transition) -> str`: the environment-grounded reasoning trace for a transition
 - optional `canonical_state(state: str) -> str`: a state text in the family's canonical layout, derived
   lines recomputed (the synthetic environment passes the model's states through it)
+- optional `model_state(state: str) -> str` and `complete_state(written: str, previous: str) -> str`: the part
+  of a state an experience model writes, and the whole state rebuilt from it and the state before (lines a
+  reset fixes are carried over instead of generated; `ExperienceModelConfig.compact_states`)
 
 `family(name)` imports one of them by name.
 """

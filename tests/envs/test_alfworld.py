@@ -18,7 +18,8 @@ from dreamgym.envs import alfworld as A  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
-from dreamgym.envs.alfworld.state import canonical_state, name_key, parse_state  # noqa: E402
+from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_state, name_key,  # noqa: E402
+                                          parse_state)
 from dreamgym.types import Trajectory, Step  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.
@@ -208,6 +209,29 @@ def test_list_searcher_explores_by_copying_the_unexplored_line(env, six):
     assert explored >= 6 and wins >= 5 and off_numbering >= explored // 2, (explored, off_numbering, wins)
     other = {env.reset(seed=s, options={"task": six[0]})[1]["abstract_state"].splitlines()[-1] for s in range(4)}
     assert len(other) > 1
+
+
+def test_compact_states_round_trip_on_real_episodes(env, six):
+    """What an experience model writes under `compact_states` (no receptacle list, no unexplored line) plus the
+    state the action was taken in gives back the real next state exactly, on searching, noisy and random play;
+    the written part is much shorter, which is the point."""
+    n, written, whole = 0, 0, 0
+    for i, task in enumerate(six):
+        for policy in ("searcher-list", "noisy", "random"):
+            steps = play(env, task, policy, seed=i, limit=25)
+            for (_, _, _, before), (_, _, _, after) in zip(steps, steps[1:]):
+                prev, nxt = before["abstract_state"], after["abstract_state"]
+                w = model_state(nxt)
+                assert "Receptacles:" not in w and "Unexplored:" not in w
+                assert complete_state(w, prev) == nxt
+                n, written, whole = n + 1, written + len(w), whole + len(nxt)
+    assert n > 200 and written < 0.7 * whole
+    # A model that writes the carried lines anyway (or wrong ones) gets them replaced from the previous state.
+    _, _, _, info = play(env, six[0], "searcher-list", limit=1)[-1]
+    s = info["abstract_state"]
+    wrong = s.replace("Receptacles: ", "Receptacles: sofa 9, ")
+    assert complete_state(wrong, s) == s
+    assert complete_state("The room is dark.", "") == "The room is dark."  # after a reset: nothing to carry
 
 
 def test_random_policy_rarely_wins(env, six):
