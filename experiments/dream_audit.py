@@ -43,6 +43,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="episodes per train task")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--em-temperature", type=float, default=None,
+                    help="sample the experience model at this temperature (default: its checkpoint's, greedy)")
+    ap.add_argument("--max-steps", type=int, default=0, help="synthetic episode step limit (0: the real env's)")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt, e.g. agent.history=0")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -51,7 +54,10 @@ def main() -> None:
                                           *args.overrides])
     dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
-        world = DreamWorld(args.env, load_config(DreamConfig, None, dream), Path(tmp), args.seed)
+        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}"])
+        if args.em_temperature is not None:
+            dcfg.em_overrides["temperature"] = args.em_temperature
+        world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
         tasks = list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
@@ -63,7 +69,9 @@ def main() -> None:
     f1s: list[float] = []
     for ep in episodes:
         env = fam.make_env("train")
-        env.reset(options={"task": ep.task})
+        # Seed 0: the synthetic env starts every episode from the real env's seed-0 reset (ALFWorld draws its
+        # search order from the reset seed, so any other seed would differ in every state's "Unexplored" line).
+        env.reset(seed=0, options={"task": ep.task})
         real_won, wrong = False, False
         for turn in ep.turns:
             if not turn.stepped:
@@ -79,13 +87,35 @@ def main() -> None:
         divergent += wrong
         outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
+    consistent = _self_consistent_wins(args.env, episodes)
     failed = collections.Counter(e.end_reason for e in episodes if not e.trainable)
     print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}; environment failures "
           f"{sum(failed.values())} {dict(failed) if failed else ''}")
     for (d, r), c in sorted(outcomes.items()):
         print(f"  {d:10s} / {r:9s}: {c}")
+    if consistent is not None:
+        print(f"dream wins whose own final state satisfies the goal: {consistent[0]} of {consistent[1]}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
           f"episodes with a wrong state {divergent / n:.3f}")
+
+
+def _self_consistent_wins(env: str, episodes: list) -> tuple[int, int] | None:
+    """ALFWorld hides where objects are, so a dream that placed the target elsewhere than the real game did can be
+    right to credit a win that fails on replay. What it must not do is credit one its own final state contradicts:
+    (credited wins whose last synthetic state meets every goal condition, credited wins)."""
+    if env != "alfworld":
+        return None
+    from dreamgym.envs.alfworld.goals import conditions, goal_of
+    from dreamgym.envs.alfworld.state import parse_state
+
+    wins = [e for e in episodes if e.won]
+    ok = 0
+    for e in wins:
+        goal = goal_of(e.task)
+        last = [t for t in e.turns if t.stepped]
+        if goal and last and all(h for _, h in conditions(goal, parse_state(last[-1].next_state))):
+            ok += 1
+    return ok, len(wins)
 
 
 if __name__ == "__main__":
