@@ -5,7 +5,7 @@ Owns: how a transition query is written as a chat request (task, history window,
 action, k retrieved transitions), the documented output format and its parser, the failure state, the
 experience-model checkpoint layout, and the supervised training that teaches a preset the format.
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
-reasoning traces), trainers of the agent, the replay buffer's storage (it is used through `add`/`retrieve`).
+reasoning traces and, with `compact_states`, their `model_state` / `complete_state` hooks), trainers of the agent, the replay buffer's storage (it is used through `add`/`retrieve`).
 torch, transformers and peft are imported inside the functions that need them, so prediction through another
 backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
@@ -148,8 +148,9 @@ class ExperienceModelConfig:
     compact_states: bool = True
     """Write only the part of the next state the family's `model_state` keeps; `complete_state` restores the rest
     from the state the action was taken in (families without the hooks are unaffected; a `[reset]` answer is
-    always whole). ALFWorld: the receptacle list and the unexplored line are carried, not written, which
-    shortens each synthetic step's generation about 3x. Checkpoints saved before this field read it as False."""
+    always whole). ALFWorld: the receptacle list and the unexplored line are carried, not written, which halves
+    the characters a synthetic step generates (0.49 on 4,253 real steps) and removes the model's commonest
+    copying error. Checkpoints saved before this field read it as False."""
 
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:

@@ -11,6 +11,14 @@ token F1, the measure `dreamgym eval-em` uses).
     python experiments/dream_audit.py --env webshop --em runs/ws-em2 --policy runs/ws-sft3/final \
         --data runs/table-webshop/offline.jsonl --tasks 64 agent.history=0 agent.show_admissible=false
 
+ALFWorld hides where objects are, so a replay there should fail whenever the dream put the target elsewhere;
+for it the script also counts the credited wins that the dream's own final state supports (every goal condition
+holds in it). `--em-temperature` samples the model (the default is its checkpoint's, greedy):
+
+    python experiments/dream_audit.py --env alfworld --em runs/alf-em11 --policy runs/alf-sft10/final \
+        --data runs/alf/em-data.jsonl --tasks 16 --repeats 2 --seed 2 --threads 1 --em-temperature 1.0 \
+        agent.history=0 agent.show_admissible=false rollout.max_new_tokens=32 rollout.ground_actions=0.8
+
 Measured 2026-11-30 (144 episodes): the quickstart's model on the SFT start of experiments/dial_transfer.py
 credited 88 true wins, missed 0, invented 4; on the policy after 10 dream iterations it invented 11 and 17% of
 the episodes held a wrong next state (step agreement 0.88).

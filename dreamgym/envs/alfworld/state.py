@@ -275,15 +275,16 @@ def canonical_state(state: str) -> str:
 
 
 # Lines a room fixes at reset: "Receptacles" never changes within an episode and "Unexplored" follows from it,
-# the episode's search order and "Known contents". They are ~70% of a fresh state's characters.
+# the episode's search order and "Known contents". They are half of a state's characters (0.50 of the initial
+# states and 0.51 of all states in 200 searcher-list episodes).
 _CARRIED = ("Receptacles", "Unexplored")
 
 
 def model_state(state: str) -> str:
     """What an experience model writes for `state` (ExperienceModelConfig.compact_states): every line but the
-    carried ones, which `complete_state` restores from the previous state. Writing them cost the tiny model
-    ~2/3 of its generated tokens per synthetic step and was its commonest error (a receptacle list miscopied from a
-    floor plan it never saw). A text that is not a whole state is returned as it is."""
+    carried ones, which `complete_state` restores from the previous state. Writing them cost the tiny model about
+    half of each generated state, and it miscopied the receptacle lists of floor plans it never saw (one source of
+    its self-contradictions, README section 3). A text that is not a whole state is returned as it is."""
     if any(_line(state, key) is None for key in _KEYS):
         return state
     keep = [ln for ln in state.splitlines() if not any(ln.startswith(f"{k}:") for k in _CARRIED)]
