@@ -15,6 +15,8 @@ Contract (what trainers may rely on, real or synthetic alike):
 - `info` always has: `won` (bool), `task` (a `Task`), `admissible_actions` (list[str], or None where the
   environment cannot list them), `raw_obs` (str) and `abstract_state` (str, the compact state the
   experience model reads and writes).
+- `info` may have `invalid_action` (bool): True when the step did nothing because the environment could not
+  carry out the action ("Nothing happens."); the rollout engine reports the share as `noop_step_rate`.
 - `close()` may be called any number of times.
 """
 

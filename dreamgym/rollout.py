@@ -173,6 +173,9 @@ class Episode:
     invalid_actions: int = 0
     grounded_actions: int = 0
     """Turns whose action was replaced by the most similar admissible one (`RolloutConfig.ground_actions`)."""
+    noop_steps: int = 0
+    """Steps the environment reported as doing nothing (`info["invalid_action"]`: "Nothing happens.", or the
+    synthetic env's no-op for a command its state does not admit, which costs no model call)."""
     wall_time_s: float = 0.0
     env_time_s: float = 0.0
     """Seconds its environment spent in reset and steps (a batched step's time is shared among its episodes)."""
@@ -447,6 +450,7 @@ def _record(s: _Slot, out: tuple[str, float, bool, bool, dict[str, Any]]) -> Non
     t.observation, t.reward, t.terminated, t.truncated = obs, float(reward), bool(terminated), bool(truncated)
     t.next_state = str(info.get("abstract_state", obs))
     s.state, s.admissible = t.next_state, info.get("admissible_actions")
+    s.ep.noop_steps += bool(info.get("invalid_action"))
     if terminated or truncated:
         s.ep.won = bool(info.get("won", False))
         _close(s, "terminated" if terminated else "truncated")
@@ -523,6 +527,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     the policy is responsible for); failures are counted separately."""
     ok = [e for e in episodes if e.trainable]
     n_turns = sum(len(e.turns) for e in episodes)
+    n_stepped = sum(t.stepped for e in episodes for t in e.turns)
     out: dict[str, float] = {
         "episodes": float(len(episodes)),
         "episodes_trainable": float(len(ok)),
@@ -532,6 +537,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "mean_turns": sum(len(e.turns) for e in ok) / len(ok) if ok else 0.0,
         "invalid_action_rate": sum(e.invalid_actions for e in episodes) / n_turns if n_turns else 0.0,
         "grounded_action_rate": sum(e.grounded_actions for e in episodes) / n_turns if n_turns else 0.0,
+        "noop_step_rate": sum(e.noop_steps for e in episodes) / n_stepped if n_stepped else 0.0,
         "turns": float(n_turns),
     }
     for reason in POLICY_ENDS + FAILURE_ENDS:

@@ -73,7 +73,7 @@ def main() -> None:
                                 seed=args.seed)
     parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
     outcomes: collections.Counter = collections.Counter()
-    agree = steps = divergent = 0
+    agree = steps = divergent = noops_real = 0
     f1s: list[float] = []
     for ep in episodes:
         env = fam.make_env("train")
@@ -81,11 +81,13 @@ def main() -> None:
         # search order from the reset seed, so any other seed would differ in every state's "Unexplored" line).
         env.reset(seed=0, options={"task": ep.task})
         real_won, wrong = False, False
+        real_noops = 0
         for turn in ep.turns:
             if not turn.stepped:
                 break
             _, _, term, trunc, info = env.step(turn.action or "")
             real_won = bool(info.get("won"))
+            real_noops += bool(info.get("invalid_action"))
             same = parse(info["abstract_state"]) == parse(turn.next_state)
             f1s.append(token_f1(turn.next_state, info["abstract_state"]))
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
@@ -93,6 +95,7 @@ def main() -> None:
                 break
         env.close()
         divergent += wrong
+        noops_real += real_noops
         outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
     consistent = _self_consistent_wins(args.env, episodes)
@@ -103,6 +106,10 @@ def main() -> None:
         print(f"  {d:10s} / {r:9s}: {c}")
     if consistent is not None:
         print(f"dream wins whose own final state satisfies the goal: {consistent[0]} of {consistent[1]}")
+    dream_steps = sum(t.stepped for e in episodes for t in e.turns)
+    dream_noops = sum(e.noop_steps for e in episodes)
+    print(f"steps that did nothing: dream {dream_noops / max(dream_steps, 1):.3f} of {dream_steps}, the same actions "
+          f"replayed in the real environment {noops_real / max(steps, 1):.3f} of {steps}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
           f"episodes with a wrong state {divergent / n:.3f}")
 

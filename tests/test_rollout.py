@@ -101,6 +101,8 @@ def test_invalid_reply_ends_episode_or_is_passed_to_env(tiny):
     assert ep.end_reason == "truncated" and ep.invalid_actions == 12 and len(ep.turns) == 12
     assert all("Nothing happens" in t.observation for t in ep.turns)
     assert rollout_metrics([ep])["invalid_action_rate"] == 1.0
+    # ... and says each step did nothing, which the engine counts apart from unparseable replies
+    assert ep.noop_steps == 12 and rollout_metrics([ep])["noop_step_rate"] == 1.0
 
 
 def test_grounding_maps_misspelt_actions_onto_admissible_ones(tiny):

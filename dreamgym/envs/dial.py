@@ -116,6 +116,7 @@ class DialEnv(TextEnv):
             msg = "Nothing happens."
         obs, info = self._obs(msg)
         info["won"] = reward == 1.0
+        info["invalid_action"] = msg == "Nothing happens."
         truncated = not terminated and self.t >= self.max_steps
         return obs, reward, terminated, truncated, info
 

@@ -88,7 +88,9 @@ def test_bad_commands_get_nothing_happens(env, six):
     env.reset(options={"task": six[0]})
     for bad in ("xyzzy", "", "take the moon", "go to nowhere 7", "ünïcødé ☃", "go to " * 40):
         obs, r, term, trunc, info = env.step(bad)
-        assert obs == "Nothing happens." and r == 0.0 and not term and not info["won"]
+        assert obs == "Nothing happens." and r == 0.0 and not term and not info["won"] and info["invalid_action"]
+    obs, r, term, trunc, info = env.step(info["admissible_actions"][0])
+    assert obs != "Nothing happens." and not info["invalid_action"]
 
 
 def test_put_spelling_and_case_are_accepted(env, six):

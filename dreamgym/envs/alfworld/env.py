@@ -153,7 +153,9 @@ class ALFWorldEnv(TextEnv):
         state = self._tracker.update(command, obs)
         won = bool(gs.get("won"))
         truncated = not won and self.t >= self.max_steps
-        return obs, 1.0 if won else 0.0, won, truncated, self._info(gs, gs.feedback, state.render())
+        info = self._info(gs, gs.feedback, state.render())
+        info["invalid_action"] = obs == "Nothing happens."  # the engine's answer to a command it cannot carry out
+        return obs, 1.0 if won else 0.0, won, truncated, info
 
     def _info(self, gs: Any, raw: str, state: str) -> dict[str, Any]:
         return {"won": bool(gs.get("won")), "task": self.task, "admissible_actions": list(gs["admissible_commands"]),
