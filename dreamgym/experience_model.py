@@ -5,7 +5,8 @@ Owns: how a transition query is written as a chat request (task, history window,
 action, k retrieved transitions), the documented output format and its parser, the failure state, the
 experience-model checkpoint layout, and the supervised training that teaches a preset the format.
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
-reasoning traces and, with `compact_states`, their `model_state` / `complete_state` hooks), trainers of the agent, the replay buffer's storage (it is used through `add`/`retrieve`).
+reasoning traces and, with `compact_states`, their `model_state` / `complete_state` hooks), trainers of the
+agent, the replay buffer's storage (it is used through `add`/`retrieve`).
 torch, transformers and peft are imported inside the functions that need them, so prediction through another
 backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
@@ -181,7 +182,7 @@ def _family_hook(env: str, name: str) -> Callable[..., str] | None:
 
     try:
         return getattr(family(env), name, None)
-    except (ImportError, KeyError, ValueError):
+    except (ImportError, ValueError):  # an unknown family, or one whose optional dependency is missing
         return None
 
 

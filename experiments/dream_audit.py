@@ -37,7 +37,7 @@ from dreamgym.config import load_config
 from dreamgym.envs import family
 from dreamgym.fidelity import token_f1
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
-from dreamgym.rollout import run_rollouts
+from dreamgym.rollout import rollout_metrics, run_rollouts
 from dreamgym.train import TrainConfig, build_backend
 
 
@@ -81,13 +81,12 @@ def main() -> None:
         # search order from the reset seed, so any other seed would differ in every state's "Unexplored" line).
         env.reset(seed=0, options={"task": ep.task})
         real_won, wrong = False, False
-        real_noops = 0
         for turn in ep.turns:
             if not turn.stepped:
                 break
             _, _, term, trunc, info = env.step(turn.action or "")
             real_won = bool(info.get("won"))
-            real_noops += bool(info.get("invalid_action"))
+            noops_real += bool(info.get("invalid_action"))
             same = parse(info["abstract_state"]) == parse(turn.next_state)
             f1s.append(token_f1(turn.next_state, info["abstract_state"]))
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
@@ -95,7 +94,6 @@ def main() -> None:
                 break
         env.close()
         divergent += wrong
-        noops_real += real_noops
         outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
     consistent = _self_consistent_wins(args.env, episodes)
@@ -106,9 +104,7 @@ def main() -> None:
         print(f"  {d:10s} / {r:9s}: {c}")
     if consistent is not None:
         print(f"dream wins whose own final state satisfies the goal: {consistent[0]} of {consistent[1]}")
-    dream_steps = sum(t.stepped for e in episodes for t in e.turns)
-    dream_noops = sum(e.noop_steps for e in episodes)
-    print(f"steps that did nothing: dream {dream_noops / max(dream_steps, 1):.3f} of {dream_steps}, the same actions "
+    print(f"steps that did nothing: dream {rollout_metrics(episodes)['noop_step_rate']:.3f}, the same actions "
           f"replayed in the real environment {noops_real / max(steps, 1):.3f} of {steps}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
           f"episodes with a wrong state {divergent / n:.3f}")

@@ -287,8 +287,11 @@ def model_state(state: str) -> str:
     its self-contradictions, README section 3). A text that is not a whole state is returned as it is."""
     if any(_line(state, key) is None for key in _KEYS):
         return state
-    keep = [ln for ln in state.splitlines() if not any(ln.startswith(f"{k}:") for k in _CARRIED)]
-    return "\n".join(keep).strip()
+    return _without_carried(state)
+
+
+def _without_carried(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith(tuple(f"{k}:" for k in _CARRIED))).strip()
 
 
 def complete_state(written: str, previous: str) -> str:
@@ -296,10 +299,10 @@ def complete_state(written: str, previous: str) -> str:
     taken in: its receptacle list, and its unexplored receptacles in their order minus those `written` now
     knows the contents of (`canonical_state` re-derives the set). Carried lines the model wrote anyway are
     replaced. Returns `written` unchanged when `previous` has no receptacle list (a reset)."""
-    if _line(previous, "Receptacles") is None:
+    carried = {k: _line(previous, k) for k in _CARRIED}
+    if carried["Receptacles"] is None:
         return written
-    body = model_state(written) if _line(written, "Receptacles") is not None else written.strip()
-    lines = [body] + [f"{k}: {_line(previous, k)}" for k in _CARRIED if _line(previous, k) is not None]
+    lines = [_without_carried(written)] + [f"{k}: {v}" for k, v in carried.items() if v is not None]
     return canonical_state("\n".join(lines))
 
 
