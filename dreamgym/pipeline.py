@@ -48,12 +48,19 @@ class DreamConfig:
     else the model's), 'real' or 'model'."""
     clusters: int = 8
     """PPO has one rollout per task: the curriculum groups tasks into this many embedding clusters."""
+    reward_from: str = "auto"
+    """Where a synthetic step's reward and end come from: 'model' (the experience model's `<reward>` and done, the
+    paper's design), 'state' (the family's goal check on the state the model wrote) or 'auto' ('state' for
+    families with `goal_reached`, e.g. ALFWorld, else 'model'). Why: ALFWorld's model credited wins that its own
+    final state contradicted (README, section 5)."""
     em_overrides: dict[str, Any] = field(default_factory=dict)
     """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
 
     def validate(self) -> None:
         if self.initial_state not in ("auto", "real", "model"):
             raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
+        if self.reward_from not in ("auto", "model", "state"):
+            raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
         if self.iterations < 0 or self.s2r_iterations < 0:
             raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
 
@@ -110,7 +117,7 @@ class DreamWorld:
         def make() -> Any:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
                                 max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
-                                policy_version=self.policy_version)
+                                policy_version=self.policy_version, reward_from=self.config.reward_from)
         return make
 
     def curriculum_step(self, iteration: int, episodes: Sequence[Any], algo: str) -> dict[str, float]:

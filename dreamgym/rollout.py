@@ -176,6 +176,10 @@ class Episode:
     noop_steps: int = 0
     """Steps the environment reported as doing nothing (`info["invalid_action"]`: "Nothing happens.", or the
     synthetic env's no-op for a command its state does not admit, which costs no model call)."""
+    model_claimed_wins: int = 0
+    """Synthetic steps where the experience model itself credited a win (`info["model_won"]`, reported when the
+    synthetic env grounds success in the state, `reward_from="state"`); a claim that did not end the episode
+    was overruled by the state."""
     wall_time_s: float = 0.0
     env_time_s: float = 0.0
     """Seconds its environment spent in reset and steps (a batched step's time is shared among its episodes)."""
@@ -451,6 +455,7 @@ def _record(s: _Slot, out: tuple[str, float, bool, bool, dict[str, Any]]) -> Non
     t.next_state = str(info.get("abstract_state", obs))
     s.state, s.admissible = t.next_state, info.get("admissible_actions")
     s.ep.noop_steps += bool(info.get("invalid_action"))
+    s.ep.model_claimed_wins += bool(info.get("model_won"))
     if terminated or truncated:
         s.ep.won = bool(info.get("won", False))
         _close(s, "terminated" if terminated else "truncated")
@@ -538,6 +543,8 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "invalid_action_rate": sum(e.invalid_actions for e in episodes) / n_turns if n_turns else 0.0,
         "grounded_action_rate": sum(e.grounded_actions for e in episodes) / n_turns if n_turns else 0.0,
         "noop_step_rate": sum(e.noop_steps for e in episodes) / n_stepped if n_stepped else 0.0,
+        # Dream episodes where the model credited a win the state did not support (0 outside reward_from="state").
+        "overruled_win_rate": sum(bool(e.model_claimed_wins) and not e.won for e in ok) / len(ok) if ok else 0.0,
         "turns": float(n_turns),
     }
     for reason in POLICY_ENDS + FAILURE_ENDS:

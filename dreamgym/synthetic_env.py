@@ -5,7 +5,7 @@ the failure state as an episode end), batched stepping of many synthetic episode
 writing every synthetic transition into the replay buffer.
 Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
 concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
-`admissible_from_state`).
+`admissible_from_state`, optional `canonical_state` and `goal_reached`).
 
 Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
@@ -18,6 +18,11 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   to the model (`invalid_action="model"`, the paper's failure feedback, only as good as the model's training).
 - A malformed model output that survives the retries ends the episode as a truncation with reward 0 and
   `info["em_failure"] = True` (the experience model's failure state); `info["won"]` is reward 1 at termination.
+- Reward and termination come from the model's `<reward>` and `done` (`reward_from="model"`, the paper's
+  design), or from the family's `goal_reached(task, state)` on the state the model wrote (`reward_from="state"`;
+  "auto" uses it when the family has one): reward 1 and the episode ends exactly when the goal holds, as in
+  ALFWorld's real games. Why: the model credits wins its own final state contradicts (README, ALFWorld dream);
+  `info["model_won"]` keeps the model's own verdict so the disagreement stays measurable.
 - Determinism: greedy decoding by default; with sampling, the seed of each model call is derived from the
   episodes' reset seeds and step counts. Each episode's transitions carry an id derived from (task, seed), and
   retrieval excludes the query's own id, so replaying a seed does not retrieve its own earlier synthetic steps.
@@ -71,12 +76,15 @@ class SyntheticEnv(TextEnv):
 
     def __init__(self, model: Any, buffer: Any = None, tasks: list[Task] | None = None, *, env: str | None = None,
                  split: str = "train", max_steps: int | None = None, initial_state: str = "auto",
-                 add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = ""):
+                 add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = "",
+                 reward_from: str = "model"):
         super().__init__()
         if initial_state not in ("auto", "real", "model"):
             raise ValueError(f"initial_state must be 'auto', 'real' or 'model', got {initial_state!r}")
         if invalid_action not in ("noop", "model"):
             raise ValueError(f"invalid_action must be 'noop' or 'model', got {invalid_action!r}")
+        if reward_from not in ("model", "state", "auto"):
+            raise ValueError(f"reward_from must be 'model', 'state' or 'auto', got {reward_from!r}")
         self.model = model
         self.buffer = buffer if buffer is not None else getattr(model, "buffer", None)
         name = env or getattr(model, "env", None) or (tasks[0].env if tasks else None)
@@ -84,6 +92,9 @@ class SyntheticEnv(TextEnv):
             raise ValueError("SyntheticEnv needs the environment family (env=...) or a model/tasks that name it")
         self.env_family = name
         self.family = family(name)
+        self.goal_check = getattr(self.family, "goal_reached", None) if reward_from != "model" else None
+        if reward_from == "state" and self.goal_check is None:
+            raise ValueError(f"reward_from='state': the {name} family has no goal_reached(task, state)")
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
         if not self.tasks:
@@ -103,7 +114,7 @@ class SyntheticEnv(TextEnv):
         self.seed_value: int | None = None
         self._init_failed = False
         self.stats = {"resets": 0, "steps": 0, "model_steps": 0, "invalid_actions": 0, "em_failures": 0,
-                      "real_initial_states": 0, "model_initial_states": 0}
+                      "real_initial_states": 0, "model_initial_states": 0, "wins_overruled": 0, "wins_granted": 0}
 
     # ------------------------------------------------------------------------------------------ reset
 
@@ -202,6 +213,22 @@ class SyntheticEnv(TextEnv):
         obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
+    def _outcome(self, reward: float, done: bool) -> tuple[float, bool, bool | None]:
+        """(reward, terminated, the model's own win verdict or None) for the state just written. With a goal check
+        the state decides; a task without a well-formed goal (None from the check) keeps the model's answer."""
+        if self.goal_check is None:
+            return reward, done, None
+        model_won = done and reward >= 1.0
+        try:
+            reached = self.goal_check(self.task, self.state)
+        except Exception:  # noqa: BLE001 - a state the family cannot read: keep the model's answer
+            reached = None
+        if reached is None:
+            return reward, done, model_won
+        self.stats["wins_overruled"] += model_won and not reached
+        self.stats["wins_granted"] += reached and not model_won
+        return float(reached), bool(reached), model_won
+
     def _failure_end(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._advance()
         self.stats["em_failures"] += 1
@@ -239,13 +266,14 @@ class SyntheticEnv(TextEnv):
                 e.history.append((e.state, actions[i]))
                 e.state = e._canonical(p.next_state)
                 # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
-                q.next_state, q.reward, q.done, q.reasoning = e.state, float(p.reward), bool(p.done), p.reasoning
+                reward, terminated, model_won = e._outcome(float(p.reward), bool(p.done))
+                q.next_state, q.reward, q.done, q.reasoning = e.state, reward, terminated, p.reasoning
                 e._advance()
-                terminated = bool(p.done)
                 truncated = not terminated and e.t >= e.max_steps
-                won = terminated and p.reward >= 1.0
-                results[i] = (e.state, float(p.reward), terminated, truncated,
-                              e._info(won=won, reasoning=p.reasoning, em_failure=False))
+                won = terminated and reward >= 1.0
+                extra = {} if model_won is None else {"model_won": model_won}
+                results[i] = (e.state, reward, terminated, truncated,
+                              e._info(won=won, reasoning=p.reasoning, em_failure=False, **extra))
                 if e.add_to_buffer and e.buffer is not None:
                     q.policy_version = e.policy_version
                     new.setdefault(id(e.buffer), (e.buffer, []))[1].append(q)

@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--em-temperature", type=float, default=None,
                     help="sample the experience model at this temperature (default: its checkpoint's, greedy)")
     ap.add_argument("--max-steps", type=int, default=0, help="synthetic episode step limit (0: the real env's)")
+    ap.add_argument("--reward-from", default="model", choices=("model", "state", "auto"),
+                    help="the synthetic env's success: the model's <reward> (default, what is audited) or the "
+                         "family's goal check on the dream's state (dream.reward_from)")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt, e.g. agent.history=0")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -62,7 +65,8 @@ def main() -> None:
                                           *args.overrides])
     dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
-        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}"])
+        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}",
+                                                             f"reward_from={args.reward_from}"])
         if args.em_temperature is not None:
             dcfg.em_overrides["temperature"] = args.em_temperature
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
@@ -102,6 +106,10 @@ def main() -> None:
           f"{sum(failed.values())} {dict(failed) if failed else ''}")
     for (d, r), c in sorted(outcomes.items()):
         print(f"  {d:10s} / {r:9s}: {c}")
+    claimed = sum(bool(e.model_claimed_wins) for e in episodes)
+    if args.reward_from != "model":
+        print(f"episodes where the model credited a win: {claimed}; overruled by the state: "
+              f"{sum(bool(e.model_claimed_wins) and not e.won for e in episodes)}")
     if consistent is not None:
         print(f"dream wins whose own final state satisfies the goal: {consistent[0]} of {consistent[1]}")
     print(f"steps that did nothing: dream {rollout_metrics(episodes)['noop_step_rate']:.3f}, the same actions "

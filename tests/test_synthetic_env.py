@@ -215,3 +215,61 @@ def test_checkpoints_without_compact_states_load_with_it_off(tmp_path):
             meta["model"]["compact_states"] = saved
         (ckpt / "em_config.json").write_text(json.dumps(meta))
         assert ExperienceModel.load(ckpt, device="cpu").config.compact_states is expected
+
+
+def _alf(known: str, location: str, inventory: str = "nothing") -> str:
+    return "\n".join(["Task: put some book in shelf.", "Observation: You arrive.", f"Location: {location}",
+                      f"Inventory: {inventory}", "Opened: none", "Lamps on: none", "Altered: none",
+                      f"Known contents: {known}", "Receptacles: desk 1, drawer 1, shelf 1"])
+
+
+def test_alfworld_success_is_grounded_in_the_written_state():
+    """With `reward_from="state"` the family's goal check on the model's state decides reward and end: a win the
+    model credits while its state has the book on the desk is overruled (the episode goes on, `model_won` keeps
+    the claim), and placing the book on the shelf wins although the model wrote reward 0. `reward_from="model"`
+    keeps the model's verdict, and a family without a goal check cannot be asked for the state's."""
+    from dreamgym.rollout import Episode, Turn, rollout_metrics
+
+    answers = {
+        "go to desk 1": (_alf("desk 1: book 1", "desk 1"), 1.0, True),  # an invented win
+        "take book 1 from desk 1": (_alf("desk 1: nothing", "desk 1", "book 1"), 0.0, False),
+        "go to shelf 1": (_alf("desk 1: nothing; shelf 1: nothing", "shelf 1", "book 1"), 0.0, False),
+        "move book 1 to shelf 1": (_alf("desk 1: nothing; shelf 1: book 1", "shelf 1"), 0.0, False),
+    }
+
+    def sim(req):
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1]
+        state, reward, done = answers.get(action, (_alf("none", "middle of the room"), 0.0, False))
+        return format_completion(state, reward, done, "Because.")
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+
+    def env(reward_from):
+        model = ExperienceModel(FakeLLM(sim), buffer=ReplayBuffer(None, HashingEmbedder()),
+                                config=ExperienceModelConfig(use_retrieval=False, compact_states=False), env="alfworld")
+        e = SyntheticEnv(model, tasks=[task], initial_state="model", reward_from=reward_from)
+        e.reset(seed=0)
+        return e
+
+    grounded = env("state")
+    _, r, term, trunc, info = grounded.step("go to desk 1")
+    assert (r, term, trunc, info["won"], info["model_won"]) == (0.0, False, False, False, True)
+    assert grounded.buffer.transitions()[-1].reward == 0.0 and not grounded.buffer.transitions()[-1].done
+    for a in ("take book 1 from desk 1", "go to shelf 1"):
+        _, r, term, _, info = grounded.step(a)
+        assert (r, term, info["model_won"]) == (0.0, False, False)
+    _, r, term, _, info = grounded.step("move book 1 to shelf 1")
+    assert (r, term, info["won"], info["model_won"]) == (1.0, True, True, False)
+    assert grounded.stats["wins_overruled"] == 1 and grounded.stats["wins_granted"] == 1
+    assert env("auto").goal_check is not None
+
+    trusting = env("model")
+    _, r, term, _, info = trusting.step("go to desk 1")
+    assert (r, term, info["won"]) == (1.0, True, True) and "model_won" not in info
+
+    turn = Turn(state="", prompt_ids=[], completion_ids=[], logprobs=[], text="go to desk 1", action="go to desk 1")
+    ep = Episode(task=task, seed=0, group=0, member=0, turns=[turn], end_reason="truncated", model_claimed_wins=1)
+    assert rollout_metrics([ep])["overruled_win_rate"] == 1.0
+    with pytest.raises(ValueError, match="goal_reached"):
+        SyntheticEnv(_model(), reward_from="state")
+    assert SyntheticEnv(_model(), reward_from="auto").goal_check is None

@@ -120,6 +120,17 @@ def conditions(goal: dict[str, Any], s: AbstractState) -> list[tuple[str, bool]]
     return out
 
 
+def goal_reached(task: Any, state: str) -> bool | None:
+    """Whether an abstract state meets every condition of the task's goal, or None when the task has no
+    well-formed goal (the caller then cannot decide from the state). Why: the synthetic environment grounds
+    its success in the state the experience model wrote (`SyntheticEnv(reward_from="state")`); the real game
+    ends with a win exactly when these conditions first hold (checked on real episodes in the tests)."""
+    goal = goal_of(task)
+    if goal is None or not state.strip():
+        return None
+    return all(h for _, h in conditions(goal, parse_state(state)))
+
+
 def _change(action: str, b: AbstractState, a: AbstractState, obs: str) -> str:
     verb = action.strip().lower()
     if obs.strip().startswith("Nothing happens"):
