@@ -5,7 +5,7 @@ the failure state as an episode end), batched stepping of many synthetic episode
 writing every synthetic transition into the replay buffer.
 Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
 concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
-`admissible_from_state`, optional `canonical_state` and `goal_reached`).
+`admissible_from_state`, optional `canonical_state` and `grounded_outcome`).
 
 Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
@@ -19,9 +19,9 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - A malformed model output that survives the retries ends the episode as a truncation with reward 0 and
   `info["em_failure"] = True` (the experience model's failure state); `info["won"]` is reward 1 at termination.
 - Reward and termination come from the model's `<reward>` and `done` (`reward_from="model"`, the paper's
-  design), or from the family's `goal_reached(task, state)` on the state the model wrote (`reward_from="state"`;
-  "auto" uses it when the family has one): reward 1 and the episode ends exactly when the goal holds, as in
-  ALFWorld's real games. Why: the model credits wins its own final state contradicts (README, ALFWorld dream);
+  design), or from the family's own reward rule applied to the states the model wrote (`grounded_outcome`;
+  `reward_from="state"`, "auto" uses it when the family has one): e.g. an ALFWorld episode wins and ends exactly
+  when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows. Why: the model credits wins its own final state contradicts (README, ALFWorld dream);
   `info["model_won"]` keeps the model's own verdict so the disagreement stays measurable.
 - Determinism: greedy decoding by default; with sampling, the seed of each model call is derived from the
   episodes' reset seeds and step counts. Each episode's transitions carry an id derived from (task, seed), and
@@ -92,9 +92,9 @@ class SyntheticEnv(TextEnv):
             raise ValueError("SyntheticEnv needs the environment family (env=...) or a model/tasks that name it")
         self.env_family = name
         self.family = family(name)
-        self.goal_check = getattr(self.family, "goal_reached", None) if reward_from != "model" else None
+        self.goal_check = getattr(self.family, "grounded_outcome", None) if reward_from != "model" else None
         if reward_from == "state" and self.goal_check is None:
-            raise ValueError(f"reward_from='state': the {name} family has no goal_reached(task, state)")
+            raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
         if not self.tasks:
@@ -213,21 +213,24 @@ class SyntheticEnv(TextEnv):
         obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
-    def _outcome(self, reward: float, done: bool) -> tuple[float, bool, bool | None]:
-        """(reward, terminated, the model's own win verdict or None) for the state just written. With a goal check
-        the state decides; a task without a well-formed goal (None from the check) keeps the model's answer."""
+    def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
+        """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the
+        family's rule the states decide; where it cannot (None, e.g. a task without a well-formed goal) the
+        model's answer stands."""
         if self.goal_check is None:
             return reward, done, None
         model_won = done and reward >= 1.0
         try:
-            reached = self.goal_check(self.task, self.state)
-        except Exception:  # noqa: BLE001 - a state the family cannot read: keep the model's answer
-            reached = None
-        if reached is None:
+            grounded = self.goal_check(self.task, before, action, self.state)
+        except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
+            grounded = None
+        if grounded is None:
             return reward, done, model_won
-        self.stats["wins_overruled"] += model_won and not reached
-        self.stats["wins_granted"] += reached and not model_won
-        return float(reached), bool(reached), model_won
+        reward, done = float(grounded[0]), bool(grounded[1])
+        won = done and reward >= 1.0
+        self.stats["wins_overruled"] += model_won and not won
+        self.stats["wins_granted"] += won and not model_won
+        return reward, done, model_won
 
     def _failure_end(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._advance()
@@ -263,10 +266,11 @@ class SyntheticEnv(TextEnv):
                     results[i] = e._failure_end(p.error)
                     continue
                 e.stats["model_steps"] += 1
+                before = e.state
                 e.history.append((e.state, actions[i]))
                 e.state = e._canonical(p.next_state)
                 # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
-                reward, terminated, model_won = e._outcome(float(p.reward), bool(p.done))
+                reward, terminated, model_won = e._outcome(before, actions[i], float(p.reward), bool(p.done))
                 q.next_state, q.reward, q.done, q.reasoning = e.state, reward, terminated, p.reasoning
                 e._advance()
                 truncated = not terminated and e.t >= e.max_steps

@@ -270,6 +270,6 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     turn = Turn(state="", prompt_ids=[], completion_ids=[], logprobs=[], text="go to desk 1", action="go to desk 1")
     ep = Episode(task=task, seed=0, group=0, member=0, turns=[turn], end_reason="truncated", model_claimed_wins=1)
     assert rollout_metrics([ep])["overruled_win_rate"] == 1.0
-    with pytest.raises(ValueError, match="goal_reached"):
+    with pytest.raises(ValueError, match="grounded_outcome"):
         SyntheticEnv(_model(), reward_from="state")
     assert SyntheticEnv(_model(), reward_from="auto").goal_check is None

@@ -18,6 +18,10 @@ collector, the experience model, the curriculum and evaluation use without knowi
 - optional `model_state(state: str) -> str` and `complete_state(written: str, previous: str) -> str`: the part
   of a state an experience model writes, and the whole state rebuilt from it and the state before (lines a
   reset fixes are carried over instead of generated; `ExperienceModelConfig.compact_states`)
+- optional `grounded_outcome(task, state, action, next_state) -> (reward, terminated) | None`: the family's own
+  reward rule applied to a transition between abstract states (ALFWorld: the goal conditions on `next_state`;
+  WebShop: the purchase score of the catalog product bought from `state`); None when it cannot decide. The
+  synthetic environment takes reward and end from it instead of the model's (`reward_from`)
 
 `family(name)` imports one of them by name.
 """

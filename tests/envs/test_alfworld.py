@@ -223,8 +223,10 @@ def test_compact_states_round_trip_on_real_episodes(env, six):
         for policy in ("searcher-list", "noisy", "random"):
             steps = play(env, task, policy, seed=i, limit=25)
             for _, _, _, info in steps[1:]:
-                assert A.goal_reached(task, info["abstract_state"]) is bool(info["won"])
-                wins += bool(info["won"])
+                won = bool(info["won"])
+                assert A.goal_reached(task, info["abstract_state"]) is won
+                assert A.grounded_outcome(task, "", "", info["abstract_state"]) == (float(won), won)
+                wins += won
             for (_, _, _, before), (_, _, _, after) in zip(steps, steps[1:]):
                 prev, nxt = before["abstract_state"], after["abstract_state"]
                 w = model_state(nxt)

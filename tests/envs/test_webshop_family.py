@@ -99,3 +99,41 @@ def test_corpus_text_is_deterministic_and_representative():
         assert marker in joined, marker
     test_instructions = {t.instruction for t in ws.tasks("test")}
     assert not test_instructions & set(a)
+
+
+def test_grounded_outcome_reproduces_the_real_reward_from_abstract_states():
+    """The family's reward rule on abstract states (what a dream's reward is grounded in) gives every real
+    step's reward and end, purchases of every quality included; a product the catalog lacks buys nothing and
+    an option the product does not offer is not credited."""
+    purchases, rewards = 0, set()
+    for split in ("train", "test"):
+        env = ws.make_env(split)
+        for policy in ("oracle", "noisy", "random"):
+            for i in range(8):
+                task = env.tasks[i * 11]
+                pol = ws.POLICIES[policy](i)
+                obs, info = env.reset(options={"task": task})
+                pol.reset(task, obs, info)
+                before = info["abstract_state"]
+                for _ in range(15):
+                    action = pol.act(obs, info)
+                    obs, r, term, trunc, info = env.step(action)
+                    assert ws.grounded_outcome(task, before, action, info["abstract_state"]) == (r, term)
+                    purchases, before = purchases + term, info["abstract_state"]
+                    if term:
+                        rewards.add(round(r, 3))
+                    if term or trunc:
+                        break
+    assert purchases >= 20 and len(rewards) >= 4
+    task = ws.tasks("train")[3]
+    won = _episode("oracle", task).steps[-1]
+    assert won.reward == 1.0 and won.action.lower() == "click[buy now]"
+    assert ws.grounded_outcome(task, won.state, won.action, "") == (1.0, True)
+    made_up = re.sub(r"\[page\] item \S+", "[page] item B0NOTREAL0", won.state)
+    assert ws.grounded_outcome(task, made_up, won.action, "") == (0.0, True)
+    goal_option = next(iter(task.goal["goal_options"].items()))
+    unselected = won.state.replace(f"{goal_option[0]}: {goal_option[1]} (selected)", f"{goal_option[0]}: {goal_option[1]}")
+    partial = ws.grounded_outcome(task, unselected, won.action, "")[0]
+    invented = ws.grounded_outcome(task, unselected + f"\n[option] {goal_option[0]}: polka dots (selected)", won.action, "")
+    assert partial < 1.0 and invented == (partial, True)
+    assert ws.grounded_outcome(task, won.state, "click[Description]", "") == (0.0, False)

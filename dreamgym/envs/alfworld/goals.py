@@ -123,12 +123,19 @@ def conditions(goal: dict[str, Any], s: AbstractState) -> list[tuple[str, bool]]
 def goal_reached(task: Any, state: str) -> bool | None:
     """Whether an abstract state meets every condition of the task's goal, or None when the task has no
     well-formed goal (the caller then cannot decide from the state). Why: the synthetic environment grounds
-    its success in the state the experience model wrote (`SyntheticEnv(reward_from="state")`); the real game
-    ends with a win exactly when these conditions first hold (checked on real episodes in the tests)."""
+    its success in the state the experience model wrote (`grounded_outcome`); the real game ends with a win
+    exactly when these conditions first hold (checked on real episodes in the tests)."""
     goal = goal_of(task)
     if goal is None or not state.strip():
         return None
     return all(h for _, h in conditions(goal, parse_state(state)))
+
+
+def grounded_outcome(task: Any, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+    """The family's success rule on abstract states (`dreamgym.envs`): reward 1 and the end of the episode exactly
+    when `next_state` meets the goal, else reward 0 and the episode goes on; None without a well-formed goal."""
+    reached = goal_reached(task, next_state)
+    return None if reached is None else (float(reached), reached)
 
 
 def _change(action: str, b: AbstractState, a: AbstractState, obs: str) -> str:

@@ -2,7 +2,8 @@
 (or on the official data files, when a user has them).
 
 Owns: the family surface (see `dreamgym.envs`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `corpus_text`, plus the published mappers `html_to_abstract` / `html_to_text`.
+`parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, plus the published mappers `html_to_abstract` /
+`html_to_text`.
 Must not know: models, torch, trainers, storage formats.
 
 Modules: vocab (word lists), catalog (products, generator, cache), search (bm25s), goals (instructions,
@@ -20,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from dreamgym.envs.webshop.catalog import get_catalog
-from dreamgym.envs.webshop.env import WebShopEnv, catalog_tasks
+from dreamgym.envs.webshop.env import WebShopEnv, catalog_tasks, grounded_outcome
 from dreamgym.envs.webshop.explain import explain
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.pages import admissible_from_state, html_to_abstract, html_to_text, parse_abstract
@@ -30,6 +31,7 @@ from dreamgym.types import Task
 _CATALOG_KW = ("n_products", "seed", "official_dir", "catalog_key")
 
 __all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text",
+           "grounded_outcome",
            "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
 
 

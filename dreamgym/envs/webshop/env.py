@@ -30,8 +30,8 @@ from typing import Any
 from dreamgym.env import TextEnv
 from dreamgym.envs.webshop.catalog import DEFAULT_N_PRODUCTS, DEFAULT_SEED, Catalog, get_catalog, synthetic_key
 from dreamgym.envs.webshop.goals import parse_goal
-from dreamgym.envs.webshop.pages import (PageState, admissible_from_state, clickables, html_to_abstract,
-                                         html_to_text, render_html)
+from dreamgym.envs.webshop.pages import (BUY_NOW, PageState, admissible_from_state, clickables, html_to_abstract,
+                                         html_to_text, parse_abstract, render_html)
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.types import Task
 
@@ -64,6 +64,43 @@ def catalog_tasks(catalog: Catalog, split: str) -> list[Task]:
         prefix = "webshop" if catalog.key == synthetic_key() else f"webshop[{catalog.key}]"
         _TASKS[key] = [goal_to_task(g, split, i, prefix) for i, g in enumerate(catalog.goals(split))]
     return list(_TASKS[key])
+
+
+def task_catalog(task: Task) -> Catalog | None:
+    """The catalog a task's goals were drawn from, read from its id (`catalog_tasks`' prefixes), or None for an
+    id of another form."""
+    if task.id.startswith("webshop-"):
+        return get_catalog(synthetic_key())
+    if task.id.startswith("webshop[") and "]" in task.id:
+        return get_catalog(task.id[len("webshop["):task.id.index("]")])
+    return None
+
+
+def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+    """WebShop's reward rule on abstract states (the family surface of `dreamgym.envs`): `click[Buy Now]` on an
+    item page buys the catalog product that page names, with the options the page marks selected (only those
+    the product really has), and scores it with the original formula at the catalog price; it ends the
+    episode. Any other step gives 0 and goes on. A product id the catalog lacks buys nothing (0, ended). None
+    when the task's catalog or goal is unknown. `next_state` is not read: what the model wrote on the
+    confirmation page (its score line included) does not decide the reward."""
+    m = _ACTION.match(action or "")
+    if not (m and m.group(1).lower() == "click" and _norm(m.group(2)) == _norm(BUY_NOW)):
+        return 0.0, False
+    page = parse_abstract(state)
+    if page["page"] != "item":
+        return 0.0, False  # the real page has no Buy Now button there: nothing happens
+    catalog = task_catalog(task)
+    goal = task.goal if task.goal else parse_goal(task.instruction)
+    if catalog is None or not goal:
+        return None
+    product = catalog.by_asin.get(page["asin"])
+    if product is None:
+        return 0.0, True
+    offered = {(_norm(k), _norm(v)): (k, v) for k, vs in product.options.items() for v in vs}
+    chosen = dict(offered[(_norm(o["name"]), _norm(o["value"]))] for o in page["options"]
+                  if o["selected"] and (_norm(o["name"]), _norm(o["value"])) in offered)
+    reward, _ = get_reward(product, goal, product.price, chosen)
+    return float(reward), True
 
 
 class WebShopEnv(TextEnv):
