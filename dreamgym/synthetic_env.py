@@ -21,8 +21,9 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - Reward and termination come from the model's `<reward>` and `done` (`reward_from="model"`, the paper's
   design), or from the family's own reward rule applied to the states the model wrote (`grounded_outcome`;
   `reward_from="state"`, "auto" uses it when the family has one): e.g. an ALFWorld episode wins and ends exactly
-  when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows. Why: the model credits wins its own final state contradicts (README, ALFWorld dream);
-  `info["model_won"]` keeps the model's own verdict so the disagreement stays measurable.
+  when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows.
+  Why: the model credited ALFWorld wins that its own final state contradicted (README section 5).
+  `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
 - Determinism: greedy decoding by default; with sampling, the seed of each model call is derived from the
   episodes' reset seeds and step counts. Each episode's transitions carry an id derived from (task, seed), and
   retrieval excludes the query's own id, so replaying a seed does not retrieve its own earlier synthetic steps.
@@ -92,8 +93,8 @@ class SyntheticEnv(TextEnv):
             raise ValueError("SyntheticEnv needs the environment family (env=...) or a model/tasks that name it")
         self.env_family = name
         self.family = family(name)
-        self.goal_check = getattr(self.family, "grounded_outcome", None) if reward_from != "model" else None
-        if reward_from == "state" and self.goal_check is None:
+        self.reward_rule = getattr(self.family, "grounded_outcome", None) if reward_from != "model" else None
+        if reward_from == "state" and self.reward_rule is None:
             raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
@@ -217,11 +218,11 @@ class SyntheticEnv(TextEnv):
         """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the
         family's rule the states decide; where it cannot (None, e.g. a task without a well-formed goal) the
         model's answer stands."""
-        if self.goal_check is None:
+        if self.reward_rule is None:
             return reward, done, None
         model_won = done and reward >= 1.0
         try:
-            grounded = self.goal_check(self.task, before, action, self.state)
+            grounded = self.reward_rule(self.task, before, action, self.state)
         except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
             grounded = None
         if grounded is None:

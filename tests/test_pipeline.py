@@ -66,3 +66,13 @@ def test_table_config_rejects_bad_values_naming_the_field():
             load_config(TableConfig, None, bad)
     cfg = load_config(TableConfig, None, ["sft_policy=shopper", "offline_mix=shopper:0.5,noisy:0.3,random:0.2"])
     assert cfg.sft_policy == "shopper"
+
+
+def test_dream_config_rejects_bad_values_naming_the_field():
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.pipeline import DreamConfig
+
+    for bad, field_name in (("reward_from=oracle", "dream.reward_from"), ("initial_state=x", "dream.initial_state")):
+        with pytest.raises(ConfigError, match=field_name.replace(".", r"\.")):
+            load_config(DreamConfig, None, [bad])
+    assert load_config(DreamConfig, None, ["reward_from=model"]).reward_from == "model"

@@ -261,7 +261,7 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     _, r, term, _, info = grounded.step("move book 1 to shelf 1")
     assert (r, term, info["won"], info["model_won"]) == (1.0, True, True, False)
     assert grounded.stats["wins_overruled"] == 1 and grounded.stats["wins_granted"] == 1
-    assert env("auto").goal_check is not None
+    assert env("auto").reward_rule is not None
 
     trusting = env("model")
     _, r, term, _, info = trusting.step("go to desk 1")
@@ -272,4 +272,4 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     assert rollout_metrics([ep])["overruled_win_rate"] == 1.0
     with pytest.raises(ValueError, match="grounded_outcome"):
         SyntheticEnv(_model(), reward_from="state")
-    assert SyntheticEnv(_model(), reward_from="auto").goal_check is None
+    assert SyntheticEnv(_model(), reward_from="auto").reward_rule is None
