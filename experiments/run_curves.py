@@ -3,7 +3,7 @@
 held-out evaluations (greedy, real tasks) with their 95% intervals. Writes one PNG and prints the numbers.
 
     python experiments/run_curves.py runs/alf-dream13 runs/alf-dream13-nocur --labels full "no curriculum" \
-        --out runs/alf-dream13/curriculum_curves.png
+        --start runs/alf-sft10 --out runs/alf-dream13/curriculum_curves.png
 
 Why a script and not `dreamgym table`: the table trains every row itself; this reads runs trained separately
 (e.g. two dream runs that differ in one setting) without retraining anything.
@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--labels", nargs="*", default=None)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--start", type=Path, default=None,
+                    help="the run the others started from: its final held-out evaluation is drawn at iteration 0")
     args = ap.parse_args()
     labels = args.labels or [r.name for r in args.runs]
     if len(labels) != len(args.runs):
@@ -66,6 +68,12 @@ def main() -> None:
             err = [[100 * (e["success_rate"] - e["ci_low"]) for e in evals],
                    [100 * (e["ci_high"] - e["success_rate"]) for e in evals]]
             ax2.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=label)
+    start = [e for e in read_jsonl(args.start / "eval.jsonl") if e["tag"] == "final"][-1:] if args.start else []
+    for e in start:
+        print(f"start ({args.start}): held-out {e['n_success']} of {e['n']} = {100 * e['success_rate']:.1f}% "
+              f"[{100 * e['ci_low']:.1f}, {100 * e['ci_high']:.1f}]")
+        ax2.errorbar([0], [100 * e["success_rate"]], yerr=[[100 * (e["success_rate"] - e["ci_low"])],
+                     [100 * (e["ci_high"] - e["success_rate"])]], marker="s", color="black", capsize=4, label="start")
     ax1.set(xlabel="iteration", ylabel="training-episode success (%)", title="training episodes (sampled)")
     ax2.set(xlabel="iteration", ylabel="held-out real success (%)", title="held-out real tasks (greedy, 95% CI)")
     for ax in (ax1, ax2):

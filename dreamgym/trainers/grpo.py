@@ -10,7 +10,8 @@ Must not know: concrete environments (it gets a `TextEnv` factory), presets, whe
 One iteration, step by step:
   1. rollouts: `run_rollouts(..., group_size=G)` on the given tasks (real or synthetic env alike);
   2. advantages: `algos.grpo_advantages` over the trainable episodes; groups whose rewards are all equal carry
-     no signal, are counted (`zero_variance_groups`) and left out of the update;
+     no signal, are counted (`zero_variance_groups`) and left out of the update (with `min_groups`, the update
+     waits until enough informative groups were collected);
   3. every turn of every remaining episode becomes one (prompt ids, generated ids, sampling log-probs,
      advantage) sample — the exact tokens that were sampled, the loss mask covering only generated tokens;
   4. `epochs` passes over the samples in `minibatches` optimiser steps each; each step accumulates gradients
@@ -71,12 +72,19 @@ class GRPOConfig:
     loss_agg: str = "token"
     """How the per-token losses are averaged: "token" (every trained token of the batch weighs the same; long
     episodes weigh more, as in DAPO) or "episode" (every episode weighs the same, whatever its length)."""
+    min_groups: int = 0
+    """Update only once at least this many groups with unequal rewards were collected; until then an iteration's
+    samples are kept and its update is deferred (DAPO's dynamic sampling, spread over iterations: the policy does
+    not change in between, so the kept samples stay on-policy). 0: update every iteration. Why: with one or two
+    informative groups a full-size update overfits them (README section 6). Kept samples are not checkpointed."""
 
     def validate(self) -> None:
         if self.group_size < 1 or self.epochs < 1 or self.minibatches < 1:
             raise ValueError("grpo.group_size, epochs and minibatches must be >= 1")
         if self.loss_agg not in ("token", "episode"):
             raise ValueError(f"grpo.loss_agg must be 'token' or 'episode', got {self.loss_agg!r}")
+        if self.min_groups < 0:
+            raise ValueError(f"grpo.min_groups must be >= 0, got {self.min_groups}")
 
 
 @dataclass
@@ -118,6 +126,8 @@ class GRPOTrainer(BaseTrainer):
         self.config = config
         self.reference = self._frozen_copy() if config.kl_coef > 0 else None
         self._build_optimizer()
+        self._kept: list[TurnSample] = []  # samples of deferred updates (`min_groups`)
+        self._kept_groups = 0
 
     def _extra_modules(self) -> dict[str, torch.nn.Module]:
         return {"reference": self.reference} if self.reference is not None else {}
@@ -146,6 +156,14 @@ class GRPOTrainer(BaseTrainer):
             samples = episode_samples([ok[i] for i in keep], [float(adv[i]) for i in keep], cfg.loss_agg)
         else:
             samples, zero_groups = [], 0
+        if cfg.min_groups:
+            self._kept += samples
+            self._kept_groups += n_groups - zero_groups
+            deferred = self._kept_groups < cfg.min_groups
+            samples = [] if deferred else self._kept
+            metrics.update(update_deferred=float(deferred), kept_groups=float(self._kept_groups))
+            if not deferred:
+                self._kept, self._kept_groups = [], 0
         metrics.update(groups=float(n_groups), zero_variance_groups=float(zero_groups), samples=float(len(samples)))
 
         t1 = time.perf_counter()

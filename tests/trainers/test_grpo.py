@@ -167,3 +167,25 @@ def test_loss_aggregation_weights_match_the_formula(tiny_backend, dial_common, l
 def test_loss_agg_is_validated():
     with pytest.raises(ValueError, match="grpo.loss_agg"):
         GRPOConfig(loss_agg="sequence").validate()
+
+
+def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_backend, dial_common):
+    """With `min_groups` an iteration with too few informative groups keeps its samples and leaves the weights
+    alone; the first iteration that brings the count up trains on the kept samples and its own together."""
+    tasks = dial.make_tasks("train")[:6]
+    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, min_groups=10**6), dial_common())
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    _, m1 = tr.train_iteration(tasks[:3], dial.DialEnv)
+    informative = m1["groups"] - m1["zero_variance_groups"]
+    assert informative >= 1, "the warm policy should win some dial episodes"
+    assert m1["update_deferred"] == 1 and m1["kept_groups"] == informative
+    assert m1["samples"] == 0 and m1["optimizer_steps"] == 0
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    kept = len(tr._kept)
+    tr.config.min_groups = 1
+    _, m2 = tr.train_iteration(tasks[3:], dial.DialEnv)
+    assert m2["update_deferred"] == 0 and m2["optimizer_steps"] == 1 and m2["samples"] >= kept > 0  # the kept samples (and any new ones)
+    assert tr._kept == [] and tr._kept_groups == 0
+    assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    with pytest.raises(ValueError, match="min_groups"):
+        GRPOConfig(min_groups=-1).validate()
