@@ -51,8 +51,8 @@ class DreamConfig:
     reward_from: str = "auto"
     """Where a synthetic step's reward and end come from: 'model' (the experience model's `<reward>` and done, the
     paper's design), 'state' (the family's own reward rule on the states the model wrote, `grounded_outcome`) or
-    'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model credited wins that its own
-    final state contradicted (README, section 5)."""
+    'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model
+    credited wins that its own final state contradicted (README, section 5)."""
     em_overrides: dict[str, Any] = field(default_factory=dict)
     """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
 
