@@ -12,8 +12,8 @@ token F1, the measure `dreamgym eval-em` uses).
         --data runs/table-webshop/offline.jsonl --tasks 64 agent.history=0 agent.show_admissible=false
 
 ALFWorld hides where objects are, so a replay there should fail whenever the dream put the target elsewhere;
-for it the script also counts the credited wins that the dream's own final state supports (every goal condition
-holds in it). `--em-temperature` samples the model (the default is its checkpoint's, greedy):
+for families with a reward rule (`grounded_outcome`) the script also counts the credited wins that the rule
+grants on the dream's own last step (ALFWorld: every goal condition holds in the final state). `--em-temperature` samples the model (the default is its checkpoint's, greedy):
 
     python experiments/dream_audit.py --env alfworld --em runs/alf-em11 --policy runs/alf-sft10/final \
         --data runs/alf/em-data.jsonl --tasks 16 --repeats 2 --seed 2 --threads 1 --em-temperature 1.0 \
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=0, help="synthetic episode step limit (0: the real env's)")
     ap.add_argument("--reward-from", default="model", choices=("model", "state", "auto"),
                     help="the synthetic env's success: the model's <reward> (default, what is audited) or the "
-                         "family's goal check on the dream's state (dream.reward_from)")
+                         "family's reward rule on the dream's states (dream.reward_from)")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt, e.g. agent.history=0")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -100,7 +100,7 @@ def main() -> None:
         divergent += wrong
         outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
     n = len(episodes)
-    consistent = _self_consistent_wins(args.env, episodes)
+    consistent = _self_consistent_wins(fam, episodes)
     failed = collections.Counter(e.end_reason for e in episodes if not e.trainable)
     print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}; environment failures "
           f"{sum(failed.values())} {dict(failed) if failed else ''}")
@@ -111,31 +111,29 @@ def main() -> None:
         print(f"episodes where the model credited a win: {claimed}; overruled by the state: "
               f"{sum(bool(e.model_claimed_wins) and not e.won for e in episodes)}")
     if consistent is not None:
-        print(f"dream wins whose own final state satisfies the goal: {consistent[0]} of {consistent[1]}")
+        print(f"dream wins that the family's reward rule grants on the dream's own last step: "
+              f"{consistent[0]} of {consistent[1]}")
     print(f"steps that did nothing: dream {rollout_metrics(episodes)['noop_step_rate']:.3f}, the same actions "
           f"replayed in the real environment {noops_real / max(steps, 1):.3f} of {steps}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
           f"episodes with a wrong state {divergent / n:.3f}")
 
 
-def _self_consistent_wins(env: str, episodes: list) -> tuple[int, int] | None:
-    """ALFWorld hides where objects are, so a dream that placed the target elsewhere than the real game did can be
-    right to credit a win that fails on replay. What it must not do is credit one its own final state contradicts:
-    (credited wins whose last synthetic state meets every goal condition, credited wins)."""
-    if env != "alfworld":
+def _self_consistent_wins(fam, episodes: list) -> tuple[int, int] | None:
+    """A dream may be right to credit a win that fails on replay (ALFWorld hides where objects are, so the dream
+    can put the target elsewhere than the real game did). What it must not do is credit one its own states
+    contradict: (credited wins that the family's reward rule, `grounded_outcome`, also grants on the dream's last
+    step, credited wins), or None for a family without a rule."""
+    rule = getattr(fam, "grounded_outcome", None)
+    if rule is None:
         return None
-    from dreamgym.envs.alfworld.goals import conditions, goal_of
-    from dreamgym.envs.alfworld.state import parse_state
-
     wins = [e for e in episodes if e.won]
     ok = 0
     for e in wins:
-        goal = goal_of(e.task)
         last = [t for t in e.turns if t.stepped]
-        if goal and last and all(h for _, h in conditions(goal, parse_state(last[-1].next_state))):
-            ok += 1
+        outcome = rule(e.task, last[-1].state, last[-1].action or "", last[-1].next_state) if last else None
+        ok += outcome is not None and outcome[1] and outcome[0] >= 1.0
     return ok, len(wins)
-
 
 if __name__ == "__main__":
     main()
