@@ -198,6 +198,46 @@ def test_alfworld_compact_states_are_completed_from_the_previous_state():
     assert written_state(dataclasses.replace(tr, state=""), model.config) == obs  # a [reset] answer is whole
 
 
+def test_alfworld_observation_writing_derives_the_state_with_the_real_bookkeeping():
+    """With `write_observation` the model writes only the engine's feedback; the synthetic env folds it into the
+    previous state the way the real environment does: the task line, inventory and known contents follow from
+    the feedback, whatever else the model wrote, and the grounded reward ends the episode when the goal holds."""
+    from dreamgym.experience_model import written_state
+
+    start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
+    feedback = {"go to desk 1": "You arrive at desk 1. On the desk 1, you see a book 1.",
+                "take book 1 from desk 1": "You pick up the book 1 from the desk 1.",
+                "go to shelf 1": "You arrive at shelf 1. On the shelf 1, you see nothing.",
+                "move book 1 to shelf 1": "You move the book 1 to the shelf 1."}
+
+    def observe(req):
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1]
+        if action in feedback:  # a wrong task line and inventory beside the observation are ignored
+            return format_completion(f"Task: eat a cake.\nObservation: {feedback[action]}\nInventory: sofa 1",
+                                     0.0, False, "ok")
+        return format_completion(start, 0.0, False, "Start.")  # [reset]: the whole state
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    buf = ReplayBuffer(None, HashingEmbedder())
+    cfg = ExperienceModelConfig(use_retrieval=False, write_observation=True)
+    env = SyntheticEnv(ExperienceModel(FakeLLM(observe), buffer=buf, config=cfg, env="alfworld"), tasks=[task],
+                       initial_state="model", reward_from="state")
+    env.reset(seed=0)
+    obs, _, _, _, _ = env.step("go to desk 1")
+    assert obs == _alf_state("desk 1: book 1", "desk 1", unexplored="shelf 1, drawer 1").replace(
+        "Observation: You arrive.", "Observation: " + feedback["go to desk 1"])
+    obs, _, _, _, info = env.step("take book 1 from desk 1")
+    assert "Inventory: book 1" in obs and "Known contents: desk 1: nothing" in obs and obs.startswith("Task: put some book")
+    env.step("go to shelf 1")
+    obs, r, term, _, info = env.step("move book 1 to shelf 1")
+    assert "Known contents: desk 1: nothing; shelf 1: book 1" in obs
+    assert (r, term, info["won"]) == (1.0, True, True)  # grounded in the derived state, not the model's reward
+    # Training targets: the observation line after a step, the whole state after [reset].
+    tr = buf.transitions()[-1]
+    assert written_state(tr, cfg) == "Observation: " + feedback["move book 1 to shelf 1"]
+    assert written_state(dataclasses.replace(tr, state=""), cfg) == tr.next_state
+
+
 def test_checkpoints_without_compact_states_load_with_it_off(tmp_path):
     """Checkpoints saved before `compact_states` existed were trained on whole states, so they load with it off;
     new ones keep what they were trained with."""

@@ -18,6 +18,9 @@ collector, the experience model, the curriculum and evaluation use without knowi
 - optional `model_state(state: str) -> str` and `complete_state(written: str, previous: str) -> str`: the part
   of a state an experience model writes, and the whole state rebuilt from it and the state before (lines a
   reset fixes are carried over instead of generated; `ExperienceModelConfig.compact_states`)
+- optional `model_observation(state: str) -> str` and `state_after(previous: str, written: str) -> str`: only
+  the observation (the feedback to the action) is written, and the whole next state is derived from it and the
+  state before by the environment's own bookkeeping (`ExperienceModelConfig.write_observation`)
 - optional `grounded_outcome(task, state, action, next_state) -> (reward, terminated) | None`: the family's own
   reward rule applied to a transition between abstract states (ALFWorld: the goal conditions on `next_state`;
   WebShop: the purchase score of the catalog product bought from `state`); None when it cannot decide. The

@@ -18,8 +18,8 @@ from dreamgym.envs import alfworld as A  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
-from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_state, name_key,  # noqa: E402
-                                          parse_state)
+from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_observation,  # noqa: E402
+                                          model_state, name_key, parse_state, state_after)
 from dreamgym.types import Trajectory, Step  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.
@@ -214,11 +214,11 @@ def test_list_searcher_explores_by_copying_the_unexplored_line(env, six):
 
 
 def test_compact_states_round_trip_on_real_episodes(env, six):
-    """What an experience model writes under `compact_states` (no receptacle list, no unexplored line) plus the
-    state the action was taken in gives back the real next state exactly, on searching, noisy and random play;
-    the written part is much shorter, which is the point. On the same steps the family's goal check on the
+    """What an experience model writes under `compact_states` (no receptacle list, no unexplored line), or under
+    `write_observation` (the observation line only), plus the state the action was taken in gives back the real
+    next state exactly, on searching, noisy and random play; the written part is much shorter, which is the point. On the same steps the family's goal check on the
     abstract state (what a dream's success is grounded in) says "won" exactly when the real game does."""
-    n, written, whole, wins = 0, 0, 0, 0
+    n, written, whole, observed, wins = 0, 0, 0, 0, 0
     for i, task in enumerate(six):
         for policy in ("searcher-list", "noisy", "random"):
             steps = play(env, task, policy, seed=i, limit=25)
@@ -232,14 +232,19 @@ def test_compact_states_round_trip_on_real_episodes(env, six):
                 w = model_state(nxt)
                 assert "Receptacles:" not in w and "Unexplored:" not in w
                 assert complete_state(w, prev) == nxt
-                n, written, whole = n + 1, written + len(w), whole + len(nxt)
-    assert n > 200 and written < 0.7 * whole and wins >= 3
+                # `write_observation`: the feedback line alone, folded in by the environment's own bookkeeping.
+                o = model_observation(nxt)
+                assert o.startswith("Observation: ") and "\n" not in o
+                assert state_after(prev, o) == nxt
+                n, written, whole, observed = n + 1, written + len(w), whole + len(nxt), observed + len(o)
+    assert n > 200 and written < 0.7 * whole and observed < 0.1 * whole and wins >= 3
     # A model that writes the carried lines anyway (or wrong ones) gets them replaced from the previous state.
     _, _, _, info = play(env, six[0], "searcher-list", limit=1)[-1]
     s = info["abstract_state"]
     wrong = s.replace("Receptacles: ", "Receptacles: sofa 9, ")
     assert complete_state(wrong, s) == s
     assert complete_state("The room is dark.", "") == "The room is dark."  # after a reset: nothing to carry
+    assert state_after("", "The room is dark.") == "The room is dark."
 
 
 def test_random_policy_rarely_wins(env, six):

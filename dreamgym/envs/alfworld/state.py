@@ -306,6 +306,30 @@ def complete_state(written: str, previous: str) -> str:
     return canonical_state("\n".join(lines))
 
 
+def model_observation(state: str) -> str:
+    """What an experience model writes for `state` under `ExperienceModelConfig.write_observation`: only its
+    "Observation" line, the engine's feedback to the action. `state_after` derives every other line from it,
+    exactly as the real environment's `StateTracker` does, so the model never rewrites the task, the inventory
+    or the known contents. Why: the tiny model that wrote whole states (compact or not) rewrote the task line on
+    73% of 30 teacher-forced steps and got "Known contents" right on none of them (README section 7)."""
+    line = _line(state, "Observation")
+    return f"Observation: {line}" if line is not None else state.strip()
+
+
+def state_after(previous: str, written: str) -> str:
+    """The whole next state from `previous` (the state the action was taken in) and the model's `written`
+    observation (its "Observation" line, or the whole text when it wrote none), folded in by `StateTracker`:
+    the same deterministic bookkeeping the real environment applies to the engine's feedback. A reset (no
+    receptacle list in `previous`) returns `written` unchanged."""
+    if _line(previous, "Receptacles") is None:
+        return written
+    obs = _line(written, "Observation")
+    tracker = StateTracker()
+    tracker.state = parse_state(previous)
+    tracker.update("", obs if obs is not None else written.strip())
+    return tracker.state.render()
+
+
 def admissible_from_state(state: str) -> list[str]:
     """ALFWorld's admissible commands for a state text, rebuilt from the command grammar and ALFRED's
     tables (which receptacle holds what, what can be cleaned/heated/cooled/toggled). Sorted like the engine's."""
