@@ -6,7 +6,8 @@ action, k retrieved transitions), the documented output format and its parser, t
 experience-model checkpoint layout, and the supervised training that teaches a preset the format.
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
 reasoning traces and, with `compact_states` / `write_observation`, their `model_state` / `complete_state` /
-`model_observation` / `state_after` hooks), trainers of the agent, the replay buffer's storage (it is used through `add`/`retrieve`).
+`model_observation` / `state_after` hooks), trainers of the agent, the replay buffer's storage (it is used
+through `add`/`retrieve`).
 torch, transformers and peft are imported inside the functions that need them, so prediction through another
 backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
@@ -192,16 +193,21 @@ def _family_hook(env: str, name: str) -> Callable[..., str] | None:
         return None
 
 
+def _observation_hooks(env: str) -> tuple[Callable[..., str], Callable[..., str]] | None:
+    """The family's (`model_observation`, `state_after`) pair, or None unless it has both."""
+    observe, after = _family_hook(env, "model_observation"), _family_hook(env, "state_after")
+    return (observe, after) if observe and after else None
+
+
 def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
     """`tr.next_state` as the model writes it: only its observation (the family's `model_observation`) under
     `cfg.write_observation`, else compacted by the family's `model_state` under `cfg.compact_states`; whole
     after `[reset]` (there is no previous state to complete it from)."""
     if not tr.state.strip():
         return tr.next_state
-    if cfg.write_observation and _family_hook(tr.task.env, "state_after"):
-        fn = _family_hook(tr.task.env, "model_observation")
-        if fn:
-            return fn(tr.next_state)
+    hooks = _observation_hooks(tr.task.env) if cfg.write_observation else None
+    if hooks:
+        return hooks[0](tr.next_state)
     if not cfg.compact_states:
         return tr.next_state
     fn = _family_hook(tr.task.env, "model_state")
@@ -212,10 +218,9 @@ def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig,
     """The inverse of `written_state`: the whole next state from the model's text and the query's state."""
     if not query.state.strip():
         return written
-    if cfg.write_observation and _family_hook(env or query.task.env, "model_observation"):
-        fn = _family_hook(env or query.task.env, "state_after")
-        if fn:
-            return fn(query.state, written)
+    hooks = _observation_hooks(env or query.task.env) if cfg.write_observation else None
+    if hooks:
+        return hooks[1](query.state, written)
     if not cfg.compact_states:
         return written
     fn = _family_hook(env or query.task.env, "complete_state")

@@ -13,7 +13,8 @@ token F1, the measure `dreamgym eval-em` uses).
 
 ALFWorld hides where objects are, so a replay there should fail whenever the dream put the target elsewhere;
 for families with a reward rule (`grounded_outcome`) the script also counts the credited wins that the rule
-grants on the dream's own last step (ALFWorld: every goal condition holds in the final state). `--em-temperature` samples the model (the default is its checkpoint's, greedy):
+grants on the dream's own last step (ALFWorld: every goal condition holds in the final state).
+`--em-temperature` samples the model (the default is its checkpoint's, greedy):
 
     python experiments/dream_audit.py --env alfworld --em runs/alf-em11 --policy runs/alf-sft10/final \
         --data runs/alf/em-data.jsonl --tasks 16 --repeats 2 --seed 2 --threads 1 --em-temperature 1.0 \
@@ -134,6 +135,7 @@ def _self_consistent_wins(fam, episodes: list) -> tuple[int, int] | None:
         outcome = rule(e.task, last[-1].state, last[-1].action or "", last[-1].next_state) if last else None
         ok += outcome is not None and outcome[1] and outcome[0] >= 1.0
     return ok, len(wins)
+
 
 if __name__ == "__main__":
     main()

@@ -216,8 +216,9 @@ def test_list_searcher_explores_by_copying_the_unexplored_line(env, six):
 def test_compact_states_round_trip_on_real_episodes(env, six):
     """What an experience model writes under `compact_states` (no receptacle list, no unexplored line), or under
     `write_observation` (the observation line only), plus the state the action was taken in gives back the real
-    next state exactly, on searching, noisy and random play; the written part is much shorter, which is the point. On the same steps the family's goal check on the
-    abstract state (what a dream's success is grounded in) says "won" exactly when the real game does."""
+    next state exactly, on searching, noisy and random play; the written part is much shorter, which is the
+    point. On the same steps the family's goal check on the abstract state (what a dream's success is grounded
+    in) says "won" exactly when the real game does."""
     n, written, whole, observed, wins = 0, 0, 0, 0, 0
     for i, task in enumerate(six):
         for policy in ("searcher-list", "noisy", "random"):

@@ -184,7 +184,8 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     kept = len(tr._kept)
     tr.config.min_groups = 1
     _, m2 = tr.train_iteration(tasks[3:], dial.DialEnv)
-    assert m2["update_deferred"] == 0 and m2["optimizer_steps"] == 1 and m2["samples"] >= kept > 0  # the kept samples (and any new ones)
+    # The update trains on the kept samples (and any new ones).
+    assert m2["update_deferred"] == 0 and m2["optimizer_steps"] == 1 and m2["samples"] >= kept > 0
     assert tr._kept == [] and tr._kept_groups == 0
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
     with pytest.raises(ValueError, match="min_groups"):
