@@ -421,10 +421,11 @@ class ExperienceModel:
         return SamplingParams(temperature=temperature, top_p=self.config.top_p,
                               max_tokens=self.config.max_new_tokens, stop=[STOP], seed=seed)
 
-    def _generate(self, reqs: list[ChatRequest], params: SamplingParams) -> list[str]:
+    def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
+                  seeds: list[int] | None = None) -> list[str]:
         self.stats["generate_calls"] += 1
         try:
-            comps = self.llm.generate(reqs, params)
+            comps = self.llm.generate(reqs, params) if seeds is None else self.llm.generate(reqs, params, seeds=seeds)
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
                 raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
@@ -435,16 +436,19 @@ class ExperienceModel:
             return [""] * len(reqs)
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
-                seed: int | None = None) -> list[Prediction]:
+                seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
         """One prediction per query, in order. `examples` overrides retrieval (one list per query); `seed`
-        seeds sampling (used by retries, and by every attempt when `temperature` > 0)."""
+        seeds sampling (used by retries, and by every attempt when `temperature` > 0); `seeds` instead gives
+        each query its own sampling seed (the LLM seam's common random numbers), retries included."""
         if not queries:
             return []
+        if seeds is not None and len(seeds) != len(queries):
+            raise ValueError("predict: seeds must be one per query")
         if examples is None:
             examples = self.retrieve(queries)
         reqs = self.requests(queries, examples)
         base = 0 if seed is None else int(seed)
-        texts = self._generate(reqs, self._params(self.config.temperature, base))
+        texts = self._generate(reqs, self._params(self.config.temperature, base), seeds)
         results: list[Prediction | None] = [None] * len(queries)
         attempts = [1] * len(queries)
         pending = list(range(len(queries)))
@@ -468,8 +472,10 @@ class ExperienceModel:
             self.stats["retries"] += len(pending)
             for i in pending:
                 attempts[i] += 1
+            shift = 1000 * (attempt + 1)
             texts = self._generate([reqs[i] for i in pending],
-                                   self._params(self.config.retry_temperature, base + 1000 * (attempt + 1)))
+                                   self._params(self.config.retry_temperature, base + shift),
+                                   None if seeds is None else [seeds[i] + shift for i in pending])
         else:  # pragma: no cover - the loop always breaks
             pending_texts = {}
         for i, r in enumerate(results):

@@ -53,6 +53,10 @@ class DreamConfig:
     paper's design), 'state' (the family's own reward rule on the states the model wrote, `grounded_outcome`) or
     'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model
     credited wins that its own final state contradicted (README, section 5)."""
+    shared_noise: bool = True
+    """With a sampled experience model, the members of a GRPO group (same task and reset seed) draw the model's
+    sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
+    the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
     em_overrides: dict[str, Any] = field(default_factory=dict)
     """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
 
@@ -117,7 +121,8 @@ class DreamWorld:
         def make() -> Any:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
                                 max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
-                                policy_version=self.policy_version, reward_from=self.config.reward_from)
+                                policy_version=self.policy_version, reward_from=self.config.reward_from,
+                                shared_noise=self.config.shared_noise)
         return make
 
     def curriculum_step(self, iteration: int, episodes: Sequence[Any], algo: str) -> dict[str, float]:

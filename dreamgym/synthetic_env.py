@@ -24,9 +24,14 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows.
   Why: the model credited ALFWorld wins that its own final state contradicted (README section 5).
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
-- Determinism: greedy decoding by default; with sampling, the seed of each model call is derived from the
-  episodes' reset seeds and step counts. Each episode's transitions carry an id derived from (task, seed), and
-  retrieval excludes the query's own id, so replaying a seed does not retrieve its own earlier synthetic steps.
+- Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
+  seed is derived from its episode id (task, reset seed) and the action, so the members of a GRPO group, which
+  share the reset seed, meet the same sampling noise when they take the same action: common random numbers, the
+  dream's counterpart of the real group sharing one game. Why: where the state hides something (what an ALFWorld
+  receptacle holds), independent noise gives each member its own sampled world, and the group-relative advantage
+  then ranks luck rather than actions. `shared_noise=False` seeds each call from the episodes' ids and step counts
+  instead (the members' noise is independent). Each episode's transitions carry an id derived from (task, seed),
+  and retrieval excludes the query's own id, so replaying a seed does not retrieve its own earlier steps.
 """
 
 from __future__ import annotations
@@ -66,6 +71,13 @@ def is_admissible(action: str, admissible: list[str] | None) -> bool:
     return False
 
 
+def noise_seed(episode_id: str, action: str) -> int:
+    """The sampling seed of a synthetic step under shared noise: a function of the episode id (task and reset
+    seed, shared by a GRPO group) and the normalised action only, so it does not depend on the step count,
+    the history or what else is in the batch."""
+    return zlib.crc32(f"{episode_id}\x1f{_norm(action)}".encode())
+
+
 class SyntheticEnv(TextEnv):
     """`SyntheticEnv(model, buffer=None, tasks=None, env=None, ...)`; `buffer` defaults to `model.buffer`.
 
@@ -78,7 +90,7 @@ class SyntheticEnv(TextEnv):
     def __init__(self, model: Any, buffer: Any = None, tasks: list[Task] | None = None, *, env: str | None = None,
                  split: str = "train", max_steps: int | None = None, initial_state: str = "auto",
                  add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = "",
-                 reward_from: str = "model"):
+                 reward_from: str = "model", shared_noise: bool = True):
         super().__init__()
         if initial_state not in ("auto", "real", "model"):
             raise ValueError(f"initial_state must be 'auto', 'real' or 'model', got {initial_state!r}")
@@ -104,6 +116,7 @@ class SyntheticEnv(TextEnv):
         self.add_to_buffer = add_to_buffer
         self.invalid_action = invalid_action
         self.policy_version = policy_version
+        self.shared_noise = shared_noise
         self._max_steps = max_steps
         self._real_envs: dict[str, Any] = {}
         self._init_cache: dict[tuple[str, str], str] = {}
@@ -241,7 +254,7 @@ class SyntheticEnv(TextEnv):
     @classmethod
     def _step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
         results: list[Any] = [None] * len(envs)
-        by_model: dict[int, list[int]] = {}
+        by_model: dict[tuple[int, bool], list[int]] = {}
         for i, (e, a) in enumerate(zip(envs, actions)):
             assert isinstance(e, SyntheticEnv)
             if e._init_failed:
@@ -249,7 +262,7 @@ class SyntheticEnv(TextEnv):
             elif e.invalid_action == "noop" and not is_admissible(a, e.family.admissible_from_state(e.state)):
                 results[i] = e._noop(a)
             else:
-                by_model.setdefault(id(e.model), []).append(i)
+                by_model.setdefault((id(e.model), e.shared_noise), []).append(i)
         for idx in by_model.values():
             batch = [envs[i] for i in idx]
             model = batch[0].model  # type: ignore[attr-defined]
@@ -258,9 +271,12 @@ class SyntheticEnv(TextEnv):
                                   next_state="", reward=0.0, done=False, source="synthetic", seed=e.seed_value,
                                   trajectory_id=e.episode_id, step_index=e.t)
                        for e, i in zip(batch, idx)]
-            # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
-            key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
-            preds = model.predict(queries, seed=zlib.crc32(key.encode()))
+            if batch[0].shared_noise:
+                preds = model.predict(queries, seeds=[noise_seed(q.trajectory_id, q.action) for q in queries])
+            else:
+                # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
+                key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
+                preds = model.predict(queries, seed=zlib.crc32(key.encode()))
             new: dict[int, tuple[Any, list[Transition]]] = {}
             for e, q, p, i in zip(batch, queries, preds, idx):
                 if p.failed:

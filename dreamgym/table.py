@@ -22,6 +22,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, describe, load_config
 from dreamgym.curriculum import CurriculumConfig
+from dreamgym.paths import atomic_write_text
 from dreamgym.pipeline import DreamConfig, Recipe
 
 
@@ -61,6 +62,10 @@ class TableConfig:
     """RL learning rate."""
     eval_tasks: int = 200
     """Held-out real test tasks per evaluation."""
+    eval_seeds: list[int] = field(default_factory=lambda: [0])
+    """Each held-out test task is played once per seed (the dial has 18 test tasks: use several seeds)."""
+    eval_temperature: float = 0.0
+    """Policy temperature at evaluation: 0 is greedy; 1.0 measures the sampled policy RL optimises."""
     eval_every: int = 5
     """Evaluate every this many iterations for the learning curves."""
     rows: list[str] = field(default_factory=list)
@@ -71,6 +76,10 @@ class TableConfig:
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
 
     def validate(self) -> None:
+        if not self.eval_seeds:
+            raise ConfigError("eval_seeds: need at least one evaluation seed")
+        if self.eval_temperature < 0:
+            raise ConfigError(f"eval_temperature: must be >= 0, got {self.eval_temperature}")
         if self.budget < 16:
             raise ConfigError(f"budget: B must be >= 16 so that S2R gets B/16 >= 1 real steps, got {self.budget}")
         from dreamgym.collect import parse_mix
@@ -115,7 +124,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"rows: unknown {unknown}; choose from {ALL_ROWS}")
     t0 = time.time()
-    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks, progress=progress,
+    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks,
+               eval_seeds=t.eval_seeds, eval_temperature=t.eval_temperature, progress=progress,
                train_overrides=t.train_overrides, em_overrides=t.em_overrides)
     r.collect_offline(t.offline_episodes, t.offline_mix, t.sft_policy)
     # The experience model is the costly artefact on CPU: trained only when a row dreams.
@@ -149,11 +159,12 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     wall = time.time() - t0
     curves = r.run / "learning_curves.png"
     plot_curves(r.results, curves, f"{t.env}: success on held-out real tasks")
-    note = (f"\nB = {t.budget} real steps (S2R: {s2r_budget}); {len(r.test_tasks)} held-out test tasks; tiny preset; "
+    note = (f"\nB = {t.budget} real steps (S2R: {s2r_budget}); {len(r.test_tasks)} held-out test tasks x "
+            f"{len(t.eval_seeds)} seeds at temperature {t.eval_temperature:g}; tiny preset; "
             f"offline real transitions: {r.real_offline}; total wall time {wall:.0f} s. Learning curves: "
             f"{curves.name}.\n")
     report = r.write_report(f"DreamGym results — {t.env}", note)
-    (r.run / "results.md").write_text(report)
+    atomic_write_text(r.run / "results.md", report)
     print("\n" + report)
     return {"results": r.results, "wall_time_s": wall}
 

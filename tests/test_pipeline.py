@@ -61,7 +61,8 @@ def test_table_config_rejects_bad_values_naming_the_field():
     from dreamgym.config import ConfigError, load_config
     from dreamgym.table import TableConfig
 
-    for bad, field_name in ((["budget=8"], "budget"), (["sft_policy=shopper"], "sft_policy")):
+    for bad, field_name in ((["budget=8"], "budget"), (["sft_policy=shopper"], "sft_policy"),
+                            (["eval_seeds=[]"], "eval_seeds"), (["eval_temperature=-1"], "eval_temperature")):
         with pytest.raises(ConfigError, match=field_name):
             load_config(TableConfig, None, bad)
     cfg = load_config(TableConfig, None, ["sft_policy=shopper", "offline_mix=shopper:0.5,noisy:0.3,random:0.2"])

@@ -127,6 +127,42 @@ def test_synthetic_env_on_the_trained_tiny_model_is_deterministic():
     assert model.stats["predictions"] > 0
 
 
+def test_group_members_share_sampling_noise_for_the_same_action():
+    model = _model()
+    a, b, other = (SyntheticEnv(model) for _ in range(3))
+    for e, seed in ((a, 5), (b, 5), (other, 6)):  # a and b: one GRPO group (same task, same reset seed)
+        e.reset(seed=seed)
+    SyntheticEnv.step_batch([a], ["turn up"])  # a is one step ahead of b: step counts and histories differ
+    SyntheticEnv.step_batch([other, b, a], ["turn down", "turn down", "turn down"])
+    seeds = model.llm.seeds[-1]
+    assert seeds[1] == seeds[2] != seeds[0]  # same episode id and action -> same seed, wherever in the batch
+    assert model.llm.seeds[-2][0] != seeds[2]  # another action of the same episode -> other noise
+    indep = _model()
+    c, d = SyntheticEnv(indep, shared_noise=False), SyntheticEnv(indep, shared_noise=False)
+    for e in (c, d):
+        e.reset(seed=5)
+    SyntheticEnv.step_batch([c, d], ["turn down", "turn down"])
+    assert indep.llm.seeds[-1] is None  # one seed for the call: its rows draw independent noise
+
+
+def test_shared_noise_gives_group_members_the_same_sampled_world_on_the_tiny_model():
+    model = ExperienceModel.load(trained_dial_model(), buffer=_buffer(), device="cpu",
+                                 config_overrides={"temperature": 1.5})
+    envs = [SyntheticEnv(model) for _ in range(8)]
+    for i, e in enumerate(envs):
+        e.reset(seed=3 if i < 4 else 4)
+    out = SyntheticEnv.step_batch(envs, ["turn up"] * 8)
+    # Members of a group see one world; the other group's draws are its own, and sampling at this temperature
+    # does vary (otherwise the first assertion would be empty).
+    texts = [info["reasoning"] + obs for obs, *_, info in out]
+    assert len(set(texts[:4])) == 1 and len(set(texts[4:])) == 1
+    unshared = [SyntheticEnv(model, shared_noise=False) for _ in range(8)]
+    for i, e in enumerate(unshared):
+        e.reset(seed=3)
+    texts = [info["reasoning"] + obs for obs, *_, info in SyntheticEnv.step_batch(unshared, ["turn up"] * 8)]
+    assert len(set(texts)) > 1
+
+
 def _alf_state(known: str, location: str = "middle of the room", unexplored: str | None = None) -> str:
     lines = ["Task: put some book in shelf.", "Observation: You arrive.", f"Location: {location}",
              "Inventory: nothing", "Opened: none", "Lamps on: none", "Altered: none", f"Known contents: {known}"]

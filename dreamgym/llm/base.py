@@ -6,6 +6,7 @@ Must not know: any backend, environments, trainers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -51,6 +52,9 @@ class Completion:
 
 @runtime_checkable
 class LLM(Protocol):
-    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
-        """One completion per request, in order."""
+    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+                 seeds: Sequence[int] | None = None) -> list[Completion]:
+        """One completion per request, in order. `seeds`, when given, is one sampling seed per request, used
+        instead of `row_seed(params.seed, i)`: requests that carry the same seed meet the same sampling noise
+        wherever they sit in a batch (common random numbers, e.g. the members of a GRPO group in a dream)."""
         ...

@@ -5,7 +5,7 @@ Must not know: environments, trainers. Never used as a default anywhere outside 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
 
@@ -18,8 +18,13 @@ class FakeLLM:
         self._queue = [] if callable(script) else list(script)
         self._i = 0
         self.calls: list[ChatRequest] = []
+        self.seeds: list[list[int] | None] = []
+        """The per-request `seeds` of each call (None where the call had none), for tests of seeding."""
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
+    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+                 seeds: Sequence[int] | None = None) -> list[Completion]:
+        # A script has no sampling noise: `seeds` is recorded, not used.
+        self.seeds.append(None if seeds is None else [int(x) for x in seeds])
         out = []
         for req in requests:
             self.calls.append(req)

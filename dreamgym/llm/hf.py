@@ -96,9 +96,10 @@ class HFBackend:
         text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
+    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+                 seeds: Sequence[int] | None = None) -> list[Completion]:
         """One completion per chat request, in order (see the module docstring for the contract)."""
-        return self.generate_from_ids([self.prompt_ids(r) for r in requests], params)
+        return self.generate_from_ids([self.prompt_ids(r) for r in requests], params, seeds=seeds)
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]],
                           params: SamplingParams | Sequence[SamplingParams],

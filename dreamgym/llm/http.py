@@ -5,7 +5,8 @@ exponential backoff, and the errors a caller sees when an endpoint is dead or re
 Must not know: environments, trainers, torch, any local model.
 
 Each request of a batch is one HTTP call (sent concurrently from a thread pool) with `n=1`; request `i` of a
-call seeded with `s` is sent with seed `row_seed(s, i)`, which is what a local `HFBackend` uses for that row.
+call seeded with `s` is sent with seed `row_seed(s, i)` (or the call's own per-request `seeds[i]`), which is what a
+local `HFBackend` uses for that row.
 Token ids come back when the server provides them (`dreamgym serve-model` always does; vLLM does when the
 request carries `return_token_ids`, pass it through `extra_body`); logprobs when the server supports them.
 The stop string is kept in the text as the seam promises: servers that strip it but report `stop_reason`
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -78,13 +80,19 @@ class OpenAIHTTPBackend:
         data = self._call("GET", "/models")
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams) -> list[Completion]:
+    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+                 seeds: Sequence[int] | None = None) -> list[Completion]:
         """One completion per request, in order. Raises `LLMEndpointError` when the endpoint is unreachable (after
         retries) or rejects every request; a request the server rejects alone gets finish_reason 'error'."""
         if not requests:
             return []
         model = self.model
-        futures = [self._pool.submit(self._one, model, req, params, i) for i, req in enumerate(requests)]
+        if seeds is not None and len(seeds) != len(requests):
+            raise ValueError("seeds must be one per request")
+        if seeds is None and params.seed is not None:
+            seeds = [row_seed(params.seed, i) for i in range(len(requests))]
+        futures = [self._pool.submit(self._one, model, req, params, None if seeds is None else int(seeds[i]))
+                   for i, req in enumerate(requests)]
         out: list[Completion] = []
         rejected: list[_Rejected] = []
         for f in futures:
@@ -113,13 +121,13 @@ class OpenAIHTTPBackend:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _one(self, model: str, request: ChatRequest, params: SamplingParams, index: int) -> Completion:
+    def _one(self, model: str, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
         body: dict[str, Any] = {"model": model, "messages": request, "n": 1, "temperature": params.temperature,
                                 "top_p": params.top_p, "max_tokens": params.max_tokens}
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.seed is not None:
-            body["seed"] = row_seed(params.seed, index) % (1 << 63)  # servers parse seeds as signed 64-bit
+        if seed is not None:
+            body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
         if self.logprobs:
             body["logprobs"] = True
         body.update(self.extra_body)

@@ -69,6 +69,21 @@ def test_seeded_sampling_is_reproducible_and_independent_of_batching(backend):
     assert [x.token_ids for x in small.generate(chats() * 2, params)] == [x.token_ids for x in a]
 
 
+def test_per_request_seeds_give_common_random_numbers(backend):
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=3)
+    reqs = chats()
+    # The same prompt with the same per-request seed samples the same tokens wherever it sits in the batch, and
+    # what it samples alone with `params.seed` equal to that seed (row_seed(s, 0) == s).
+    outs = backend.generate([reqs[0], reqs[1], reqs[0]], params, seeds=[41, 41, 41])
+    assert outs[0].token_ids == outs[2].token_ids
+    alone = backend.generate([reqs[0]], SamplingParams(temperature=1.0, max_tokens=16, seed=41))[0]
+    assert alone.token_ids == outs[0].token_ids
+    other = backend.generate([reqs[0]], params, seeds=[42])[0]
+    assert other.token_ids != outs[0].token_ids
+    with pytest.raises(ValueError, match="one per prompt"):
+        backend.generate(reqs, params, seeds=[1])
+
+
 def test_unseeded_sampling_follows_torch_global_seed(backend):
     params = SamplingParams(temperature=1.0, max_tokens=8)
     torch.manual_seed(0)

@@ -51,6 +51,16 @@ def test_http_matches_local_greedy_and_seeded(local, remote):
             assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
 
 
+def test_per_request_seeds_reach_the_server(local, remote):
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=11)
+    seeds = [7, 7, 2**63 + 5][:len(REQS)]
+    want = local.generate(REQS, params, seeds=seeds)
+    got = remote.generate(REQS, params, seeds=seeds)
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    with pytest.raises(ValueError, match="one per request"):
+        remote.generate(REQS, params, seeds=[1] * (len(REQS) + 1))
+
+
 def test_stop_string_kept_and_reported(local, remote, server):
     full = local.generate(REQS[:1], SamplingParams(temperature=1.0, max_tokens=24, seed=5))[0]
     stop = full.text[6:8]
