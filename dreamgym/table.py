@@ -104,10 +104,11 @@ def plot_curves(results: dict[str, dict[str, Any]], path: Path, title: str) -> N
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, r in results.items():
+    # An S2R row's curve starts with its dream parent's: drawn first and dashed, it does not hide the parent's.
+    for name, r in sorted(results.items(), key=lambda kv: "S2R" not in kv[0]):
         if r.get("curve"):
             xs, ys = zip(*r["curve"])
-            ax.plot(xs, [100 * y for y in ys], marker="o", label=name)
+            ax.plot(xs, [100 * y for y in ys], marker="o", label=name, linestyle="--" if "S2R" in name else "-")
     ax.set_xlabel("iteration")
     ax.set_ylabel("success on held-out real tasks (%)")
     ax.set_title(title)

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from dreamgym.data import load_trajectories
 from dreamgym.envs import family
 from dreamgym.pipeline import DreamConfig, DreamWorld
 from dreamgym.synthetic_env import SyntheticEnv
@@ -157,6 +158,9 @@ def main() -> None:
     ap.add_argument("--data", default="", help="offline data seeding the buffer (default: the model's own)")
     ap.add_argument("--policy", default="searcher-list", help="a deterministic scripted policy of the family")
     ap.add_argument("--tasks", type=int, default=16, help="train tasks, one group each")
+    ap.add_argument("--tasks-from", default="",
+                    help="take the tasks of this trajectory file's first episodes (games with real data in the "
+                         "buffer) instead of the first train tasks")
     ap.add_argument("--group", type=int, default=8, help="group size G")
     ap.add_argument("--temperature", type=float, default=1.0, help="experience-model sampling temperature")
     ap.add_argument("--max-steps", type=int, default=40, help="synthetic episode step limit")
@@ -167,7 +171,13 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     fam = family(args.env)
-    tasks = list(fam.tasks("train"))[:args.tasks]
+    if args.tasks_from:
+        seen: dict[str, Any] = {}
+        for t in load_trajectories(args.tasks_from):
+            seen.setdefault(t.task.id, t.task)
+        tasks = list(seen.values())[:args.tasks]
+    else:
+        tasks = list(fam.tasks("train"))[:args.tasks]
     real = real_groups(fam, tasks, args.group, args.policy, args.seed, args.epsilon)
     print(f"real games, {args.policy} (epsilon {args.epsilon:g}), {len(tasks)} tasks x {args.group}: "
           + ", ".join(f"{k} {v:.3f}" for k, v in real.items()), flush=True)
