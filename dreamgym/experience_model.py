@@ -425,6 +425,7 @@ class ExperienceModel:
                   seeds: list[int] | None = None) -> list[str]:
         self.stats["generate_calls"] += 1
         try:
+            # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
             comps = self.llm.generate(reqs, params) if seeds is None else self.llm.generate(reqs, params, seeds=seeds)
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
