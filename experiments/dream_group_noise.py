@@ -54,6 +54,12 @@ class EpsilonPolicy:
         return self.base.act(obs, info)
 
 
+def member_policy(fam: Any, policy: str, epsilon: float, seed: int, task_index: int, member: int) -> EpsilonPolicy:
+    """Member `member` of task `task_index`'s group: the same scripted policy in every member (and in the dream and
+    the real game); only the epsilon draws differ between members."""
+    return EpsilonPolicy(fam.POLICIES[policy](seed + task_index), epsilon, seed * 7919 + task_index * 101 + member)
+
+
 def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shared: bool, max_steps: int,
                 seed: int, epsilon: float) -> list[list[dict[str, Any]]]:
     """Each task's group of `group` members, played in lockstep with one batched model call per turn.
@@ -65,8 +71,7 @@ def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shar
             env = SyntheticEnv(world.model, world.buffer, tasks=[task], env=world.family_name, max_steps=max_steps,
                                reward_from=world.config.reward_from, shared_noise=shared, add_to_buffer=False)
             obs, info = env.reset(seed=seed + ti, options={"task": task})
-            # The same scripted policy in every member; only the epsilon draws differ between members.
-            pol = EpsilonPolicy(fam.POLICIES[policy](seed + ti), epsilon, seed * 7919 + ti * 101 + m)
+            pol = member_policy(fam, policy, epsilon, seed, ti, m)
             pol.reset(task, obs, info)
             slots.append({"task": ti, "env": env, "pol": pol, "obs": obs, "info": info, "reward": 0.0,
                           "won": False, "steps": 0, "actions": [], "em_failure": False, "done": False})
@@ -100,8 +105,7 @@ def real_groups(fam: Any, tasks: list, group: int, policy: str, seed: int, epsil
     env = fam.make_env("train")
     rewards = []
     for ti, task in enumerate(tasks):
-        rewards.append([float(run_episode(env, EpsilonPolicy(fam.POLICIES[policy](seed + ti), epsilon,
-                                                            seed * 7919 + ti * 101 + m), 0, task=task,
+        rewards.append([float(run_episode(env, member_policy(fam, policy, epsilon, seed, ti, m), 0, task=task,
                                           policy_name=policy).won) for m in range(group)])
     env.close()
     return {"success": statistics.fmean(r for g in rewards for r in g),
@@ -132,7 +136,7 @@ def _advantages(values: list[float]) -> list[float]:
 def summarize(groups: list[list[dict[str, Any]]]) -> dict[str, float]:
     eps = [m for g in groups for m in g]
     rewards = [[m["reward"] for m in g] for g in groups]
-    a_dream = [a for g in groups for a in _advantages([m["reward"] for m in g])]
+    a_dream = [a for r in rewards for a in _advantages(r)]
     a_real = [a for g in groups for a in _advantages([m["real_reward"] for m in g])]
     try:
         corr = statistics.correlation(a_dream, a_real)
