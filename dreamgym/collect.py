@@ -169,7 +169,13 @@ class EpisodeSpec:
 
 
 def schedule(env_name: str, mix: dict[str, float], episodes: int, split: str, seed: int,
-             env_kwargs: dict[str, Any] | None = None, max_steps: int = 1000) -> list[EpisodeSpec]:
+             env_kwargs: dict[str, Any] | None = None, max_steps: int = 1000,
+             episodes_per_task: int = 1) -> list[EpisodeSpec]:
+    """The episodes to play, in order: tasks in a seeded random order, each played `episodes_per_task` times in a
+    row (each time with its own episode seed and policy draw, so the plays differ where the policy or the
+    environment is random)."""
+    if episodes_per_task < 1:
+        raise ValueError("episodes_per_task must be >= 1")
     fam = family(env_name)
     unknown = [p for p in mix if p not in fam.POLICIES]
     if unknown:
@@ -183,7 +189,8 @@ def schedule(env_name: str, mix: dict[str, float], episodes: int, split: str, se
     names = [p for p, n in policy_counts(mix, episodes).items() for _ in range(n)]
     rng.shuffle(names)
     return [EpisodeSpec(i, env_name, split, dict(env_kwargs or {}), names[i], episode_seed(seed, i),
-                        tasks[i % len(tasks)], f"{env_name}-{split}-s{seed}-{i:06d}", max_steps)
+                        tasks[(i // episodes_per_task) % len(tasks)], f"{env_name}-{split}-s{seed}-{i:06d}",
+                        max_steps)
             for i in range(episodes)]
 
 
@@ -268,7 +275,8 @@ def existing_ids(path: Path) -> set[str]:
 
 def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str | Path, split: str = "train",
             seed: int = 0, workers: int = 1, env_kwargs: dict[str, Any] | None = None, resume: bool = False,
-            overwrite: bool = False, progress: bool = True, max_steps: int = 1000) -> dict[str, Any]:
+            overwrite: bool = False, progress: bool = True, max_steps: int = 1000,
+            episodes_per_task: int = 1) -> dict[str, Any]:
     """Collect `episodes` trajectories of the policy `mix` in `env_name` and write them to `out_path`.
 
     Episodes stream into a JSONL file as they finish (one fsynced record each), so a killed collection
@@ -276,12 +284,17 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
     stream goes to the sibling `.jsonl` and the Parquet file is written atomically at the end. An existing
     output is an error unless `resume` (skip episodes already written) or `overwrite`. Returns the summary,
     which is also written to `<out>.summary.json`.
+
+    `episodes_per_task` > 1 plays each task several times. A retrieval-conditioned experience model needs this
+    to learn to copy a task's own real outcomes: training excludes a transition's own trajectory from its
+    examples, so with one play per task the model never sees an example from the same task and never learns
+    that such an example (which the dream does retrieve) is the one to copy.
     """
     if episodes < 0:
         raise ValueError("episodes must be >= 0")
     out = Path(out_path)
     jsonl = out.with_suffix(".jsonl") if out.suffix == ".parquet" else out
-    specs = schedule(env_name, mix, episodes, split, seed, env_kwargs, max_steps)
+    specs = schedule(env_name, mix, episodes, split, seed, env_kwargs, max_steps, episodes_per_task)
     if jsonl.exists() or out.exists():
         if overwrite:
             for f in {jsonl, out}:
@@ -325,6 +338,7 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
             _close_envs()
     summary = tally.summary()
     summary.update(env=env_name, split=split, seed=seed, mix=mix, requested=episodes,
+                   episodes_per_task=episodes_per_task,
                    skipped_existing=len(specs) - len(todo), out=str(out), jsonl=str(jsonl),
                    wall_time_s=time.perf_counter() - t0)
     if out.suffix == ".parquet":
@@ -375,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="collection seed (default: %(default)s)")
     ap.add_argument("--workers", type=int, default=1, help="worker processes (default: %(default)s)")
     ap.add_argument("--max-steps", type=int, default=1000, help="safety cap on steps per episode")
+    ap.add_argument("--episodes-per-task", type=int, default=1,
+                    help="plays of each task, in a row, each with its own seed (default: %(default)s)")
     ap.add_argument("--env-kw", type=_kv, action="append", default=[], metavar="KEY=VALUE",
                     help="keyword argument for the family's make_env (YAML value), repeatable")
     g = ap.add_mutually_exclusive_group()
@@ -386,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         mix = parse_mix(args.policy)
         summary = collect(args.env, mix, args.episodes, args.out, split=args.split, seed=args.seed,
                           workers=args.workers, env_kwargs=dict(args.env_kw), resume=args.resume,
-                          overwrite=args.overwrite, progress=not args.no_progress, max_steps=args.max_steps)
+                          overwrite=args.overwrite, progress=not args.no_progress, max_steps=args.max_steps,
+                          episodes_per_task=args.episodes_per_task)
     except (ValueError, FileExistsError) as e:
         print(f"dreamgym collect: {e}", file=sys.stderr)
         return 2

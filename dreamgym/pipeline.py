@@ -57,6 +57,11 @@ class DreamConfig:
     """With a sampled experience model, the members of a GRPO group (same task and reset seed) draw the model's
     sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
     the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
+    task_pool: str = "all"
+    """The dream's base tasks: 'all' (every train task of the family) or 'data' (only the train tasks the
+    offline real data played, whose outcomes the replay buffer holds). Why 'data': on ALFWorld the model can copy
+    a game's receptacle contents only from that game's real steps; on the other games every content is a guess
+    (README, section 9). Curriculum variants are added to either pool."""
     em_overrides: dict[str, Any] = field(default_factory=dict)
     """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
 
@@ -65,6 +70,8 @@ class DreamConfig:
             raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
         if self.reward_from not in ("auto", "model", "state"):
             raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
+        if self.task_pool not in ("all", "data"):
+            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all or data")
         if self.iterations < 0 or self.s2r_iterations < 0:
             raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
 
@@ -93,6 +100,18 @@ def _rewards_by_task(episodes: Sequence[Any]) -> tuple[dict[str, list[float]], d
     return dict(rewards), tasks
 
 
+def dream_tasks(train_tasks: list[Task], buffer: Any, env_name: str, pool: str) -> list[Task]:
+    """The dream's base task pool (`DreamConfig.task_pool`): all train tasks, or those with real data in `buffer`."""
+    if pool == "all":
+        return train_tasks
+    played = {tr.task.id for tr in buffer.transitions(env=env_name, real_only=True)}
+    tasks = [t for t in train_tasks if t.id in played]
+    if not tasks:
+        raise ConfigError(f"dream.task_pool=data: none of the {len(train_tasks)} {env_name} train tasks has real "
+                          f"data in the replay buffer ({len(played)} tasks there)")
+    return tasks
+
+
 class DreamWorld:
     """The synthetic side of a run: the experience model, its co-evolving replay buffer, the curriculum and a
     `SyntheticEnv` factory. Built once per run; the trainer only ever sees `env_factory`."""
@@ -109,7 +128,7 @@ class DreamWorld:
         self.buffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
         self.model = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
                                           config_overrides=dict(dream.em_overrides))
-        self.base_tasks = list(self.family.tasks("train"))
+        self.base_tasks = dream_tasks(list(self.family.tasks("train")), self.buffer, env_name, dream.task_pool)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / "curriculum.jsonl")

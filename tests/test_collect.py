@@ -141,3 +141,16 @@ def test_mix_parsing_and_counts():
     for bad in ("", "a:x", "a:-1", "a:0"):
         with pytest.raises(ValueError):
             C.parse_mix(bad)
+
+
+def test_episodes_per_task_replays_each_task_with_its_own_seed(tmp_path):
+    s = C.collect("dial", {"noisy": 1}, 12, tmp_path / "r.jsonl", seed=3, progress=False, episodes_per_task=3)
+    assert s["episodes_per_task"] == 3
+    trajs = list(read_jsonl(tmp_path / "r.jsonl"))
+    runs = [[t.task.id for t in trajs[i:i + 3]] for i in range(0, 12, 3)]
+    assert all(len(set(r)) == 1 for r in runs) and len({r[0] for r in runs}) == 4  # 4 tasks, 3 plays in a row
+    assert len({t.id for t in trajs}) == 12 and len({t.seed for t in trajs}) == 12
+    # The noisy policy's plays of one task differ: the repeats are separate draws, not copies.
+    assert any(len({tuple(s.action for s in t.steps) for t in trajs[i:i + 3]}) > 1 for i in range(0, 12, 3))
+    with pytest.raises(ValueError, match="episodes_per_task"):
+        C.schedule("dial", {"noisy": 1}, 4, "train", 0, episodes_per_task=0)

@@ -73,7 +73,26 @@ def test_dream_config_rejects_bad_values_naming_the_field():
     from dreamgym.config import ConfigError, load_config
     from dreamgym.pipeline import DreamConfig
 
-    for bad, field_name in (("reward_from=oracle", "dream.reward_from"), ("initial_state=x", "dream.initial_state")):
+    for bad, field_name in (("reward_from=oracle", "dream.reward_from"), ("initial_state=x", "dream.initial_state"),
+                            ("task_pool=some", "dream.task_pool")):
         with pytest.raises(ConfigError, match=field_name.replace(".", r"\.")):
             load_config(DreamConfig, None, [bad])
     assert load_config(DreamConfig, None, ["reward_from=model"]).reward_from == "model"
+
+
+def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffer(tmp_path):
+    from dreamgym import collect as C
+    from dreamgym.config import ConfigError
+    from dreamgym.data import read_jsonl
+    from dreamgym.experience_model import buffer_for, em_transitions
+    from dreamgym.pipeline import dream_tasks
+
+    C.collect("dial", {"oracle": 1}, 5, tmp_path / "d.jsonl", seed=0, progress=False)
+    trajs = list(read_jsonl(tmp_path / "d.jsonl"))
+    buf = buffer_for(em_transitions(trajs, history=2), "hashing")
+    train = list(family("dial").tasks("train"))
+    got = dream_tasks(train, buf, "dial", "data")
+    assert sorted(t.id for t in got) == sorted({t.task.id for t in trajs}) and len(got) == 5 < len(train)
+    assert dream_tasks(train, buf, "dial", "all") == train
+    with pytest.raises(ConfigError, match=r"dream\.task_pool=data"):
+        dream_tasks(list(family("dial").tasks("test")), buf, "dial", "data")
