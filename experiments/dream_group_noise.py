@@ -12,7 +12,9 @@ game the synthetic episodes start from (seed-0 reset). Printed per condition: sy
 groups whose rewards differ, the mean within-group reward variance (the curriculum's V_tau), distinct action
 sequences per group, the real success of the replayed episodes, how often the dream's outcome equals the
 replay's, and the correlation of each episode's group-relative advantage in the dream with the same actions'
-advantage in reality (the direction a GRPO update moves the policy, dream vs real). With `--epsilon 0` the
+advantage in reality (the direction a GRPO update moves the policy, dream vs real), and where the dream and the
+replay part: the share of steps before the first step whose observations differ (the family's
+`model_observation`) and the kinds of action (`fidelity.action_kind`) at those first divergences. With `--epsilon 0` the
 policy is deterministic: every reward difference under independent noise is the model's luck, and under shared
 noise the members are identical by construction.
 
@@ -27,6 +29,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ import torch
 
 from dreamgym.data import load_trajectories
 from dreamgym.envs import family
+from dreamgym.fidelity import action_kind
 from dreamgym.pipeline import DreamConfig, DreamWorld
 from dreamgym.synthetic_env import SyntheticEnv
 
@@ -74,7 +78,8 @@ def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shar
             pol = member_policy(fam, policy, epsilon, seed, ti, m)
             pol.reset(task, obs, info)
             slots.append({"task": ti, "env": env, "pol": pol, "obs": obs, "info": info, "reward": 0.0,
-                          "won": False, "steps": 0, "actions": [], "em_failure": False, "done": False})
+                          "won": False, "steps": 0, "actions": [], "observations": [], "em_failure": False,
+                          "done": False})
     turn = 0
     while any(not s["done"] for s in slots):
         live = [s for s in slots if not s["done"]]
@@ -82,6 +87,7 @@ def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shar
         for s, a, (obs, r, term, trunc, info) in zip(live, actions, SyntheticEnv.step_batch([s["env"] for s in live],
                                                                                              actions)):
             s["actions"].append(a)
+            s["observations"].append(obs)
             s["obs"], s["info"], s["steps"] = obs, info, s["steps"] + 1
             s["reward"] += float(r)
             s["won"] = s["won"] or bool(info.get("won"))
@@ -93,7 +99,8 @@ def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shar
     groups: list[list[dict[str, Any]]] = [[] for _ in tasks]
     for s in slots:
         s["env"].close()
-        groups[s["task"]].append({k: s[k] for k in ("reward", "won", "steps", "actions", "em_failure")})
+        groups[s["task"]].append({k: s[k] for k in ("reward", "won", "steps", "actions", "observations",
+                                                    "em_failure")})
     return groups
 
 
@@ -113,15 +120,21 @@ def real_groups(fam: Any, tasks: list, group: int, policy: str, seed: int, epsil
 
 
 def replay_real(fam: Any, tasks: list, groups: list[list[dict[str, Any]]]) -> None:
-    """Adds `real_reward` to every member: its actions replayed in the real game from the seed-0 reset."""
+    """Adds `real_reward` to every member (its actions replayed in the real game from the seed-0 reset) and
+    `diverged_at` (index of the first step whose real observation differs from the dream's; None if none did)."""
+    observe = getattr(fam, "model_observation", lambda s: s.strip())
     env = fam.make_env("train")
     for task, g in zip(tasks, groups):
         for m in g:
             env.reset(seed=0, options={"task": task})
             total = 0.0
-            for a in m["actions"]:
-                _, r, term, trunc, _ = env.step(a)
+            m["diverged_at"] = None
+            for i, (a, dream_obs) in enumerate(zip(m["actions"], m["observations"])):
+                obs, r, term, trunc, info = env.step(a)
                 total += float(r)
+                real_state = info.get("abstract_state") or obs  # what the synthetic env returns as its observation
+                if m["diverged_at"] is None and observe(real_state) != observe(dream_obs):
+                    m["diverged_at"], m["divergence"] = i, (a, observe(dream_obs), observe(real_state))
                 if term or trunc:
                     break
             m["real_reward"] = total
@@ -152,7 +165,11 @@ def summarize(groups: list[list[dict[str, Any]]]) -> dict[str, float]:
             "replayed_real_success": sum(m["real_reward"] >= 1.0 for m in eps) / len(eps),
             "dream_real_outcome_agreement": sum(m["won"] == (m["real_reward"] >= 1.0) for m in eps) / len(eps),
             "groups_with_unequal_real_rewards": sum(len({m["real_reward"] for m in g}) > 1 for g in groups) / len(groups),
-            "advantage_correlation_dream_vs_real": corr}
+            "advantage_correlation_dream_vs_real": corr,
+            "steps_before_first_divergence": statistics.fmean(
+                (m["steps"] if m["diverged_at"] is None else m["diverged_at"]) / max(1, m["steps"]) for m in eps),
+            "first_divergence_by_action_kind": dict(Counter(
+                action_kind(m["actions"][m["diverged_at"]]) for m in eps if m["diverged_at"] is not None).most_common())}
 
 
 def main() -> None:
@@ -170,6 +187,7 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=40, help="synthetic episode step limit")
     ap.add_argument("--epsilon", type=float, default=0.0, help="per-step probability of a random admissible command")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--show-divergences", type=int, default=0, help="print this many first divergences")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--conditions", nargs="+", default=["independent", "shared"], choices=("independent", "shared"))
     args = ap.parse_args()
@@ -194,6 +212,9 @@ def main() -> None:
                                  max_steps=args.max_steps, seed=args.seed, epsilon=args.epsilon)
             replay_real(fam, tasks, groups)
             stats = summarize(groups)
+            for m in [m for g in groups for m in g if m["diverged_at"] is not None][:args.show_divergences]:
+                a, dream_obs, real_obs = m["divergence"]
+                print(f"  step {m['diverged_at']} {a!r}\n    dream: {dream_obs[:160]}\n    real:  {real_obs[:160]}")
             print(f"{cond} noise ({time.time() - t0:.0f} s): " + ", ".join(
                 f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()), flush=True)
 
