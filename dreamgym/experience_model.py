@@ -5,8 +5,8 @@ Owns: how a transition query is written as a chat request (task, history window,
 action, k retrieved transitions), the documented output format and its parser, the failure state, the
 experience-model checkpoint layout, and the supervised training that teaches a preset the format.
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
-reasoning traces and, with `compact_states` / `write_observation`, their `model_state` / `complete_state` /
-`model_observation` / `state_after` hooks), trainers of the agent, the replay buffer's storage (it is used
+reasoning traces and, with `compact_states` / `write_observation` / `copy_hidden_outcomes`, their `model_state` /
+`complete_state` / `model_observation` / `state_after` / `hidden_outcome_key` hooks), trainers of the agent, the replay buffer's storage (it is used
 through `add`/`retrieve`).
 torch, transformers and peft are imported inside the functions that need them, so prediction through another
 backend of the LLM seam (and the synthetic environment built on it) never loads them.
@@ -159,6 +159,14 @@ class ExperienceModelConfig:
     bookkeeping (families without the hooks fall back to `compact_states`; a `[reset]` answer is always whole).
     ALFWorld: the whole state is rebuilt from the observation on 15,648 of 15,648 real steps, and the model no
     longer writes the task, inventory and known contents, which the tiny model miscopied on almost every step."""
+    copy_hidden_outcomes: bool = False
+    """At inference, answer a step whose outcome depends only on the task's hidden world (the family's
+    `hidden_outcome_key`; ALFWorld: the first look into a receptacle) with the observation a real transition of
+    the same task recorded under the same key, folded into the current state by the family's `state_after`,
+    without a model call. The model answers every other step, and every step no real transition covers.
+    Departs from the paper, where the model writes every outcome guided by its retrieved examples: the tiny
+    model reproduced a retrieved example holding the exact answer on about 1 step in 8 (README section 11).
+    Needs the family's `hidden_outcome_key`, `model_observation` and `state_after` hooks; training ignores it."""
 
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:
@@ -389,6 +397,10 @@ class ExperienceModel:
         self.config = config or ExperienceModelConfig()
         self.env = env
         self.stats: Counter = Counter()
+        # copy_hidden_outcomes: (env, the family's key) -> the first real transition recorded under it, and how
+        # many of the buffer's real transitions (in insertion order) the table has read.
+        self._hidden: dict[tuple[str, str], Transition] = {}
+        self._hidden_read = 0
 
     # Token counting is only possible when the backend exposes its prompt tokenization (HFBackend does).
     def _count_tokens(self) -> Callable[[ChatRequest], int] | None:
@@ -436,15 +448,81 @@ class ExperienceModel:
             log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
             return [""] * len(reqs)
 
+    def _hidden_key(self, tr: Transition) -> tuple[str, str] | None:
+        fn = _family_hook(tr.task.env, "hidden_outcome_key") if tr.state.strip() else None
+        key = fn(tr.task, tr.state, tr.action) if fn else None
+        return (tr.task.env, key) if key else None
+
+    def _hidden_table(self) -> dict[tuple[str, str], Transition]:
+        """The real transitions of the buffer by hidden-outcome key, read incrementally (the buffer only appends;
+        a smaller buffer than last time means it was rebuilt, and the table is too)."""
+        try:
+            real = self.buffer.transitions(env=self.env, real_only=True)
+        except Exception as e:  # noqa: BLE001 - the copy is an optimisation of fidelity; the model still answers
+            self.stats["retrieval_errors"] += 1
+            log.warning("experience model: reading the buffer failed (%s: %s)", type(e).__name__, e)
+            return {}
+        if len(real) < self._hidden_read:
+            self._hidden, self._hidden_read = {}, 0
+        for tr in real[self._hidden_read:]:
+            key = self._hidden_key(tr)
+            if key is not None:
+                self._hidden.setdefault(key, tr)
+        self._hidden_read = len(real)
+        return self._hidden
+
+    def _copied_outcomes(self, queries: list[Transition]) -> dict[int, Prediction]:
+        """Predictions, by query index, that a real transition fixes (`copy_hidden_outcomes`)."""
+        if not (self.config.copy_hidden_outcomes and self.buffer is not None):
+            return {}
+        table = self._hidden_table()
+        out: dict[int, Prediction] = {}
+        for i, q in enumerate(queries):
+            key = self._hidden_key(q)
+            hit = table.get(key) if key is not None else None
+            hooks = _observation_hooks(q.task.env) if hit is not None else None
+            if hit is None or hooks is None:
+                continue
+            observe, after = hooks
+            state = after(q.state, observe(hit.next_state))
+            # The trace is re-derived for this state (the recorded one speaks of the other episode's goal
+            # conditions); families without a teacher get none.
+            explain = _family_hook(q.task.env, "explain")
+            reasoning = ""
+            if explain is not None and self.config.use_reasoning:
+                reasoning = explain(dataclasses.replace(q, next_state=state, reward=hit.reward, done=hit.done))
+            out[i] = Prediction(state, float(hit.reward), bool(hit.done), reasoning, attempts=0, text="",
+                                examples=[hit])
+        return out
+
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                 seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
         """One prediction per query, in order. `examples` overrides retrieval (one list per query); `seed`
         seeds sampling (used by retries, and by every attempt when `temperature` > 0); `seeds` instead gives
-        each query its own sampling seed (the LLM seam's common random numbers), retries included."""
+        each query its own sampling seed (the LLM seam's common random numbers), retries included. With
+        `copy_hidden_outcomes`, the queries a real transition answers are not sent to the model."""
         if not queries:
             return []
         if seeds is not None and len(seeds) != len(queries):
             raise ValueError("predict: seeds must be one per query")
+        copied = self._copied_outcomes(queries)
+        if not copied:
+            return self._predict_model(queries, examples=examples, seed=seed, seeds=seeds)
+        rest = [i for i in range(len(queries)) if i not in copied]
+        answers = self._predict_model([queries[i] for i in rest],
+                                      examples=None if examples is None else [examples[i] for i in rest],
+                                      seed=seed, seeds=None if seeds is None else [seeds[i] for i in rest])
+        self.stats["hidden_copied"] += len(copied)
+        self.stats["predictions"] += len(copied)
+        out: list[Prediction] = [copied[i] if i in copied else None for i in range(len(queries))]  # type: ignore[misc]
+        for i, p in zip(rest, answers):
+            out[i] = p
+        return out
+
+    def _predict_model(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
+                       seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
+        if not queries:
+            return []
         if examples is None:
             examples = self.retrieve(queries)
         reqs = self.requests(queries, examples)

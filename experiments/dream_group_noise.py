@@ -20,6 +20,8 @@ noise the members are identical by construction.
 
     python experiments/dream_group_noise.py --env alfworld --em runs/alf-em16 --data runs/alf/em-data.jsonl \
         --tasks 16 --group 8 --temperature 1.0 --max-steps 40 --epsilon 0.2
+    # the same with the first looks into receptacles answered from recorded real steps (README section 11)
+    ... --em-override copy_hidden_outcomes=true
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from dreamgym.data import load_trajectories
 from dreamgym.envs import family
@@ -189,6 +192,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show-divergences", type=int, default=0, help="print this many first divergences")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--em-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="experience-model config override (repeatable), e.g. copy_hidden_outcomes=true")
     ap.add_argument("--conditions", nargs="+", default=["independent", "shared"], choices=("independent", "shared"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -204,10 +209,15 @@ def main() -> None:
     print(f"real games, {args.policy} (epsilon {args.epsilon:g}), {len(tasks)} tasks x {args.group}: "
           + ", ".join(f"{k} {v:.3f}" for k, v in real.items()), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        dcfg = DreamConfig(em=args.em, em_data=args.data, em_overrides={"temperature": args.temperature})
+        overrides: dict[str, Any] = {"temperature": args.temperature}
+        for kv in args.em_override:
+            key, _, value = kv.partition("=")
+            overrides[key] = yaml.safe_load(value)
+        dcfg = DreamConfig(em=args.em, em_data=args.data, em_overrides=overrides)
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         for cond in args.conditions:
             t0 = time.time()
+            before = Counter(world.model.stats)
             groups = play_groups(world, tasks, args.group, args.policy, shared=cond == "shared",
                                  max_steps=args.max_steps, seed=args.seed, epsilon=args.epsilon)
             replay_real(fam, tasks, groups)
@@ -215,6 +225,9 @@ def main() -> None:
             for m in [m for g in groups for m in g if m["diverged_at"] is not None][:args.show_divergences]:
                 a, dream_obs, real_obs = m["divergence"]
                 print(f"  step {m['diverged_at']} {a!r}\n    dream: {dream_obs[:160]}\n    real:  {real_obs[:160]}")
+            used = Counter(world.model.stats)
+            used.subtract(before)
+            stats["model_stats"] = {k: v for k, v in used.items() if v}
             print(f"{cond} noise ({time.time() - t0:.0f} s): " + ", ".join(
                 f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()), flush=True)
 

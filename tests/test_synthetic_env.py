@@ -10,7 +10,7 @@ from dreamgym.experience_model import (FAILURE_STATE, ExperienceModel, Experienc
                                        format_completion)
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.synthetic_env import SyntheticEnv, is_admissible
-from dreamgym.types import Task
+from dreamgym.types import Task, Transition
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
 
 
@@ -350,3 +350,58 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     with pytest.raises(ValueError, match="grounded_outcome"):
         SyntheticEnv(_model(), reward_from="state")
     assert SyntheticEnv(_model(), reward_from="auto").reward_rule is None
+
+
+def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_task():
+    """With `copy_hidden_outcomes`, a step whose outcome only the game's hidden layout decides (the first look
+    into a receptacle) gets the observation a real transition of the same task recorded, without a model call;
+    every other step (a known receptacle, a take, another task) is still the model's. Off, the model answers."""
+    from dreamgym.envs.alfworld.state import state_after
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    other = Task(id="alf-y", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
+    real_obs = "You arrive at desk 1. On the desk 1, you see a book 1, a pen 2."
+    # The real step came from another episode that had already seen the shelf: the outcome does not depend on it.
+    seen = _alf_state("shelf 1: nothing", "shelf 1", unexplored="desk 1, drawer 1")
+    real = Transition(task=task, history=[], state=seen, action="go to desk 1",
+                      next_state=state_after(seen, "Observation: " + real_obs), reward=0.0, done=False,
+                      source="real", trajectory_id="real-0")
+
+    def dreamt(req):
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1]
+        if action == "[reset]":
+            return format_completion(start, 0.0, False, "Start.")
+        if action.startswith("go to"):
+            return format_completion(f"Observation: You arrive at {action[6:]}. On the {action[6:]}, you see a cake 9.",
+                                     0.0, False, "guess")
+        return format_completion("Observation: You pick up the book 1 from the desk 1.", 0.0, False, "take")
+
+    def dream(copy: bool, t: Task = task):
+        llm = FakeLLM(dreamt)
+        buf = ReplayBuffer(None, HashingEmbedder())
+        buf.add([real])
+        cfg = ExperienceModelConfig(use_retrieval=False, write_observation=True, copy_hidden_outcomes=copy)
+        model = ExperienceModel(llm, buffer=buf, config=cfg, env="alfworld")
+        env = SyntheticEnv(model, tasks=[t], initial_state="model", reward_from="state")
+        env.reset(seed=0)
+        llm.calls.clear()  # count the steps' model calls only
+        return env, llm, model
+
+    env, llm, model = dream(copy=True)
+    obs, _, _, _, _ = env.step("go to desk 1")
+    assert f"Observation: {real_obs}" in obs and "Known contents: desk 1: book 1, pen 2" in obs
+    assert llm.calls == [] and model.stats["hidden_copied"] == 1
+    obs, _, _, _, _ = env.step("take book 1 from desk 1")  # follows from the state: the model's step
+    assert len(llm.calls) == 1 and "Inventory: book 1" in obs
+    env.step("go to shelf 1")  # no real transition holds it: the model's guess
+    assert len(llm.calls) == 2 and model.stats["hidden_copied"] == 1
+    obs, _, _, _, _ = env.step("go to desk 1")  # desk 1 is known now: not hidden any more, so the model's
+    assert len(llm.calls) == 3 and "cake 9" in obs
+
+    env, llm, _ = dream(copy=False)
+    obs, _, _, _, _ = env.step("go to desk 1")
+    assert "cake 9" in obs and len(llm.calls) == 1
+    env, llm, _ = dream(copy=True, t=other)  # the same command in another game: its layout is not known
+    obs, _, _, _, _ = env.step("go to desk 1")
+    assert "cake 9" in obs and len(llm.calls) == 1

@@ -25,6 +25,10 @@ collector, the experience model, the curriculum and evaluation use without knowi
   reward rule applied to a transition between abstract states (ALFWorld: the goal conditions on `next_state`;
   WebShop: the purchase score of the catalog product bought from `state`); None when it cannot decide. The
   synthetic environment takes reward and end from it instead of the model's (`reward_from`)
+- optional `hidden_outcome_key(task, state, action) -> str | None`: a key under which the action's outcome
+  depends only on the task's hidden world (ALFWorld: the first look into a receptacle of that game), so any
+  recorded real step with the same key answers it (`ExperienceModelConfig.copy_hidden_outcomes`); None when
+  the outcome follows from the state
 
 `family(name)` imports one of them by name.
 """

@@ -248,6 +248,32 @@ def test_compact_states_round_trip_on_real_episodes(env, six):
     assert state_after("", "The room is dark.") == "The room is dark."
 
 
+def test_hidden_outcome_key_fixes_the_observation_within_a_game(env, six):
+    """Steps that `hidden_outcome_key` keys (the first look into a receptacle) have one observation per (game,
+    key) across episodes of different policies, seeds and search orders: that is what lets a recorded real step
+    answer a dream's. Steps it leaves out include ones whose outcome does vary with the episode."""
+    keyed: dict[tuple[str, str], list[str]] = {}
+    unkeyed: dict[tuple[str, str], list[str]] = {}
+    for i, task in enumerate(six):
+        for policy, seed in (("searcher-list", i), ("searcher-list", i + 7), ("noisy", i), ("random", i)):
+            pol = A.POLICIES[policy](seed)
+            obs, info = env.reset(seed=seed, options={"task": task})
+            pol.reset(task, obs, info)
+            for _ in range(25):
+                prev, action = info["abstract_state"], pol.act(obs, info)
+                obs, _, term, trunc, info = env.step(action)
+                key = A.hidden_outcome_key(task, prev, action)
+                table = keyed if key is not None else unkeyed
+                table.setdefault(key or f"{task.id}|{action}", []).append(model_observation(info["abstract_state"]))
+                if term or trunc:
+                    break
+    assert all(len(set(o)) == 1 for o in keyed.values()), [set(o) for o in keyed.values() if len(set(o)) > 1]
+    shared = [k for k, o in keyed.items() if len(o) > 1]  # reached by more than one episode
+    print(f"{len(keyed)} keys, {len(shared)} reached more than once")
+    assert len(keyed) >= 100 and len(shared) >= 60  # measured 155 and 106
+    assert any(len(set(o)) > 1 for o in unkeyed.values())  # e.g. a second visit after the agent took something
+
+
 def test_random_policy_rarely_wins(env, six):
     wins = sum(play(env, t, "random", seed=7, limit=50)[-1][3]["won"] for t in six[:3])
     assert wins <= 1  # the measured rate over the validation splits is in benchmarks/bench_alfworld.py

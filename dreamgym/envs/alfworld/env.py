@@ -19,30 +19,18 @@ Notes
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs.alfworld import games
 from dreamgym.envs.alfworld.engine import ENGINE_LOCK, make_engine
-from dreamgym.envs.alfworld.state import StateTracker
+from dreamgym.envs.alfworld.state import StateTracker, normalize_command
 from dreamgym.types import Task
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STEPS = 50
-_PUT = re.compile(r"^put (.+?) (?:in/on|into|in|on|onto|to) (.+)$")
-
-
-def normalize_command(action: str) -> str:
-    a = " ".join(action.strip().lower().split()).rstrip(".").strip()
-    m = _PUT.match(a)
-    if m:
-        a = f"move {m.group(1)} to {m.group(2)}"
-    return a
-
-
 class ALFWorldEnv(TextEnv):
     """ALFWorld on the real engine. `split` picks the task pool (see `dreamgym.envs.alfworld.tasks`);
     `reset(options={"task": task})` plays that task's game, `reset(seed=s)` draws one from the pool."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from dreamgym.envs.alfworld.knowledge import can_contain, lower_set, type_of
 
@@ -328,6 +329,47 @@ def state_after(previous: str, written: str) -> str:
     tracker.state = parse_state(previous)
     tracker.update("", obs if obs is not None else written.strip())
     return tracker.state.render()
+
+
+_PUT = re.compile(r"^put (.+?) (?:in/on|into|in|on|onto|to) (.+)$")
+
+
+def normalize_command(action: str) -> str:
+    """A command as the engine reads it: lower case, single spaces, no final period, "put X in/on Y" as
+    "move X to Y"."""
+    a = " ".join(action.strip().lower().split()).rstrip(".").strip()
+    m = _PUT.match(a)
+    if m:
+        a = f"move {m.group(1)} to {m.group(2)}"
+    return a
+
+
+_REVEALING = re.compile(rf"^(go to|open|examine) ({_NAME})$")
+
+
+def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
+    """A key for `action`'s outcome in `state` of `task` when that outcome depends only on the game's hidden
+    layout, else None. The key names the game (the task id), so equal keys mean the same world.
+
+    That is a step that reveals a receptacle whose contents the state does not know: "go to X" from elsewhere,
+    or "open X" / "examine X" while standing at it. What it shows is the game's initial placement, whatever
+    else the episode did: the agent cannot have put anything into or taken anything out of a receptacle it
+    never saw inside, and an unknown receptacle that can be opened is still closed (opening one shows its
+    contents). So within one game, every such step with the same key has the same observation, and a
+    recorded real one answers it exactly (`ExperienceModelConfig.copy_hidden_outcomes`). Every other step's
+    outcome follows from the state itself, which is the model's job. Why only these: they are the steps the
+    state cannot determine, and where dreams of data games first part from the real game (a `go to` in 54 of
+    64 greedy dream episodes, README section 10)."""
+    m = _REVEALING.match(normalize_command(action))
+    if not m:
+        return None
+    verb, recep = m.group(1), m.group(2)
+    s = parse_state(state)
+    if recep not in s.receptacles or recep in s.known:
+        return None
+    if (verb == "go to") == (s.location == recep):  # go to: from elsewhere; open/examine: standing at it
+        return None
+    return f"{getattr(task, 'id', task)}|{verb} {recep}"
 
 
 def admissible_from_state(state: str) -> list[str]:
