@@ -475,23 +475,23 @@ class ExperienceModel:
         """Predictions, by query index, that a real transition fixes (`copy_hidden_outcomes`)."""
         if not (self.config.copy_hidden_outcomes and self.buffer is not None):
             return {}
+        from dreamgym.reasoning import EnvTeacher
+
         table = self._hidden_table()
         out: dict[int, Prediction] = {}
         for i, q in enumerate(queries):
             key = self._hidden_key(q)
             hit = table.get(key) if key is not None else None
-            hooks = _observation_hooks(q.task.env) if hit is not None else None
+            hooks = _observation_hooks(q.task.env)
             if hit is None or hooks is None:
                 continue
             observe, after = hooks
-            state = after(q.state, observe(hit.next_state))
-            # The trace is re-derived for this state (the recorded one speaks of the other episode's goal
-            # conditions); families without a teacher get none.
-            explain = _family_hook(q.task.env, "explain")
-            reasoning = ""
-            if explain is not None and self.config.use_reasoning:
-                reasoning = explain(dataclasses.replace(q, next_state=state, reward=hit.reward, done=hit.done))
-            out[i] = Prediction(state, float(hit.reward), bool(hit.done), reasoning, attempts=0, text="",
+            tr = dataclasses.replace(q, next_state=after(q.state, observe(hit.next_state)), reward=hit.reward,
+                                     done=hit.done)
+            # The trace is re-derived for this state by the teacher the model was trained on (the recorded one
+            # speaks of the other episode's goal conditions); a family without one gives an empty trace.
+            reasoning = EnvTeacher().explain([tr])[0] if self.config.use_reasoning else ""
+            out[i] = Prediction(tr.next_state, float(tr.reward), bool(tr.done), reasoning, attempts=0, text="",
                                 examples=[hit])
         return out
 

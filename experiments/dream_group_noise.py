@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
+from dreamgym.config import parse_overrides
 from dreamgym.data import load_trajectories
 from dreamgym.envs import family
 from dreamgym.fidelity import action_kind
@@ -209,10 +209,7 @@ def main() -> None:
     print(f"real games, {args.policy} (epsilon {args.epsilon:g}), {len(tasks)} tasks x {args.group}: "
           + ", ".join(f"{k} {v:.3f}" for k, v in real.items()), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        overrides: dict[str, Any] = {"temperature": args.temperature}
-        for kv in args.em_override:
-            key, _, value = kv.partition("=")
-            overrides[key] = yaml.safe_load(value)
+        overrides: dict[str, Any] = {"temperature": args.temperature, **parse_overrides(args.em_override)}
         dcfg = DreamConfig(em=args.em, em_data=args.data, em_overrides=overrides)
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         for cond in args.conditions:

@@ -252,8 +252,8 @@ def test_hidden_outcome_key_fixes_the_observation_within_a_game(env, six):
     """Steps that `hidden_outcome_key` keys (the first look into a receptacle) have one observation per (game,
     key) across episodes of different policies, seeds and search orders: that is what lets a recorded real step
     answer a dream's. Steps it leaves out include ones whose outcome does vary with the episode."""
-    keyed: dict[tuple[str, str], list[str]] = {}
-    unkeyed: dict[tuple[str, str], list[str]] = {}
+    keyed: dict[str, list[str]] = {}  # key (or "game|command" for unkeyed steps) -> observations
+    unkeyed: dict[str, list[str]] = {}
     for i, task in enumerate(six):
         for policy, seed in (("searcher-list", i), ("searcher-list", i + 7), ("noisy", i), ("random", i)):
             pol = A.POLICIES[policy](seed)

@@ -31,6 +31,8 @@ from dreamgym.types import Task
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STEPS = 50
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld on the real engine. `split` picks the task pool (see `dreamgym.envs.alfworld.tasks`);
     `reset(options={"task": task})` plays that task's game, `reset(seed=s)` draws one from the pool."""
