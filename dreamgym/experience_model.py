@@ -5,9 +5,10 @@ Owns: how a transition query is written as a chat request (task, history window,
 action, k retrieved transitions), the documented output format and its parser, the failure state, the
 experience-model checkpoint layout, and the supervised training that teaches a preset the format.
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only for their
-reasoning traces and, with `compact_states` / `write_observation` / `copy_hidden_outcomes`, their `model_state` /
-`complete_state` / `model_observation` / `state_after` / `hidden_outcome_key` hooks), trainers of the agent, the replay buffer's storage (it is used
-through `add`/`retrieve`).
+reasoning traces and, with `compact_states` / `write_observation` / `copy_hidden_outcomes` /
+`reject_contradictions`, their `model_state` / `complete_state` / `model_observation` / `state_after` /
+`hidden_outcome_key` / `outcome_contradiction` hooks), trainers of the agent, the replay buffer's storage (it
+is used through `add`/`retrieve`).
 torch, transformers and peft are imported inside the functions that need them, so prediction through another
 backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
@@ -44,7 +45,8 @@ to the pseudo-action `[reset]` on the empty state, so the model can also write i
 environment cannot reset to (curriculum variants).
 
 Failure state (our choice, after the paper's "an invalid action leads to a failure state with reward 0"): when
-an output stays malformed after `retries` re-generations (sampled at `retry_temperature`, one batched call per
+an output stays malformed (unparseable, or, with `reject_contradictions`, a next state the family says cannot
+answer the action) after `retries` re-generations (sampled at `retry_temperature`, one batched call per
 retry round), the prediction is `FAILURE_STATE` with reward 0.0 and done True, `failed=True`, and
 `model.stats["failures"]` is incremented. Done is True because there is no valid state to continue from; the
 synthetic environment reports it as a truncation (the world did not end the task; the simulator gave up) with
@@ -167,6 +169,11 @@ class ExperienceModelConfig:
     Departs from the paper, where the model writes every outcome guided by its retrieved examples: the tiny
     model reproduced a retrieved example holding the exact answer on about 1 step in 8 (README section 11).
     Needs the family's `hidden_outcome_key`, `model_observation` and `state_after` hooks; training ignores it."""
+    reject_contradictions: bool = True
+    """Treat an output whose next state contradicts the action (the family's `outcome_contradiction`; ALFWorld:
+    feedback that restates another command, "go to stoveburner 3" -> "You arrive at stoveburner 4") as
+    malformed: it is counted (`contradicted`) and re-generated like any malformed output. Families without the
+    hook are unaffected; the ALFWorld hook flags none of the real steps of 900 recorded episodes."""
 
     def validate(self) -> None:
         if self.k < 0 or self.history < 0 or self.retries < 0:
@@ -519,6 +526,12 @@ class ExperienceModel:
             out[i] = p
         return out
 
+    def _contradiction(self, query: Transition, next_state: str) -> str:
+        """Why `next_state` cannot answer `query` (the family's `outcome_contradiction`), or ""."""
+        fn = _family_hook(query.task.env, "outcome_contradiction") if self.config.reject_contradictions else None
+        reason = fn(query.task, query.state, query.action, next_state) if fn else ""
+        return f"contradicts the action: {reason}" if reason else ""
+
     def _predict_model(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                        seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
         if not queries:
@@ -536,12 +549,15 @@ class ExperienceModel:
             still = []
             for i, text in zip(pending, texts):
                 parsed, err = parse_completion(text)
+                state = completed_state(parsed.next_state, queries[i], self.config, self.env) if parsed else ""
+                if parsed is not None and (err := self._contradiction(queries[i], state)):
+                    self.stats["contradicted"] += 1
+                    parsed = None
                 if parsed is None:
                     self.stats["malformed"] += 1
                     errors[i] = err
                     still.append((i, text))
                 else:
-                    state = completed_state(parsed.next_state, queries[i], self.config, self.env)
                     results[i] = Prediction(state, parsed.reward, parsed.done, parsed.reasoning,
                                             attempts=attempts[i], text=text, examples=examples[i])
             if not still or attempt == self.config.retries:

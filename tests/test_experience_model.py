@@ -292,3 +292,32 @@ def test_embedder_spec_is_checked_at_start_up():
     for bad in ("hashing+words", "hashing:x", "word2vec"):
         with pytest.raises(ConfigError, match="embedder"):
             load_config(TrainEMConfig, None, [f"model.embedder={bad}"])
+
+
+def test_an_answer_that_contradicts_the_action_is_regenerated_like_a_malformed_one():
+    """ALFWorld's `outcome_contradiction`: "go to shelf 1" answered "You arrive at desk 1." is rejected and
+    re-generated; a second contradiction ends in the failure state; with the check off, it is kept."""
+    from dreamgym.envs.alfworld.state import state_after
+
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    state = "\n".join(["Task: put some book in shelf.", "Observation: You arrive.", "Location: middle of the room",
+                       "Inventory: nothing", "Opened: none", "Lamps on: none", "Altered: none", "Known contents: none",
+                       "Receptacles: desk 1, drawer 1, shelf 1"])
+    wrong = format_completion("Observation: You arrive at desk 1. On the desk 1, you see a pen 2.", 0.0, False, "x")
+    right = format_completion("Observation: You arrive at shelf 1. On the shelf 1, you see nothing.", 0.0, False, "x")
+    query = query_for(task, state, "go to shelf 1")
+
+    def predict(answers: list[str], check: bool = True):
+        cfg = ExperienceModelConfig(use_retrieval=False, write_observation=True, retries=1,
+                                    reject_contradictions=check)
+        model = ExperienceModel(FakeLLM(answers), config=cfg, env="alfworld")
+        return model.predict([query])[0], model.stats
+
+    p, stats = predict([wrong, right])
+    assert not p.failed and p.attempts == 2 and "Location: shelf 1" in p.next_state
+    assert p.next_state == state_after(state, "Observation: You arrive at shelf 1. On the shelf 1, you see nothing.")
+    assert stats["contradicted"] == 1 and stats["retries"] == 1 and stats["failures"] == 0
+    p, stats = predict([wrong, wrong])
+    assert p.failed and p.next_state == FAILURE_STATE and "go to desk 1" in p.error and stats["contradicted"] == 2
+    p, stats = predict([wrong, right], check=False)
+    assert not p.failed and "Location: desk 1" in p.next_state and stats["contradicted"] == 0

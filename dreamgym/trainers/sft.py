@@ -46,10 +46,13 @@ class SFTConfig:
     """Examples longer than this (prompt + target) are skipped and counted."""
     log_every: int = 10
     """Log metrics every this many optimiser steps."""
+    max_steps: int = 0
+    """Stop after this many optimiser steps in all, mid-epoch if need be (0: run every epoch). The schedule
+    does not depend on the planned length, so a run stopped here equals the first steps of a longer one."""
 
     def validate(self) -> None:
-        if self.epochs < 0 or self.batch_size < 1:
-            raise ValueError("sft.epochs must be >= 0 and sft.batch_size >= 1")
+        if self.epochs < 0 or self.batch_size < 1 or self.max_steps < 0:
+            raise ValueError("sft.epochs and sft.max_steps must be >= 0 and sft.batch_size >= 1")
 
 
 @dataclass
@@ -108,19 +111,24 @@ class SFTTrainer(BaseTrainer):
             on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
         """Train for `epochs` (default `config.epochs`) counted from the start of the run, so a resumed trainer
         finishes the remaining ones. `on_step(global_step)` may return True to stop early (after that step;
-        the trainer can be saved and resumed). Returns the last epoch's mean metrics."""
+        the trainer can be saved and resumed); `config.max_steps` stops it the same way. Returns the last epoch's mean
+        metrics."""
         exs, counts = self.examples(trajectories)
         total_epochs = self.config.epochs if epochs is None else epochs
         n_batches = (len(exs) + self.config.batch_size - 1) // self.config.batch_size
         last: dict[str, float] = dict(counts)
         done = self.iteration * n_batches + self.batch_pos
-        bar = _progress(progress, total=max(0, total_epochs * n_batches - done))
+        planned = total_epochs * n_batches if not self.config.max_steps else min(total_epochs * n_batches,
+                                                                                  self.config.max_steps)
+        bar = _progress(progress, total=max(0, planned - done))
         try:
             while self.iteration < total_epochs and exs:
                 order = torch.randperm(len(exs), generator=torch.Generator().manual_seed(
                     mix_seed(self.common.seed, self.iteration))).tolist()
                 sums: dict[str, float] = {}
                 while self.batch_pos < n_batches:
+                    if 0 < self.config.max_steps <= self.global_step:
+                        return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
                     idx = order[self.batch_pos * self.config.batch_size:(self.batch_pos + 1) * self.config.batch_size]
                     st = self.train_step([exs[i] for i in idx])
                     self.batch_pos += 1

@@ -19,7 +19,7 @@ from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
 from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_observation,  # noqa: E402
-                                          model_state, name_key, parse_state, state_after)
+                                          model_state, name_key, normalize_command, parse_state, state_after)
 from dreamgym.types import Trajectory, Step  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.
@@ -272,6 +272,57 @@ def test_hidden_outcome_key_fixes_the_observation_within_a_game(env, six):
     print(f"{len(keyed)} keys, {len(shared)} reached more than once")
     assert len(keyed) >= 100 and len(shared) >= 60  # measured 155 and 106
     assert any(len(set(o)) > 1 for o in unkeyed.values())  # e.g. a second visit after the agent took something
+
+
+def test_outcome_contradiction_passes_every_real_step_and_flags_another_commands_answer(env, six):
+    """The real engine's feedback never contradicts the command it answers, across every kind of command the
+    random and noisy policies issue (examine, look, close and "Nothing happens." included); the same feedback
+    given as the answer to another admissible command is flagged whenever it restates its own command."""
+    verbs, kinds, missed, restating = set(), set(), 0, 0
+    for i, task in enumerate(six):
+        for policy in ("random", "noisy"):
+            pol = A.POLICIES[policy](i)
+            obs, info = env.reset(seed=i, options={"task": task})
+            pol.reset(task, obs, info)
+            for _ in range(25):
+                prev, action, offered = info["abstract_state"], pol.act(obs, info), info["admissible_actions"]
+                obs, _, term, trunc, info = env.step(action)
+                verbs.add(action.split()[0])
+                assert A.outcome_contradiction(task, prev, action, info["abstract_state"]) == "", (action, obs)
+                # Feedback that restates a command contradicts a command that is none.
+                if A.outcome_contradiction(task, prev, "xyzzy", info["abstract_state"]):
+                    restating += 1
+                    kinds.add(action.split()[0])
+                    for other in [a for a in offered if normalize_command(a) != normalize_command(action)][:5]:
+                        missed += not A.outcome_contradiction(task, prev, other, info["abstract_state"])
+                if term or trunc:
+                    break
+    print(f"{restating} restating steps of kinds {sorted(kinds)}; commands issued {sorted(verbs)}")
+    assert {"go", "open", "take", "examine", "look"} <= verbs, verbs
+    assert {"go", "open", "take"} <= kinds and restating >= 50 and missed == 0, (kinds, restating, missed)
+    assert A.outcome_contradiction(six[0], "", "go to cabinet 1", "anything") == ""  # a reset answers no command
+
+
+def test_surveyor_records_every_receptacles_first_look_then_wins():
+    """One `surveyor` play keys a first look (`hidden_outcome_key`) at every receptacle of its game, and still
+    solves the task afterwards (given the steps a large room needs)."""
+    big = A.make_env("train", n=N, max_steps=150)
+    try:
+        for task in big.tasks[:3]:
+            pol = A.POLICIES["surveyor"](0)
+            obs, info = big.reset(seed=0, options={"task": task})
+            pol.reset(task, obs, info)
+            receptacles, looked = parse_state(info["abstract_state"]).receptacles, set()
+            while True:
+                prev, action = info["abstract_state"], pol.act(obs, info)
+                if A.hidden_outcome_key(task, prev, action) and action.startswith("go to "):
+                    looked.add(action[len("go to "):])
+                obs, _, term, trunc, info = big.step(action)
+                if term or trunc:
+                    break
+            assert looked == set(receptacles) and info["won"], (task.instruction, set(receptacles) - looked)
+    finally:
+        big.close()
 
 
 def test_random_policy_rarely_wins(env, six):

@@ -1,6 +1,7 @@
 """SFT: demonstrations become exactly the rollout prompts, the loss falls, and resume mid-epoch is exact."""
 
 import copy
+import dataclasses
 
 import torch
 
@@ -69,3 +70,9 @@ def test_sft_resume_mid_epoch_is_exact(tiny_preset, dial_common, tmp_path):
     assert b.global_step == full.global_step > 3
     ref = full.model.state_dict()
     assert all(torch.equal(ref[k], v) for k, v in b.model.state_dict().items())
+    # sft.max_steps stops the same way: the capped run is the first 3 steps of the full one, bit for bit.
+    capped = SFTTrainer(HFBackend(copy.deepcopy(model), tok), dataclasses.replace(cfg, max_steps=3),
+                        dial_common(lr=1e-3))
+    capped.fit(data)
+    assert capped.global_step == 3
+    assert all(torch.equal(a.model.state_dict()[k], v) for k, v in capped.model.state_dict().items())

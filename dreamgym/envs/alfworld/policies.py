@@ -1,6 +1,6 @@
 """Scripted ALFWorld policies for offline trajectories: the planner's expert walkthrough (ALFWorld's
-"oracle"), a noisy expert that takes detours and recovers, an observation-only searcher, and a uniform random
-policy.
+"oracle"), a noisy expert that takes detours and recovers, an observation-only searcher, a surveyor that looks
+into every receptacle first, and a uniform random policy.
 
 Owns: how each policy picks a command from (observation, info). The expert reads `info["walkthrough"]`
 (the engine planner's plan, given at reset) and `info["admissible_actions"]`; the noisy expert also reads the
@@ -229,5 +229,29 @@ class ListSearcherPolicy(SearcherPolicy):
         super().__init__(seed, by_type=False)
 
 
+class SurveyorPolicy(SearcherPolicy):
+    """Looks into every receptacle of the room before anything else (the last name of the "Unexplored" line,
+    opening it if closed), then solves the task like `searcher-list`.
+
+    Why: a play of this policy records the first look into every receptacle of its game, the one kind of step
+    whose outcome the abstract state cannot determine (`state.hidden_outcome_key`). One survey per game lets an
+    experience model with `copy_hidden_outcomes` answer every such step of that game from real data, where the
+    searchers' plays cover only the receptacles they happened to visit. Large rooms need more than the default
+    50 steps (`--env-kw max_steps=...`)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(seed, by_type=False)
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        s = parse_state(info.get("abstract_state") or obs)
+        unseen = s.unexplored()
+        if unseen:
+            r = unseen[-1]
+            action = f"go to {r}" if s.location != r else f"open {r}" if s.is_openable(r) and r not in s.opened else ""
+            if action in (info.get("admissible_actions") or []):
+                return action
+        return super().act(obs, info)
+
+
 POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "searcher": SearcherPolicy,
-            "searcher-list": ListSearcherPolicy, "random": RandomPolicy}
+            "searcher-list": ListSearcherPolicy, "surveyor": SurveyorPolicy, "random": RandomPolicy}

@@ -372,6 +372,43 @@ def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
     return f"{getattr(task, 'id', task)}|{verb} {recep}"
 
 
+# The engine's first sentence for each kind of command, and the command that sentence answers. Checked on real
+# play: every real step's feedback either matches its own command's sentence or none of these.
+_ANSWERS = (
+    (re.compile(rf"^You arrive at ({_NAME})\."), "go to {0}"),
+    (re.compile(rf"^You open the ({_NAME})\."), "open {0}"),
+    (re.compile(rf"^You close the ({_NAME})\."), "close {0}"),
+    (re.compile(rf"^You pick up the ({_NAME}) from the ({_NAME})\."), "take {0} from {1}"),
+    (re.compile(rf"^You move the ({_NAME}) to the ({_NAME})\."), "move {0} to {1}"),
+    (re.compile(rf"^You (heat|cool|clean) the ({_NAME}) using the ({_NAME})\."), "{0} {1} with {2}"),
+    (re.compile(rf"^You turn (?:on|off) the ({_NAME})\."), "use {0}"),
+    (re.compile(rf"^(?:On the ({_NAME}), you see|The ({_NAME}) is (?:open|closed)\.)"), "examine {0}"),
+)
+
+
+def outcome_contradiction(task: Any, state: str, action: str, next_state: str) -> str:
+    """Why `next_state`'s observation cannot be the engine's answer to `action`, or "" when it can.
+
+    The engine opens its feedback with a sentence that restates the command it carried out ("go to stoveburner 3"
+    -> "You arrive at stoveburner 3."). An observation that opens with such a sentence for a different command
+    (another receptacle, object or verb) is not what this game says to this action, whatever the game's hidden
+    layout: an experience model wrote "You arrive at stoveburner 4" there (README section 11). Any other
+    feedback ("Nothing happens.", a look, an examined object) is not judged. A reset (`state` empty) has no
+    action to contradict."""
+    if not state.strip():
+        return ""
+    obs = _line(next_state, "Observation")
+    fb = " ".join((obs if obs is not None else next_state).split())
+    command = normalize_command(action)
+    for pattern, answer in _ANSWERS:
+        m = pattern.match(fb)
+        if m:
+            names = [g for g in m.groups() if g is not None]
+            said = answer.format(*names)
+            return "" if said == command else f"the observation answers {said!r}, not {command!r}"
+    return ""
+
+
 def admissible_from_state(state: str) -> list[str]:
     """ALFWorld's admissible commands for a state text, rebuilt from the command grammar and ALFRED's
     tables (which receptacle holds what, what can be cleaned/heated/cooled/toggled). Sorted like the engine's."""
