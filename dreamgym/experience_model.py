@@ -174,7 +174,7 @@ class ExperienceModelConfig:
     feedback that restates another command, "go to stoveburner 3" -> "You arrive at stoveburner 4") as
     malformed: it is counted (`contradicted`) and re-generated like any malformed output, and the failure state
     ends the episode when every retry contradicts too. Families without the hook are unaffected; the ALFWorld hook
-    flags none of the real steps of 900 recorded episodes. Off by default: the tiny ALFWorld model repeats the
+    flags none of 27,107 recorded real steps. Off by default: the tiny ALFWorld model repeats the
     same contradiction on retry, so a scripted policy's dream episodes ended in the failure state 61-69% of the
     time (13% without), and a policy's dream GRPO iteration won 0 of 64 (README section 12)."""
 
