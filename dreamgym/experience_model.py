@@ -169,6 +169,13 @@ class ExperienceModelConfig:
     Departs from the paper, where the model writes every outcome guided by its retrieved examples: the tiny
     model reproduced a retrieved example holding the exact answer on about 1 step in 8 (README section 11).
     Needs the family's `hidden_outcome_key`, `model_observation` and `state_after` hooks; training ignores it."""
+    derive_determined_outcomes: bool = False
+    """At inference, answer a step whose outcome the state alone fixes (the family's `determined_outcome`;
+    ALFWorld: a take of an object the state shows at hand's reach, a revisit of a receptacle whose contents are
+    known) with the family's own answer, folded in by `state_after`, without a model call. Departs from the
+    paper like `copy_hidden_outcomes`: these were the first divergences of the tiny ALFWorld model's dream once
+    hidden steps were copied (README section 12). Needs the `determined_outcome`, `model_observation` and
+    `state_after` hooks; training ignores it."""
     reject_contradictions: bool = False
     """Treat an output whose next state contradicts the action (the family's `outcome_contradiction`; ALFWorld:
     feedback that restates another command, "go to stoveburner 3" -> "You arrive at stoveburner 4") as
@@ -482,27 +489,38 @@ class ExperienceModel:
         return self._hidden
 
     def _copied_outcomes(self, queries: list[Transition]) -> dict[int, Prediction]:
-        """Predictions, by query index, that a real transition fixes (`copy_hidden_outcomes`)."""
-        if not (self.config.copy_hidden_outcomes and self.buffer is not None):
+        """Predictions, by query index, that a real transition (`copy_hidden_outcomes`) or the state itself
+        (`derive_determined_outcomes`) fixes."""
+        copy = self.config.copy_hidden_outcomes and self.buffer is not None
+        if not (copy or self.config.derive_determined_outcomes):
             return {}
         from dreamgym.reasoning import EnvTeacher
 
-        table = self._hidden_table()
+        table = self._hidden_table() if copy else {}
         out: dict[int, Prediction] = {}
         for i, q in enumerate(queries):
-            key = self._hidden_key(q)
-            hit = table.get(key) if key is not None else None
             hooks = _observation_hooks(q.task.env)
-            if hit is None or hooks is None:
+            if hooks is None:
                 continue
             observe, after = hooks
-            tr = dataclasses.replace(q, next_state=after(q.state, observe(hit.next_state)), reward=hit.reward,
-                                     done=hit.done)
+            key = self._hidden_key(q) if copy else None
+            hit = table.get(key) if key is not None else None
+            derived = self._determined(q) if hit is None else None
+            if hit is not None:
+                tr = dataclasses.replace(q, next_state=after(q.state, observe(hit.next_state)), reward=hit.reward,
+                                         done=hit.done)
+            elif derived is not None:
+                # Reward and end are not the state's to say here: the synthetic env grounds them (reward_from).
+                tr = dataclasses.replace(q, next_state=after(q.state, f"Observation: {derived}"), reward=0.0,
+                                         done=False)
+                self.stats["determined"] += 1
+            else:
+                continue
             # The trace is re-derived for this state by the teacher the model was trained on (the recorded one
             # speaks of the other episode's goal conditions); a family without one gives an empty trace.
             reasoning = EnvTeacher().explain([tr])[0] if self.config.use_reasoning else ""
             out[i] = Prediction(tr.next_state, float(tr.reward), bool(tr.done), reasoning, attempts=0, text="",
-                                examples=[hit])
+                                examples=[hit] if hit is not None else [])
         return out
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
@@ -522,12 +540,16 @@ class ExperienceModel:
         answers = self._predict_model([queries[i] for i in rest],
                                       examples=None if examples is None else [examples[i] for i in rest],
                                       seed=seed, seeds=None if seeds is None else [seeds[i] for i in rest])
-        self.stats["hidden_copied"] += len(copied)
+        self.stats["hidden_copied"] += len(copied) - sum(not p.examples for p in copied.values())
         self.stats["predictions"] += len(copied)
         out: list[Prediction] = [copied[i] if i in copied else None for i in range(len(queries))]  # type: ignore[misc]
         for i, p in zip(rest, answers):
             out[i] = p
         return out
+
+    def _determined(self, q: Transition) -> str | None:
+        fn = _family_hook(q.task.env, "determined_outcome") if self.config.derive_determined_outcomes else None
+        return fn(q.task, q.state, q.action) if fn and q.state.strip() else None
 
     def _contradiction(self, query: Transition, next_state: str) -> str:
         """Why `next_state` cannot answer `query` (the family's `outcome_contradiction`), or ""."""

@@ -321,3 +321,31 @@ def test_an_answer_that_contradicts_the_action_is_regenerated_like_a_malformed_o
     assert p.failed and p.next_state == FAILURE_STATE and "go to desk 1" in p.error and stats["contradicted"] == 2
     p, stats = predict([wrong, right], check=False)
     assert not p.failed and "Location: desk 1" in p.next_state and stats["contradicted"] == 0
+
+
+def test_outcomes_the_state_fixes_are_derived_without_a_model_call():
+    """`derive_determined_outcomes`: a take within reach and a revisit of a known receptacle are answered by
+    ALFWorld's own bookkeeping; a first look (hidden) still goes to the model; off, everything does."""
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    at_desk = "\n".join(["Task: put some book in shelf.", "Observation: You arrive.", "Location: desk 1",
+                         "Inventory: nothing", "Opened: none", "Lamps on: none", "Altered: none",
+                         "Known contents: desk 1: book 1, pen 2", "Receptacles: desk 1, drawer 1, shelf 1"])
+    away = at_desk.replace("Location: desk 1", "Location: shelf 1").replace("desk 1: book 1",
+                                                                          "shelf 1: nothing; desk 1: book 1")
+    guess = format_completion("Observation: You arrive at drawer 1. The drawer 1 is closed.", 0.0, False, "x")
+    queries = [query_for(task, at_desk, "take book 1 from desk 1"), query_for(task, away, "go to desk 1"),
+               query_for(task, away, "go to drawer 1")]
+
+    def predict(on: bool):
+        cfg = ExperienceModelConfig(use_retrieval=False, write_observation=True, derive_determined_outcomes=on)
+        llm = FakeLLM([guess])
+        model = ExperienceModel(llm, config=cfg, env="alfworld")
+        return model.predict(queries), model.stats, llm.calls
+
+    (take, back, first), stats, calls = predict(True)
+    assert "Inventory: book 1" in take.next_state and "Known contents: desk 1: pen 2" in take.next_state
+    assert "Observation: You arrive at desk 1. On the desk 1, you see a book 1, and a pen 2." in back.next_state
+    assert "drawer 1 is closed" in first.next_state and len(calls) == 1 and stats["determined"] == 2
+    assert stats["hidden_copied"] == 0 and stats["predictions"] == 3
+    _, stats, calls = predict(False)
+    assert len(calls) == 3 and stats["determined"] == 0

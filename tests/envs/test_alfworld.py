@@ -42,13 +42,24 @@ def play(env, task, policy, seed=0, limit=60):
     pol = A.POLICIES[policy](seed)
     obs, info = env.reset(seed=seed, options={"task": task})
     pol.reset(task, obs, info)
-    steps = [(None, obs, 0.0, info)]
+    steps = [(None, obs, 0.0, info)]  # (action, observation, reward, info); a reset answers no action
     for _ in range(limit):
-        obs, r, term, trunc, info = env.step(pol.act(obs, info))
-        steps.append((None, obs, r, info))
+        action = pol.act(obs, info)
+        obs, r, term, trunc, info = env.step(action)
+        steps.append((action, obs, r, info))
         if term or trunc:
             break
     return steps
+
+
+def transitions(env, tasks, plays, limit):
+    """Every step of real play as (task, info before, action, observation, info after); task i is played once
+    per (policy, seed offset) of `plays`, from reset seed i + offset."""
+    for i, task in enumerate(tasks):
+        for policy, offset in plays:
+            steps = play(env, task, policy, seed=i + offset, limit=limit)
+            for (_, _, _, before), (action, obs, _, after) in zip(steps, steps[1:]):
+                yield task, before, action, obs, after
 
 
 def test_family_surface():
@@ -254,19 +265,11 @@ def test_hidden_outcome_key_fixes_the_observation_within_a_game(env, six):
     answer a dream's. Steps it leaves out include ones whose outcome does vary with the episode."""
     keyed: dict[str, list[str]] = {}  # key (or "game|command" for unkeyed steps) -> observations
     unkeyed: dict[str, list[str]] = {}
-    for i, task in enumerate(six):
-        for policy, seed in (("searcher-list", i), ("searcher-list", i + 7), ("noisy", i), ("random", i)):
-            pol = A.POLICIES[policy](seed)
-            obs, info = env.reset(seed=seed, options={"task": task})
-            pol.reset(task, obs, info)
-            for _ in range(25):
-                prev, action = info["abstract_state"], pol.act(obs, info)
-                obs, _, term, trunc, info = env.step(action)
-                key = A.hidden_outcome_key(task, prev, action)
-                table = keyed if key is not None else unkeyed
-                table.setdefault(key or f"{task.id}|{action}", []).append(model_observation(info["abstract_state"]))
-                if term or trunc:
-                    break
+    plays = (("searcher-list", 0), ("searcher-list", 7), ("noisy", 0), ("random", 0))
+    for task, before, action, _, info in transitions(env, six, plays, limit=25):
+        key = A.hidden_outcome_key(task, before["abstract_state"], action)
+        table = keyed if key is not None else unkeyed
+        table.setdefault(key or f"{task.id}|{action}", []).append(model_observation(info["abstract_state"]))
     assert all(len(set(o)) == 1 for o in keyed.values()), [set(o) for o in keyed.values() if len(set(o)) > 1]
     shared = [k for k, o in keyed.items() if len(o) > 1]  # reached by more than one episode
     print(f"{len(keyed)} keys, {len(shared)} reached more than once")
@@ -279,28 +282,38 @@ def test_outcome_contradiction_passes_every_real_step_and_flags_another_commands
     random and noisy policies issue (examine, look, close and "Nothing happens." included); the same feedback
     given as the answer to another admissible command is flagged whenever it restates its own command."""
     verbs, kinds, missed, restating = set(), set(), 0, 0
-    for i, task in enumerate(six):
-        for policy in ("random", "noisy"):
-            pol = A.POLICIES[policy](i)
-            obs, info = env.reset(seed=i, options={"task": task})
-            pol.reset(task, obs, info)
-            for _ in range(25):
-                prev, action, offered = info["abstract_state"], pol.act(obs, info), info["admissible_actions"]
-                obs, _, term, trunc, info = env.step(action)
-                verbs.add(action.split()[0])
-                assert A.outcome_contradiction(task, prev, action, info["abstract_state"]) == "", (action, obs)
-                # Feedback that restates a command contradicts a command that is none.
-                if A.outcome_contradiction(task, prev, "xyzzy", info["abstract_state"]):
-                    restating += 1
-                    kinds.add(action.split()[0])
-                    for other in [a for a in offered if normalize_command(a) != normalize_command(action)][:5]:
-                        missed += not A.outcome_contradiction(task, prev, other, info["abstract_state"])
-                if term or trunc:
-                    break
+    for task, before, action, obs, info in transitions(env, six, (("random", 0), ("noisy", 0)), limit=25):
+        prev, offered = before["abstract_state"], before["admissible_actions"]
+        verbs.add(action.split()[0])
+        assert A.outcome_contradiction(task, prev, action, info["abstract_state"]) == "", (action, obs)
+        # Feedback that restates a command contradicts a command that is none.
+        if A.outcome_contradiction(task, prev, "xyzzy", info["abstract_state"]):
+            restating += 1
+            kinds.add(action.split()[0])
+            for other in [a for a in offered if normalize_command(a) != normalize_command(action)][:5]:
+                missed += not A.outcome_contradiction(task, prev, other, info["abstract_state"])
     print(f"{restating} restating steps of kinds {sorted(kinds)}; commands issued {sorted(verbs)}")
     assert {"go", "open", "take", "examine", "look"} <= verbs, verbs
     assert {"go", "open", "take"} <= kinds and restating >= 50 and missed == 0, (kinds, restating, missed)
     assert A.outcome_contradiction(six[0], "", "go to cabinet 1", "anything") == ""  # a reset answers no command
+
+
+def test_determined_outcome_is_the_engines_answer(env, six):
+    """Where `determined_outcome` answers (a take within reach, a revisit of a known receptacle), the real engine
+    said the same: word for word, or for a revisit the same contents in another order."""
+    counts = {"take": 0, "go": 0}
+    plays = (("searcher-list", 0), ("noisy", 0), ("random", 0))
+    for task, before, action, obs, info in transitions(env, six, plays, limit=30):
+        prev = before["abstract_state"]
+        said = A.determined_outcome(task, prev, action)
+        if said is not None:
+            counts[action.split()[0]] += 1
+            derived = state_after(prev, f"Observation: {said}")
+            assert said == " ".join(obs.split()) or parse_state(derived).known == parse_state(
+                info["abstract_state"]).known, (action, said, obs)
+            assert parse_state(derived).location == parse_state(info["abstract_state"]).location
+    print(counts)
+    assert counts["take"] >= 5 and counts["go"] >= 10, counts
 
 
 def test_surveyor_records_every_receptacles_first_look_then_wins():

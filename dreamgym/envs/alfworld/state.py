@@ -372,6 +372,39 @@ def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
     return f"{getattr(task, 'id', task)}|{verb} {recep}"
 
 
+def _listing(names: list[str]) -> str:
+    """Objects as the engine lists them: "a pen 1", "a pen 1, and a book 2", "a a, a b, and a c"; "nothing"."""
+    items = [f"a {n}" for n in sorted(names, key=name_key)]
+    if len(items) > 1:
+        items[-1] = f"and {items[-1]}"
+    return ", ".join(items) or "nothing"
+
+
+def determined_outcome(task: Any, state: str, action: str) -> str | None:
+    """The engine's feedback to `action` when the state alone fixes it, else None. Two kinds, checked on every
+    recorded real step of README section 12 (1,453 takes and 1,478 revisits, all as predicted; 176 of the
+    revisits list the same objects in another order, which the state's sorted lists cannot keep):
+
+    - "take O from R" at R with empty hands and O among R's known contents: "You pick up the O from the R.";
+    - "go to R" from elsewhere, R's contents known: the arrival sentence with those contents (or "closed")."""
+    s = parse_state(state)
+    command = normalize_command(action)
+    m = re.match(rf"^take ({_NAME}) from ({_NAME})$", command)
+    if m:
+        obj, recep = m.groups()
+        ok = s.location == recep and s.inventory is None and obj in s.known.get(recep, []) and s.visible()
+        return f"You pick up the {obj} from the {recep}." if ok else None
+    m = re.match(rf"^go to ({_NAME})$", command)
+    if m and m.group(1) in s.known and s.location != m.group(1) and m.group(1) in s.receptacles:
+        r = m.group(1)
+        if s.is_openable(r):
+            if r not in s.opened:
+                return f"You arrive at {r}. The {r} is closed."
+            return f"You arrive at {r}. The {r} is open. In it, you see {_listing(s.known[r])}."
+        return f"You arrive at {r}. On the {r}, you see {_listing(s.known[r])}."
+    return None
+
+
 # The engine's first sentence for each kind of command, and the command that sentence answers. Checked on real
 # play: every real step's feedback either matches its own command's sentence or none of these.
 _ANSWERS = (
