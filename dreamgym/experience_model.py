@@ -172,10 +172,12 @@ class ExperienceModelConfig:
     derive_determined_outcomes: bool = False
     """At inference, answer a step whose outcome the state alone fixes (the family's `determined_outcome`;
     ALFWorld: a take of an object the state shows at hand's reach, a revisit of a receptacle whose contents are
-    known) with the family's own answer, folded in by `state_after`, without a model call. Departs from the
-    paper like `copy_hidden_outcomes`: these were the first divergences of the tiny ALFWorld model's dream once
-    hidden steps were copied (README section 12). Needs the `determined_outcome`, `model_observation` and
-    `state_after` hooks; training ignores it."""
+    known, an admissible move/heat/cool/clean/close/use, inventory, look) with the family's own answer, folded in
+    by `state_after`, without a model call. Departs from the paper like `copy_hidden_outcomes`: these were the
+    first divergences of the tiny ALFWorld model's dream once hidden steps were copied (README sections 12-13).
+    With both on, the model writes only what neither the state nor a real step of the same game fixes (on a game
+    the data played: a first look no play recorded, `help`). Needs the `determined_outcome`, `model_observation`
+    and `state_after` hooks; training ignores it."""
     reject_contradictions: bool = False
     """Treat an output whose next state contradicts the action (the family's `outcome_contradiction`; ALFWorld:
     feedback that restates another command, "go to stoveburner 3" -> "You arrive at stoveburner 4") as

@@ -4,6 +4,7 @@ reward, bad commands, the abstract state and the admissible commands rebuilt fro
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import subprocess
@@ -299,10 +300,11 @@ def test_outcome_contradiction_passes_every_real_step_and_flags_another_commands
 
 
 def test_determined_outcome_is_the_engines_answer(env, six):
-    """Where `determined_outcome` answers (a take within reach, a revisit of a known receptacle), the real engine
-    said the same: word for word, or for a revisit the same contents in another order."""
-    counts = {"take": 0, "go": 0}
-    plays = (("searcher-list", 0), ("noisy", 0), ("random", 0))
+    """Where `determined_outcome` answers (a take within reach, a revisit of a known receptacle, an admissible
+    move/close/use/heat/cool/clean, inventory, look, examine), the real engine said the same: word for word, or
+    for a listing the same contents in another order."""
+    counts: dict[str, int] = collections.Counter()
+    plays = (("searcher-list", 0), ("noisy", 0), ("random", 0), ("random", 7))
     for task, before, action, obs, info in transitions(env, six, plays, limit=30):
         prev = before["abstract_state"]
         said = A.determined_outcome(task, prev, action)
@@ -313,7 +315,8 @@ def test_determined_outcome_is_the_engines_answer(env, six):
                 info["abstract_state"]).known, (action, said, obs)
             assert parse_state(derived).location == parse_state(info["abstract_state"]).location
     print(counts)
-    assert counts["take"] >= 5 and counts["go"] >= 10, counts
+    assert counts["take"] >= 5 and counts["go"] >= 10 and counts["move"] >= 3, counts
+    assert {"inventory", "look", "examine", "close", "use"} <= set(counts), counts
 
 
 def test_surveyor_records_every_receptacles_first_look_then_wins():
