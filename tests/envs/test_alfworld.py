@@ -316,7 +316,7 @@ def test_determined_outcome_is_the_engines_answer(env, six):
             assert parse_state(derived).location == parse_state(info["abstract_state"]).location
     print(counts)
     assert counts["take"] >= 5 and counts["go"] >= 10 and counts["move"] >= 3, counts
-    assert {"inventory", "look", "examine", "close", "use"} <= set(counts), counts
+    assert {"inventory", "look", "help", "examine", "close", "use"} <= set(counts), counts
 
 
 def test_surveyor_records_every_receptacles_first_look_then_wins():

@@ -387,6 +387,19 @@ def _contents_sentence(s: AbstractState, r: str) -> str:
     return f"On the {r}, you see {_listing(s.known[r])}."
 
 
+# The engine's answer to "help", the same in every game (whitespace-normalised like every state's observation).
+_HELP = " ".join(f"{cmd}: {what}" for cmd, what in (
+    ("look", "look around your current location"), ("inventory", "check your current inventory"),
+    ("go to (receptacle)", "move to a receptacle"), ("open (receptacle)", "open a receptacle"),
+    ("close (receptacle)", "close a receptacle"), ("take (object) from (receptacle)", "take an object from a receptacle"),
+    ("move (object) to (receptacle)", "place an object in or on a receptacle"),
+    ("examine (something)", "examine a receptacle or an object"), ("use (object)", "use an object"),
+    ("heat (object) with (receptacle)", "heat an object using a receptacle"),
+    ("clean (object) with (receptacle)", "clean an object using a receptacle"),
+    ("cool (object) with (receptacle)", "cool an object using a receptacle"),
+    ("slice (object) with (object)", "slice an object using a sharp object")))
+
+
 def determined_outcome(task: Any, state: str, action: str) -> str | None:
     """The engine's feedback to `action` when the state alone fixes it, else None (a first look into a
     receptacle, a command the state does not admit, `help`). Checked against every step of the real episodes
@@ -396,8 +409,9 @@ def determined_outcome(task: Any, state: str, action: str) -> str | None:
     - "go to R" from elsewhere, R's contents known: the arrival sentence with those contents (or "closed"), and
       "examine R" at R likewise without "You arrive at R." (a revisit may list the same objects in another order,
       176 of 1,478 recorded ones, which the state's sorted lists cannot keep);
+    - "examine R" at a closed R: "The R is closed.";
     - an admissible "move", "heat/cool/clean", "close", or "use" of a lamp that is off: the engine's one sentence
-      restating the command; "inventory", "look", and "examine" of the held object: fixed sentences."""
+      restating the command; "inventory", "look" and "help": fixed sentences."""
     s = parse_state(state)
     command = normalize_command(action)
     m = re.match(rf"^take ({_NAME}) from ({_NAME})$", command)
@@ -412,6 +426,8 @@ def determined_outcome(task: Any, state: str, action: str) -> str | None:
         return f"You arrive at {r}. {_contents_sentence(s, r)}" if ok else None
     if command == "inventory":
         return f"You are carrying: a {s.inventory}." if s.inventory else "You are not carrying anything."
+    if command == "help":
+        return f"Available commands: {_HELP}"
     if command == "look":
         if s.location is None:
             return "You are in the middle of a room. Looking quickly around you, you see nothing."
@@ -419,10 +435,10 @@ def determined_outcome(task: Any, state: str, action: str) -> str | None:
     if command not in admissible_from_state(state):
         return None
     m = re.match(rf"^examine ({_NAME})$", command)
-    if m:
-        if m.group(1) == s.inventory:
-            return f"There's nothing special about {s.inventory}."
-        return _contents_sentence(s, m.group(1)) if m.group(1) in s.known else None
+    if m and m.group(1) == s.location:  # the held object's answer depends on its kind ("This is a normal plate 1")
+        r = m.group(1)
+        closed = s.is_openable(r) and r not in s.opened
+        return _contents_sentence(s, r) if closed or r in s.known else None
     m = re.match(rf"^move ({_NAME}) to ({_NAME})$", command)
     if m:
         return f"You move the {m.group(1)} to the {m.group(2)}."
