@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
-from dreamgym.evaluate import EvalConfig, evaluate_policy, load_policy
+from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
 from dreamgym.pipeline import DreamConfig, DreamWorld, train_dream, train_s2r_real
@@ -144,6 +144,24 @@ def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> 
     return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
 
 
+def _evaluated_at(run_dir: Path, step: int, fam: Any, cfg: TrainConfig) -> EvalResult | None:
+    """The periodic evaluation this run already wrote at iteration `step`, if the last one was there: the same
+    policy on the same tasks, seeds and sampling seed, so evaluating again would repeat it exactly (an ALFWorld
+    evaluation of 120 episodes costs ~8 minutes of one core). None when there is none, or it covered other tasks."""
+    path = run_dir / "eval.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    n_tasks = len(fam.tasks(cfg.eval_split))
+    n_tasks = min(n_tasks, cfg.eval_max_tasks) if cfg.eval_max_tasks else n_tasks
+    if not rows or rows[-1].get("step") != step or rows[-1].get("tag") == "start" or \
+            rows[-1].get("n", 0) + rows[-1].get("n_failed", 0) != n_tasks * len(cfg.eval_seeds):
+        return None
+    names = {f.name for f in dataclasses.fields(EvalResult)} - {"episodes"}
+    print(f"[eval final] = [eval {rows[-1]['tag']}], the evaluation at this iteration")
+    return EvalResult(**{k: v for k, v in rows[-1].items() if k in names})
+
+
 def _evaluate(backend: Any, fam: Any, cfg: TrainConfig, tag: str, run_dir: Path, step: int,
               logger: MetricsLogger | None) -> Any:
     tasks = fam.tasks(cfg.eval_split)
@@ -173,7 +191,7 @@ def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: 
                   disable=not progress) as bar:
         job = bar.add_task(cfg.algo, total=cfg.iterations, completed=trainer.iteration)
         while trainer.iteration < cfg.iterations:
-            tasks = iteration_tasks(pool, n_tasks, cfg.seed, trainer.iteration)
+            tasks = iteration_tasks(pool, trainer.affordable_tasks(n_tasks), cfg.seed, trainer.iteration)
             _, m = trainer.train_iteration(tasks, env_factory)
             bar.update(job, completed=trainer.iteration,
                        description=f"{cfg.algo} success {m['success_rate']:.2f} loss {m.get('loss', 0):.3f}")
@@ -263,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             train_offline(trainer, demonstrations(cfg.env, cfg, run_dir), cfg, run_dir, progress=not args.no_progress)
         trainer.save(run_dir / "checkpoint")
         trainer.save(run_dir / "final")
-        after = _evaluate(backend, fam, cfg, "final", run_dir, trainer.iteration, logger)
+        after = _evaluated_at(run_dir, trainer.iteration, fam, cfg) or \
+            _evaluate(backend, fam, cfg, "final", run_dir, trainer.iteration, logger)
     finally:
         logger.close()
     summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,

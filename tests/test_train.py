@@ -30,10 +30,14 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     assert train_main(args + ["iterations=2", "eval_at_start=false"]) == 0
     assert [json.loads(line)["tag"] for line in (grpo_dir / "eval.jsonl").open()] == ["final"]  # no start evaluation
     assert json.loads((grpo_dir / "checkpoint" / "trainer_state.json").read_text())["iteration"] == 2
-    assert train_main(args + ["iterations=3", "--resume"]) == 0
+    assert train_main(args + ["iterations=3", "--resume", "eval_every=3"]) == 0
     assert "resumed from" in capsys.readouterr().out
     summary = json.loads((grpo_dir / "summary.json").read_text())
     assert summary["iterations"] == 3 and 0 < summary["real_steps_used"] <= 200
+    # The evaluation at the last iteration is the final one: not run twice.
+    evals = [json.loads(line) for line in (grpo_dir / "eval.jsonl").open()]
+    assert [e["tag"] for e in evals] == ["final", "it3"] and summary["final"] == {
+        k: v for k, v in evals[-1].items() if k not in ("tag", "step")}
     rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "success_rate" in r]
     assert [r["step"] for r in rows] == [1, 2, 3] and all("real_steps_used" in r for r in rows)
 
@@ -47,6 +51,18 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
                       "rollout.max_new_tokens=12", "rollout.ground_actions=0.9"]) == 0
     cfg = json.loads(out.read_text())["config"]["rollout"]
     assert cfg["max_new_tokens"] == 12 and cfg["ground_actions"] == 0.9  # the command line wins
+
+
+def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_path):
+    """Episodes step in lockstep, so an iteration with more episodes than the remaining real-step budget can
+    finish would end every one of them by the budget, none trainable: fewer tasks are played instead."""
+    run = tmp_path / "grpo"
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
+                       "grpo.tasks_per_iteration=4", "real_step_budget=24", "iterations=3", "eval_at_start=false",
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if "success_rate" in r]
+    assert rows[0]["episodes"] == 6 and rows[0]["episodes_failed"] == 0  # 24 // (2 episodes x 4 turns) = 3 tasks
+    assert all(r["episodes"] >= 2 for r in rows) and rows[-1]["real_steps_used"] <= 24
 
 
 def test_bad_config_is_reported_not_raised(capsys):
