@@ -511,6 +511,7 @@ class ExperienceModel:
             if hit is not None:
                 tr = dataclasses.replace(q, next_state=after(q.state, observe(hit.next_state)), reward=hit.reward,
                                          done=hit.done)
+                self.stats["hidden_copied"] += 1
             elif derived is not None:
                 # Reward and end are not the state's to say here: the synthetic env grounds them (reward_from).
                 tr = dataclasses.replace(q, next_state=after(q.state, f"Observation: {derived}"), reward=0.0,
@@ -542,7 +543,6 @@ class ExperienceModel:
         answers = self._predict_model([queries[i] for i in rest],
                                       examples=None if examples is None else [examples[i] for i in rest],
                                       seed=seed, seeds=None if seeds is None else [seeds[i] for i in rest])
-        self.stats["hidden_copied"] += len(copied) - sum(not p.examples for p in copied.values())
         self.stats["predictions"] += len(copied)
         out: list[Prediction] = [copied[i] if i in copied else None for i in range(len(queries))]  # type: ignore[misc]
         for i, p in zip(rest, answers):

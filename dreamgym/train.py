@@ -152,21 +152,22 @@ def _evaluated_at(run_dir: Path, step: int, fam: Any, cfg: TrainConfig) -> EvalR
     if not path.is_file():
         return None
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    n_tasks = len(fam.tasks(cfg.eval_split))
-    n_tasks = min(n_tasks, cfg.eval_max_tasks) if cfg.eval_max_tasks else n_tasks
     if not rows or rows[-1].get("step") != step or rows[-1].get("tag") == "start" or \
-            rows[-1].get("n", 0) + rows[-1].get("n_failed", 0) != n_tasks * len(cfg.eval_seeds):
+            rows[-1].get("n", 0) + rows[-1].get("n_failed", 0) != len(_eval_tasks(fam, cfg)) * len(cfg.eval_seeds):
         return None
     names = {f.name for f in dataclasses.fields(EvalResult)} - {"episodes"}
     print(f"[eval final] = [eval {rows[-1]['tag']}], the evaluation at this iteration")
     return EvalResult(**{k: v for k, v in rows[-1].items() if k in names})
 
 
+def _eval_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
+    tasks = fam.tasks(cfg.eval_split)
+    return tasks[: cfg.eval_max_tasks] if cfg.eval_max_tasks else tasks
+
+
 def _evaluate(backend: Any, fam: Any, cfg: TrainConfig, tag: str, run_dir: Path, step: int,
               logger: MetricsLogger | None) -> Any:
-    tasks = fam.tasks(cfg.eval_split)
-    if cfg.eval_max_tasks:
-        tasks = tasks[: cfg.eval_max_tasks]
+    tasks = _eval_tasks(fam, cfg)
     ecfg = EvalConfig(temperature=cfg.eval_temperature, sample_seed=cfg.seed, agent=cfg.agent, rollout=cfg.rollout)
     res = evaluate_policy(backend, lambda: fam.make_env(cfg.eval_split), tasks, cfg.eval_seeds, ecfg)
     row = {"tag": tag, "step": step, **res.to_dict()}

@@ -30,7 +30,8 @@ collector, the experience model, the curriculum and evaluation use without knowi
   recorded real step with the same key answers it (`ExperienceModelConfig.copy_hidden_outcomes`); None when
   the outcome follows from the state
 - optional `determined_outcome(task, state, action) -> str | None`: the environment's feedback to `action` when
-  the state alone fixes it (ALFWorld: a take within reach, a revisit of a known receptacle), else None
+  the state alone fixes it (ALFWorld: a take within reach, a revisit of a known receptacle, an admissible move,
+  inventory), else None
   (`ExperienceModelConfig.derive_determined_outcomes`)
 - optional `outcome_contradiction(task, state, action, next_state) -> str`: why `next_state` cannot be the
   environment's answer to `action` (ALFWorld: feedback restating another command), "" when it can; the

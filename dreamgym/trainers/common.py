@@ -507,7 +507,6 @@ class BaseTrainer:
         """Modules saved as state dicts beside the policy (value head, critic, full-FT reference)."""
         return {}
 
-    # -- checkpoints
     def affordable_tasks(self, n_tasks: int) -> int:
         """How many of an iteration's `n_tasks` to play in the real environment so that each of their episodes
         (`group_size` or `episodes_per_task` per task) can run to `rollout.max_turns` within the remaining
@@ -520,6 +519,7 @@ class BaseTrainer:
         per_task = getattr(self.config, "group_size", None) or getattr(self.config, "episodes_per_task", 1)
         return max(1, min(n_tasks, remaining // (per_task * self.common.rollout.max_turns)))
 
+    # -- checkpoints
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
         RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one."""

@@ -11,14 +11,7 @@ import functools
 import random
 
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, can_contain, lower_set, tables
-from dreamgym.envs.alfworld.state import AbstractState, admissible_from_state
-
-
-def _listing(rng: random.Random, names: list[str]) -> str:
-    if not names:
-        return "nothing"
-    items = [f"a {n}" for n in names]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + ", and " + items[-1]
+from dreamgym.envs.alfworld.state import AbstractState, admissible_from_state, engine_listing
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,17 +38,17 @@ def _corpus() -> tuple[str, ...]:
     for _ in range(160):
         room = sorted({f"{r} {rng.randint(1, 4)}" for r in rng.sample(receps, rng.randint(6, 14))})
         lines.append("You are in the middle of a room. Looking quickly around you, you see "
-                     f"{_listing(rng, list(reversed(room)))}.")
+                     f"{engine_listing(list(reversed(room)))}.")
         r = rng.choice(room)
         rt = r.split()[0]
         fits = sorted(holds.get(rt) or objs)
         inside = sorted({f"{o} {rng.randint(1, 3)}" for o in rng.sample(fits, min(rng.randint(0, 5), len(fits)))})
         if rt in lower_set("openable"):
             lines += [f"You arrive at {r}. The {r} is closed.",
-                      f"You open the {r}. The {r} is open. In it, you see {_listing(rng, inside)}.",
+                      f"You open the {r}. The {r} is open. In it, you see {engine_listing(inside)}.",
                       f"You close the {r}."]
         else:
-            lines.append(f"You arrive at {r}. On the {r}, you see {_listing(rng, inside)}.")
+            lines.append(f"You arrive at {r}. On the {r}, you see {engine_listing(inside)}.")
         o = inside[0] if inside else f"{rng.choice(objs)} 1"
         lines += [f"You pick up the {o} from the {r}.", f"You move the {o} to the {r}.",
                   f"You are carrying: a {o}.", "You are not carrying anything.", "Nothing happens.",

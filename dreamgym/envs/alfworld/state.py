@@ -372,9 +372,10 @@ def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
     return f"{getattr(task, 'id', task)}|{verb} {recep}"
 
 
-def _listing(names: list[str]) -> str:
-    """Objects as the engine lists them: "a pen 1", "a pen 1, and a book 2", "a a, a b, and a c"; "nothing"."""
-    items = [f"a {n}" for n in sorted(names, key=name_key)]
+def engine_listing(names: list[str]) -> str:
+    """Objects as the engine lists them, in the given order: "a pen 1", "a pen 1, and a book 2", "a a, a b, and
+    a c"; "nothing" for none."""
+    items = [f"a {n}" for n in names]
     if len(items) > 1:
         items[-1] = f"and {items[-1]}"
     return ", ".join(items) or "nothing"
@@ -382,9 +383,10 @@ def _listing(names: list[str]) -> str:
 
 def _contents_sentence(s: AbstractState, r: str) -> str:
     """What the engine says of a receptacle whose contents the state knows (arriving at it, or examining it)."""
+    contents = engine_listing(sorted(s.known[r], key=name_key)) if r in s.known else ""
     if s.is_openable(r):
-        return f"The {r} is open. In it, you see {_listing(s.known[r])}." if r in s.opened else f"The {r} is closed."
-    return f"On the {r}, you see {_listing(s.known[r])}."
+        return f"The {r} is open. In it, you see {contents}." if r in s.opened else f"The {r} is closed."
+    return f"On the {r}, you see {contents}."
 
 
 # The engine's answer to "help", the same in every game (whitespace-normalised like every state's observation).
@@ -402,7 +404,7 @@ _HELP = " ".join(f"{cmd}: {what}" for cmd, what in (
 
 def determined_outcome(task: Any, state: str, action: str) -> str | None:
     """The engine's feedback to `action` when the state alone fixes it, else None (a first look into a
-    receptacle, a command the state does not admit, `help`). Checked against every step of the real episodes
+    receptacle, a command the state does not admit, examining the held object). Checked against every step of the real episodes
     of README sections 12-13 and `tests/envs/test_alfworld.py::test_determined_outcome_is_the_engines_answer`:
 
     - "take O from R" at R with empty hands and O among R's known contents: "You pick up the O from the R.";
