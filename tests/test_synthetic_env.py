@@ -352,14 +352,23 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     assert SyntheticEnv(_model(), reward_from="auto").reward_rule is None
 
 
-def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_task():
+def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_game():
     """With `copy_hidden_outcomes`, a step whose outcome only the game's hidden layout decides (the first look
-    into a receptacle) gets the observation a real transition of the same task recorded, without a model call;
-    every other step (a known receptacle, a take, another task) is still the model's. Off, the model answers."""
+    into a receptacle) gets the observation a real transition of the same game recorded, without a model call;
+    every other step (a known receptacle, a take, another game) is still the model's. Off, the model answers. A
+    curriculum variant of the task (another goal, its parent's game) is answered from the parent's steps."""
+    from dreamgym.envs.alfworld.goals import parse_goal
     from dreamgym.envs.alfworld.state import state_after
 
-    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
-    other = Task(id="alf-y", env="alfworld", instruction="put some book in shelf", goal={}, split="train")
+    game = {"generator": "v1", "seed": 0, "split": "train"}
+    task = Task(id="alf-x", env="alfworld", instruction="put some book in shelf", goal={**game, "game_id": "g-x"},
+                split="train")
+    other = Task(id="alf-y", env="alfworld", instruction="put some book in shelf", goal={**game, "game_id": "g-y"},
+                 split="train")
+    # As `Curriculum.propose` builds one: the parsed variant goal merged over the parent's.
+    variant = Task(id="alf-x~g1.0", env="alfworld", instruction="put some pen in shelf",
+                   goal={**task.goal, **parse_goal("put some pen in shelf")}, split="generated", parent_id="alf-x",
+                   iteration=1)
     start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
     real_obs = "You arrive at desk 1. On the desk 1, you see a book 1, a pen 2."
     # The real step came from another episode that had already seen the shelf: the outcome does not depend on it.
@@ -405,3 +414,6 @@ def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_task():
     env, llm, _ = dream(copy=True, t=other)  # the same command in another game: its layout is not known
     obs, _, _, _, _ = env.step("go to desk 1")
     assert "cake 9" in obs and len(llm.calls) == 1
+    env, llm, model = dream(copy=True, t=variant)
+    obs, _, _, _, _ = env.step("go to desk 1")
+    assert f"Observation: {real_obs}" in obs and llm.calls == [] and model.stats["hidden_copied"] == 1

@@ -21,7 +21,7 @@ from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
 from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_observation,  # noqa: E402
                                           model_state, name_key, normalize_command, parse_state, state_after)
-from dreamgym.types import Trajectory, Step  # noqa: E402
+from dreamgym.types import Step, Task, Trajectory  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.
 N = 6
@@ -276,6 +276,30 @@ def test_hidden_outcome_key_fixes_the_observation_within_a_game(env, six):
     print(f"{len(keyed)} keys, {len(shared)} reached more than once")
     assert len(keyed) >= 100 and len(shared) >= 60  # measured 155 and 106
     assert any(len(set(o)) > 1 for o in unkeyed.values())  # e.g. a second visit after the agent took something
+
+
+def test_a_curriculum_variant_plays_in_its_parents_game(env, six):
+    """A variant as `Curriculum.propose` builds it (the parsed variant goal merged over the parent's) resets into
+    the parent's game: the same room and first looks, only the Task line differs, and its hidden-outcome keys
+    are the parent's, so the parent's recorded first looks answer the variant's dream."""
+    from dreamgym.envs.alfworld.goals import parse_goal
+
+    parent = six[0]
+    text = f"find two {parent.goal['object']} and put them in {parent.goal['receptacle']}"
+    variant = Task(id=f"{parent.id}~g1.0", env="alfworld", instruction=text,
+                   goal={**parent.goal, **parse_goal(text)}, split="generated", parent_id=parent.id, iteration=1)
+    assert variant.goal["task_type"] == "pick_two_obj_and_place" != parent.goal["task_type"]
+    runs = {}
+    for t in (parent, variant):
+        obs, info = env.reset(seed=3, options={"task": t})
+        first = info["admissible_actions"][0]
+        obs2, _, _, _, info2 = env.step(first)
+        runs[t.id] = (info["gamefile"], info["abstract_state"].splitlines(), first, obs2,
+                      A.hidden_outcome_key(t, info["abstract_state"], first))
+    (pfile, pstate, pact, pobs, pkey), (vfile, vstate, vact, vobs, vkey) = runs[parent.id], runs[variant.id]
+    assert vfile == pfile and vstate[1:] == pstate[1:] and vstate[0] == f"Task: {text}."
+    assert (vact, vobs) == (pact, pobs) and pkey is not None and vkey == pkey
+    assert A.hidden_outcome_key(six[1], "\n".join(pstate), pact) != pkey  # another game, another key
 
 
 def test_outcome_contradiction_passes_every_real_step_and_flags_another_commands_answer(env, six):

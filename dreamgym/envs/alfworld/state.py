@@ -349,7 +349,7 @@ _REVEALING = re.compile(rf"^(go to|open|examine) ({_NAME})$")
 
 def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
     """A key for `action`'s outcome in `state` of `task` when that outcome depends only on the game's hidden
-    layout, else None. The key names the game (the task id), so equal keys mean the same world.
+    layout, else None. The key names the game (`world_id`), so equal keys mean the same world.
 
     That is a step that reveals a receptacle whose contents the state does not know: "go to X" from elsewhere,
     or "open X" / "examine X" while standing at it. What it shows is the game's initial placement, whatever
@@ -369,7 +369,20 @@ def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
         return None
     if (verb == "go to") == (s.location == recep):  # go to: from elsewhere; open/examine: standing at it
         return None
-    return f"{getattr(task, 'id', task)}|{verb} {recep}"
+    return f"{world_id(task)}|{verb} {recep}"
+
+
+def world_id(task: Any) -> str:
+    """The game a task is played in: its goal's generator, seed, split and `game_id`, else its id. A curriculum
+    variant keeps its parent's goal fields, `game_id` and `game_file` among them (`curriculum.Curriculum` merges
+    the parsed variant goal over the parent's), so the real environment resets it into the parent's game and
+    its first looks are the parent's recorded ones."""
+    goal = getattr(task, "goal", None) or {}
+    if not goal.get("game_id"):
+        return str(getattr(task, "id", task))
+    # The same game id under another generator seed is another layout; the file path would also say so, but it
+    # names this machine's cache, and a buffer recorded elsewhere must still match.
+    return "/".join(str(goal.get(k, "")) for k in ("generator", "seed", "split", "game_id"))
 
 
 def engine_listing(names: list[str]) -> str:
