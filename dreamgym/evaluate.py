@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", help="task split (default: test)")
     parser.add_argument("--seeds", default="0", help="comma-separated environment seeds; each task runs once per seed")
     parser.add_argument("--max-tasks", type=int, default=0, help="evaluate only the first N tasks (0 = all)")
+    parser.add_argument("--skip-tasks", type=int, default=0,
+                        help="leave out the split's first N tasks, e.g. the ones periodic evaluation during training "
+                             "used, so a checkpoint chosen on them is confirmed on tasks it was not chosen on")
     parser.add_argument("--config", default=None, help="YAML file with EvalConfig fields")
     parser.add_argument("--json", default=None, help="write the result as JSON to this file")
     parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
@@ -191,14 +194,26 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PresetError, ValueError, OSError) as e:
         print(f"dreamgym eval: {e}", file=sys.stderr)
         return 2
+    if args.skip_tasks < 0 or args.max_tasks < 0:
+        print("dreamgym eval: --skip-tasks and --max-tasks must be >= 0", file=sys.stderr)
+        return 2
+    tasks = tasks[args.skip_tasks:]
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
+    if not tasks:
+        print(f"dreamgym eval: no {args.split} tasks left after skipping {args.skip_tasks}", file=sys.stderr)
+        return 2
     backend = HFBackend(model, tok)
     result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
     print(f"{args.policy} on {args.env}/{args.split}: {result}")
     if args.json:
         from dreamgym.paths import atomic_write_text
 
+        # One row per episode, so two policies evaluated on the same tasks and seeds can be compared pair by pair.
+        rows = [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
+                 "steps": len(e.turns), "failed": not e.trainable} for e in result.episodes]
         atomic_write_text(args.json, json.dumps({"policy": args.policy, "env": args.env, "split": args.split,
-                                                 "seeds": seeds, "config": to_dict(cfg), **result.to_dict()}, indent=1))
+                                                 "seeds": seeds, "skip_tasks": args.skip_tasks,
+                                                 "max_tasks": args.max_tasks, "config": to_dict(cfg),
+                                                 **result.to_dict(), "episodes": rows}, indent=1))
     return 0

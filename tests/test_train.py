@@ -4,6 +4,7 @@ run directory, checkpoints, --resume, init from another run, evaluation — not 
 import json
 
 from dreamgym.cli import COMMANDS
+from dreamgym.envs import family
 from dreamgym.evaluate import main as eval_main
 from dreamgym.metrics import read_metrics
 from dreamgym.train import main as train_main
@@ -51,6 +52,15 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
                       "rollout.max_new_tokens=12", "rollout.ground_actions=0.9"]) == 0
     cfg = json.loads(out.read_text())["config"]["rollout"]
     assert cfg["max_new_tokens"] == 12 and cfg["ground_actions"] == 0.9  # the command line wins
+    assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--skip-tasks", "2", "--max-tasks", "2",
+                      "--seeds", "0,1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = res["episodes"]
+    assert len(rows) == 4 and sorted({r["seed"] for r in rows}) == [0, 1]  # one row per (task, seed)
+    test_ids = [t.id for t in family("dial").tasks("test")]
+    assert {r["task"] for r in rows} == set(test_ids[2:4])  # the first two left out
+    assert sum(r["won"] for r in rows) == res["n_success"] and res["skip_tasks"] == 2
+    assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--skip-tasks", "100000"]) == 2
 
 
 def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_path):
