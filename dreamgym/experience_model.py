@@ -164,11 +164,13 @@ class ExperienceModelConfig:
     copy_hidden_outcomes: bool = False
     """At inference, answer a step whose outcome depends only on the task's hidden world (the family's
     `hidden_outcome_key`; ALFWorld: the first look into a receptacle) with the observation a real transition of
-    the same task recorded under the same key, folded into the current state by the family's `state_after`,
+    the same game recorded under the same key, folded into the current state by the family's `state_after`,
     without a model call. The model answers every other step, and every step no real transition covers.
     Departs from the paper, where the model writes every outcome guided by its retrieved examples: the tiny
     model reproduced a retrieved example holding the exact answer on about 1 step in 8 (README section 11).
-    Needs the family's `hidden_outcome_key`, `model_observation` and `state_after` hooks; training ignores it."""
+    WebShop keys a search, a product's page and its tabs, and results paging by the catalog, so any task's real
+    step answers them. Needs the family's `hidden_outcome_key`, `model_observation` and `state_after` hooks;
+    training ignores it."""
     derive_determined_outcomes: bool = False
     """At inference, answer a step whose outcome the state alone fixes (the family's `determined_outcome`;
     ALFWorld: a take of an object the state shows at hand's reach, a revisit of a receptacle whose contents are
@@ -176,8 +178,8 @@ class ExperienceModelConfig:
     by `state_after`, without a model call. Departs from the paper like `copy_hidden_outcomes`: these were the
     first divergences of the tiny ALFWorld model's dream once hidden steps were copied (README sections 12-13).
     With both on, the model writes only what neither the state nor a real step of the same game fixes (on a game
-    the data played: a first look no play recorded, `help`). Needs the `determined_outcome`, `model_observation`
-    and `state_after` hooks; training ignores it."""
+    the data played: a first look no play recorded, `help`). WebShop: Back to Search and an option click. Needs
+    the `determined_outcome`, `model_observation` and `state_after` hooks; training ignores it."""
     reject_contradictions: bool = False
     """Treat an output whose next state contradicts the action (the family's `outcome_contradiction`; ALFWorld:
     feedback that restates another command, "go to stoveburner 3" -> "You arrive at stoveburner 4") as
@@ -514,8 +516,7 @@ class ExperienceModel:
                 self.stats["hidden_copied"] += 1
             elif derived is not None:
                 # Reward and end are not the state's to say here: the synthetic env grounds them (reward_from).
-                tr = dataclasses.replace(q, next_state=after(q.state, f"Observation: {derived}"), reward=0.0,
-                                         done=False)
+                tr = dataclasses.replace(q, next_state=after(q.state, derived), reward=0.0, done=False)
                 self.stats["determined"] += 1
             else:
                 continue

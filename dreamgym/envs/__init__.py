@@ -26,13 +26,13 @@ collector, the experience model, the curriculum and evaluation use without knowi
   WebShop: the purchase score of the catalog product bought from `state`); None when it cannot decide. The
   synthetic environment takes reward and end from it instead of the model's (`reward_from`)
 - optional `hidden_outcome_key(task, state, action) -> str | None`: a key under which the action's outcome
-  depends only on the task's hidden world (ALFWorld: the first look into a receptacle of that game), so any
-  recorded real step with the same key answers it (`ExperienceModelConfig.copy_hidden_outcomes`); None when
-  the outcome follows from the state
-- optional `determined_outcome(task, state, action) -> str | None`: the environment's feedback to `action` when
-  the state alone fixes it (ALFWorld: a take within reach, a revisit of a known receptacle, an admissible move,
-  inventory), else None
-  (`ExperienceModelConfig.derive_determined_outcomes`)
+  depends only on the task's hidden world (ALFWorld: the first look into a receptacle of that game; WebShop: a
+  search, a product's page or tab on that catalog), so any recorded real step with the same key answers it
+  (`ExperienceModelConfig.copy_hidden_outcomes`); None when the outcome follows from the state
+- optional `determined_outcome(task, state, action) -> str | None`: the environment's answer to `action` when
+  the state alone fixes it, as `state_after` folds it into the state (ALFWorld: the engine's feedback to a take
+  within reach, a revisit of a known receptacle, an admissible move, inventory; WebShop: the whole next page
+  after Back to Search or an option), else None (`ExperienceModelConfig.derive_determined_outcomes`)
 - optional `outcome_contradiction(task, state, action, next_state) -> str`: why `next_state` cannot be the
   environment's answer to `action` (ALFWorld: feedback restating another command), "" when it can; the
   experience model re-generates such outputs like malformed ones (`ExperienceModelConfig.reject_contradictions`)

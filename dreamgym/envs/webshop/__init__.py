@@ -2,14 +2,16 @@
 (or on the official data files, when a user has them).
 
 Owns: the family surface (see `dreamgym.envs`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, plus the published mappers `html_to_abstract` /
+`parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, `model_observation`, `state_after`,
+`hidden_outcome_key`, `determined_outcome`, plus the published mappers `html_to_abstract` /
 `html_to_text`.
 Must not know: models, torch, trainers, storage formats.
 
 Modules: vocab (word lists), catalog (products, generator, cache), search (bm25s), goals (instructions,
 splits, parser), reward (the original formula), pages (page state, HTML, abstract states), env
-(`WebShopEnv`), policies (oracle / noisy / random), explain (reasoning traces), official (loader for the
-official files), server (`dreamgym webshop serve`).
+(`WebShopEnv`), outcomes (the steps a page or a recorded real step fixes), policies (oracle / noisy /
+random), explain (reasoning traces), official (loader for the official files), server (`dreamgym webshop
+serve`).
 
 Catalog settings (`n_products`, `seed`, `official_dir`, `catalog_key`) are accepted by `make_env`, `tasks`
 and `corpus_text`; the defaults give the 2,000-product synthetic catalog with its fixed splits.
@@ -24,6 +26,7 @@ from dreamgym.envs.webshop.catalog import get_catalog
 from dreamgym.envs.webshop.env import WebShopEnv, catalog_tasks, grounded_outcome
 from dreamgym.envs.webshop.explain import explain
 from dreamgym.envs.webshop.goals import parse_goal
+from dreamgym.envs.webshop.outcomes import determined_outcome, hidden_outcome_key, model_observation, state_after
 from dreamgym.envs.webshop.pages import admissible_from_state, html_to_abstract, html_to_text, parse_abstract
 from dreamgym.envs.webshop.policies import POLICIES
 from dreamgym.types import Task
@@ -31,7 +34,7 @@ from dreamgym.types import Task
 _CATALOG_KW = ("n_products", "seed", "official_dir", "catalog_key")
 
 __all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text",
-           "grounded_outcome",
+           "grounded_outcome", "model_observation", "state_after", "hidden_outcome_key", "determined_outcome",
            "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
 
 

@@ -23,21 +23,19 @@ elsewhere), `r_type`/`r_attr`/`r_option`/`r_price` (None until a purchase) and `
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs.webshop.catalog import DEFAULT_N_PRODUCTS, DEFAULT_SEED, Catalog, get_catalog, synthetic_key
 from dreamgym.envs.webshop.goals import parse_goal
-from dreamgym.envs.webshop.pages import (BUY_NOW, PageState, admissible_from_state, clickables, html_to_abstract,
-                                         html_to_text, parse_abstract, render_html)
+from dreamgym.envs.webshop.outcomes import catalog_id, clean_query
+from dreamgym.envs.webshop.pages import (ACTION_RE, BUY_NOW, PageState, admissible_from_state, clickables,
+                                         html_to_abstract, html_to_text, parse_abstract, render_html)
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.types import Task
 
 OBS_MODES = ("text", "html", "abstract")
-MAX_QUERY_CHARS = 500
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.S | re.I)
 
 
 def _norm(text: str) -> str:
@@ -71,8 +69,8 @@ def task_catalog(task: Task) -> Catalog | None:
     id of another form."""
     if task.id.startswith("webshop-"):
         return get_catalog(synthetic_key())
-    if task.id.startswith("webshop[") and "]" in task.id:
-        return get_catalog(task.id[len("webshop["):task.id.index("]")])
+    if task.id.startswith("webshop["):
+        return get_catalog(catalog_id(task))
     return None
 
 
@@ -83,7 +81,7 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tu
     episode. Any other step gives 0 and goes on. A product id the catalog lacks buys nothing (0, ended). None
     when the task's catalog or goal is unknown. `next_state` is not read: what the model wrote on the
     confirmation page (its score line included) does not decide the reward."""
-    m = _ACTION.match(action or "")
+    m = ACTION_RE.match(action or "")
     if not (m and m.group(1).lower() == "click" and _norm(m.group(2)) == _norm(BUY_NOW)):
         return 0.0, False
     page = parse_abstract(state)
@@ -159,14 +157,14 @@ class WebShopEnv(TextEnv):
     def _transition(self, action: str) -> tuple[PageState, str]:
         """The next page for an action, or (current page, notice) when the action cannot be carried out."""
         s = self.state.with_notice("")
-        m = _ACTION.match(action) if isinstance(action, str) else None
+        m = ACTION_RE.match(action) if isinstance(action, str) else None
         if not m:
             return s, f"Invalid action {_short(str(action))!r}: use search[query] or click[element]."
         verb, arg = m.group(1).lower(), m.group(2)
         if verb == "search":
             if s.kind != "search":
                 return s, "search[...] only works on the search page: click[Back to Search] first."
-            query = " ".join("".join(c if c.isprintable() else " " for c in arg).split())[:MAX_QUERY_CHARS]
+            query = clean_query(arg)
             if not query:
                 return s, "Empty search query: write search[your words]."
             return PageState("results", query=query, results=tuple(self.catalog.search.search(query)), page=1), ""

@@ -13,11 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dreamgym.envs.webshop.pages import SUB_PAGE_KINDS, parse_abstract
+from dreamgym.envs.webshop.pages import ACTION_RE, SUB_PAGE_KINDS, parse_abstract
 from dreamgym.envs.webshop.reward import goal_options_dict
 from dreamgym.types import Transition
 
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.S | re.I)
 _PRICE = re.compile(r"\$(\d+(?:\.\d+)?)")
 _SCORE = re.compile(r"score \(min 0\.0, max 1\.0\): ([\d.]+)")
 _BREAKDOWN = re.compile(r"type ([\d.]+) \| attributes (\d+)/(\d+) \| options (\d+)/(\d+) \| price (\d)/1")
@@ -54,7 +53,7 @@ def explain(tr: Transition) -> str:
     """A short causal explanation of (state, action) -> (next state, reward) for WebShop."""
     goal = tr.task.goal or {}
     before, after = parse_abstract(tr.state), parse_abstract(tr.next_state)
-    m = _ACTION.match(tr.action or "")
+    m = ACTION_RE.match(tr.action or "")
     verb, arg = (m.group(1).lower(), " ".join(m.group(2).split())) if m else ("", "")
     reward = f"{tr.reward:g}"
     where = before["page"] or "current"

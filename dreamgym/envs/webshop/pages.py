@@ -46,6 +46,7 @@ TITLE_LIMIT = 32             # characters of a result title kept in the abstract
 TEXT_LIMIT = 120             # characters of a [text] line kept in the abstract state
 QUERY_LIMIT = 40             # characters of the query repeated in a results page's [page] header
 SEARCH_PLACEHOLDER = "search[<query>]"
+ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.S | re.I)  # search[...] / click[...], any case
 
 BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, BUY_NOW = "Back to Search", "Next >", "< Prev", "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
