@@ -148,7 +148,9 @@ class SyntheticEnv(TextEnv):
         return self._real_envs[split]
 
     def _real_initial_state(self, task: Task) -> str | None:
-        real = self._real_env(task.split or self.split)
+        # A curriculum variant's split is "generated", which no real environment has: it starts in the synthetic
+        # env's own split, where its goal fields (e.g. ALFWorld's game) were drawn.
+        real = self._real_env(self.split if task.split in ("", "generated") else task.split)
         if real is None:
             return None
         try:

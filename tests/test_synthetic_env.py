@@ -352,6 +352,26 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     assert SyntheticEnv(_model(), reward_from="auto").reward_rule is None
 
 
+def test_a_curriculum_variant_starts_in_its_parents_real_game():
+    """A variant (split "generated", goal merged over its parent's) gets its initial state from the real ALFWorld
+    environment of the synthetic env's split: the parent's room, its own Task line, no model call."""
+    from dreamgym.envs import alfworld
+    from dreamgym.envs.alfworld.goals import parse_goal
+
+    parent = alfworld.tasks("train")[0]
+    text = f"find two {parent.goal['object']} and put them in {parent.goal['receptacle']}"
+    variant = Task(id=f"{parent.id}~g1.0", env="alfworld", instruction=text,
+                   goal={**parent.goal, **parse_goal(text)}, split="generated", parent_id=parent.id, iteration=1)
+    llm = FakeLLM(["never asked"])
+    model = ExperienceModel(llm, config=ExperienceModelConfig(use_retrieval=False, write_observation=True),
+                            env="alfworld")
+    env = SyntheticEnv(model, tasks=[parent, variant], split="train")
+    parent_state, _ = env.reset(options={"task": parent})
+    state, _ = env.reset(options={"task": variant})
+    assert state.splitlines()[0] == f"Task: {text}." and state.splitlines()[1:3] == parent_state.splitlines()[1:3]
+    assert env.stats["real_initial_states"] == 2 and env.stats["model_initial_states"] == 0 and llm.calls == []
+
+
 def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_game():
     """With `copy_hidden_outcomes`, a step whose outcome only the game's hidden layout decides (the first look
     into a receptacle) gets the observation a real transition of the same game recorded, without a model call;
