@@ -31,15 +31,11 @@ from dreamgym.envs.webshop.catalog import DEFAULT_N_PRODUCTS, DEFAULT_SEED, Cata
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.outcomes import catalog_id, clean_query
 from dreamgym.envs.webshop.pages import (ACTION_RE, BUY_NOW, PageState, admissible_from_state, clickables,
-                                         html_to_abstract, html_to_text, parse_abstract, render_html)
+                                         html_to_abstract, html_to_text, norm_label, parse_abstract, render_html)
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.types import Task
 
 OBS_MODES = ("text", "html", "abstract")
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -82,7 +78,7 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tu
     when the task's catalog or goal is unknown. `next_state` is not read: what the model wrote on the
     confirmation page (its score line included) does not decide the reward."""
     m = ACTION_RE.match(action or "")
-    if not (m and m.group(1).lower() == "click" and _norm(m.group(2)) == _norm(BUY_NOW)):
+    if not (m and m.group(1).lower() == "click" and norm_label(m.group(2)) == norm_label(BUY_NOW)):
         return 0.0, False
     page = parse_abstract(state)
     if page["page"] != "item":
@@ -94,9 +90,9 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tu
     product = catalog.by_asin.get(page["asin"])
     if product is None:
         return 0.0, True
-    offered = {(_norm(k), _norm(v)): (k, v) for k, vs in product.options.items() for v in vs}
-    chosen = dict(offered[(_norm(o["name"]), _norm(o["value"]))] for o in page["options"]
-                  if o["selected"] and (_norm(o["name"]), _norm(o["value"])) in offered)
+    offered = {(norm_label(k), norm_label(v)): (k, v) for k, vs in product.options.items() for v in vs}
+    chosen = dict(offered[(norm_label(o["name"]), norm_label(o["value"]))] for o in page["options"]
+                  if o["selected"] and (norm_label(o["name"]), norm_label(o["value"])) in offered)
     reward, _ = get_reward(product, goal, product.price, chosen)
     return float(reward), True
 
@@ -169,10 +165,10 @@ class WebShopEnv(TextEnv):
                 return s, "Empty search query: write search[your words]."
             return PageState("results", query=query, results=tuple(self.catalog.search.search(query)), page=1), ""
         product = self.catalog.by_asin.get(s.asin) if s.asin else None
-        target = _norm(arg)
+        target = norm_label(arg)
         effect = None
         for label, eff in clickables(s, product):
-            if _norm(label) == target or (eff[0] == "option" and _norm(f"{eff[1]}: {eff[2]}") == target):
+            if norm_label(label) == target or (eff[0] == "option" and norm_label(f"{eff[1]}: {eff[2]}") == target):
                 effect = eff
                 break
         if effect is None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dreamgym.envs.webshop.pages import ACTION_RE, BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, SUB_PAGES, parse_abstract
+from dreamgym.envs.webshop.pages import (ACTION_RE, BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, SUB_PAGES, norm_label,
+                                         parse_abstract)
 
 SEARCH_PAGE = "[page] search\n[searchbox] search"
 MAX_QUERY_CHARS = 500  # what the real environment keeps of a query
@@ -54,10 +55,6 @@ def state_after(previous: str, written: str) -> str:
     return written
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
 def _without_notice(state: str) -> list[str]:
     # A notice is the answer to the previous, failed action; the next step's page never keeps it.
     return [line for line in state.strip().splitlines() if not line.startswith("[notice]")]
@@ -67,19 +64,19 @@ def _clicked(page: dict[str, Any], target: str) -> tuple[str, ...] | None:
     """The element `click[target]` hits on a parsed page, in the real environment's matching order (buttons
     Back/Prev/Next, product links, options by value or "name: value", the other buttons): ("button", text),
     ("link", asin) or ("option", name, value); None when the page offers no such element."""
-    t = _norm(target)
+    t = norm_label(target)
     head = [b for b in page["buttons"] if b in (BACK_TO_SEARCH, PREV_PAGE, NEXT_PAGE)]
     for b in head:
-        if _norm(b) == t:
+        if norm_label(b) == t:
             return ("button", b)
     for link in page["links"]:
-        if _norm(link["asin"]) == t:
+        if norm_label(link["asin"]) == t:
             return ("link", link["asin"])
     for o in page["options"]:
-        if _norm(o["value"]) == t or _norm(f"{o['name']}: {o['value']}") == t:
+        if norm_label(o["value"]) == t or norm_label(f"{o['name']}: {o['value']}") == t:
             return ("option", o["name"], o["value"])
     for b in page["buttons"]:
-        if b not in head and _norm(b) == t:
+        if b not in head and norm_label(b) == t:
             return ("button", b)
     return None
 

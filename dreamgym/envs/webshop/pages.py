@@ -94,6 +94,12 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
+def norm_label(text: str) -> str:
+    """An element label or click target as they are compared: lower case, whitespace folded ("Buy  now" ->
+    "buy now"). The environment, its scripted policies and the outcome hooks must match clicks alike."""
+    return " ".join(text.lower().split())
+
+
 def page_text(state: PageState) -> str:
     """The `[page]` header of the abstract state."""
     if state.kind == "results":

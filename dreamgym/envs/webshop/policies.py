@@ -19,7 +19,7 @@ from typing import Any
 from dreamgym.envs.webshop.catalog import Catalog, Product, get_catalog
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.pages import (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW,
-                                         SEARCH_PLACEHOLDER, SUB_PAGE_KINDS, SUB_PAGES, parse_abstract)
+                                         SEARCH_PLACEHOLDER, SUB_PAGE_KINDS, SUB_PAGES, norm_label, parse_abstract)
 from dreamgym.envs.webshop.reward import get_reward, goal_options_dict, option_matches
 from dreamgym.types import Task
 
@@ -28,10 +28,6 @@ _PRICE_CLAUSE = re.compile(r",?\s*(and\s+)?(the\s+)?(price|priced|that costs|for
 
 def click(label: str) -> str:
     return f"click[{label}]"
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 def best_options(product: Product, goal: dict[str, Any]) -> dict[str, str]:
@@ -44,7 +40,7 @@ def best_options(product: Product, goal: dict[str, Any]) -> dict[str, str]:
         free_match = option_matches(product, {gname: gval}, {})[0]  # already matched by the product text
         for group in groups:
             values = product.options[group]
-            pick = next((v for v in values if _norm(v) == _norm(gval)), None)
+            pick = next((v for v in values if norm_label(v) == norm_label(gval)), None)
             if pick is None and not free_match:
                 pick = next((v for v in values if option_matches(product, {gname: gval}, {group: v})[0]), None)
             if pick is not None and group not in chosen:
@@ -246,7 +242,7 @@ class ShopperPolicy(_PagePolicy):
         selected = {o["name"]: o["value"] for o in p["options"] if o["selected"]}
         for name, value in goal_options_dict(self.goal).items():
             offered = [o for o in p["options"] if o["name"] == name or name.startswith("option")]
-            pick = next((o["value"] for o in offered if _norm(o["value"]) == _norm(value)), None)
+            pick = next((o["value"] for o in offered if norm_label(o["value"]) == norm_label(value)), None)
             if pick is not None and selected.get(name) != pick and pick not in selected.values():
                 return click(pick)
         return click(BUY_NOW)
