@@ -80,6 +80,11 @@ class TrainConfig(TrainerConfig):
     eval_at_start: bool = True
     """Evaluate before training. False skips it, e.g. when `init` is a checkpoint whose run just evaluated it on the
     same tasks (an ALFWorld evaluation of 60 games x 50 steps costs ~5 minutes of one core)."""
+    keep_evaluated: bool = False
+    """Keep the policy of every periodic evaluation as a trainer checkpoint named by its tag in eval.jsonl
+    (`<run_dir>/it<N>/`, `dream-it<N>/`, `s2r-it<N>/`). `checkpoint/` is replaced as training goes on, so without this
+    a policy picked on the periodic evaluation is lost; with it, the pick can be confirmed on tasks it was not picked
+    on (`dreamgym eval --policy <run_dir>/it<N> --skip-tasks ...`)."""
     data: str = ""
     """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
     demo_policies: str = ""
@@ -179,6 +184,15 @@ def _evaluate(backend: Any, fam: Any, cfg: TrainConfig, tag: str, run_dir: Path,
     return res
 
 
+def _periodic_evaluation(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: MetricsLogger | None,
+                         tag: str) -> Any:
+    """Evaluate the trainer's current policy under `tag` (it<N>, dream-it<N>, s2r-it<N>), first keeping it as
+    `<run_dir>/<tag>/` when `cfg.keep_evaluated`."""
+    if cfg.keep_evaluated:
+        trainer.save(run_dir / tag)
+    return _evaluate(trainer.backend, fam, cfg, tag, run_dir, trainer.iteration, logger)
+
+
 def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: MetricsLogger,
                progress: bool = True) -> None:
     """The online loop: per iteration a seeded task sample, `train_iteration` in the real environment,
@@ -199,7 +213,7 @@ def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: 
             if cfg.save_every and trainer.iteration % cfg.save_every == 0:
                 trainer.save(run_dir / "checkpoint")
             if cfg.eval_every and trainer.iteration % cfg.eval_every == 0:
-                _evaluate(trainer.backend, fam, cfg, f"it{trainer.iteration}", run_dir, trainer.iteration, logger)
+                _periodic_evaluation(trainer, fam, cfg, run_dir, logger, f"it{trainer.iteration}")
             if m.get("budget_exhausted"):
                 print(f"real-step budget of {cfg.real_step_budget} used up after {trainer.iteration} iterations")
                 break
@@ -269,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             train_real(trainer, fam, cfg, run_dir, logger, progress=not args.no_progress)
         elif cfg.algo in ("grpo", "ppo"):
             n_tasks = cfg.grpo.tasks_per_iteration if cfg.algo == "grpo" else cfg.ppo.tasks_per_iteration
-            evaluate = lambda tag, step: _evaluate(backend, fam, cfg, tag, run_dir, step, logger)  # noqa: E731
+            evaluate = lambda tag, step: _periodic_evaluation(trainer, fam, cfg, run_dir, logger, tag)  # noqa: E731
             world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed)
             train_dream(trainer, world, iterations=cfg.dream.iterations, tasks_per_iteration=n_tasks,
                         algo=cfg.algo, run_dir=run_dir, logger=logger, evaluate=evaluate,

@@ -31,8 +31,12 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     assert train_main(args + ["iterations=2", "eval_at_start=false"]) == 0
     assert [json.loads(line)["tag"] for line in (grpo_dir / "eval.jsonl").open()] == ["final"]  # no start evaluation
     assert json.loads((grpo_dir / "checkpoint" / "trainer_state.json").read_text())["iteration"] == 2
-    assert train_main(args + ["iterations=3", "--resume", "eval_every=3"]) == 0
+    assert train_main(args + ["iterations=3", "--resume", "eval_every=3", "keep_evaluated=true"]) == 0
     assert "resumed from" in capsys.readouterr().out
+    # The evaluated policy is kept under its eval.jsonl tag (checkpoint/ would be replaced by later iterations).
+    kept = json.loads((grpo_dir / "it3" / "trainer_state.json").read_text())
+    assert kept["iteration"] == 3 and (grpo_dir / "it3" / "model" / "config.json").is_file()
+    assert not (grpo_dir / "it2").exists()  # iteration 2 was not evaluated
     summary = json.loads((grpo_dir / "summary.json").read_text())
     assert summary["iterations"] == 3 and 0 < summary["real_steps_used"] <= 200
     # The evaluation at the last iteration is the final one: not run twice.
@@ -88,3 +92,20 @@ def test_dream_modes_fail_at_start_up_naming_the_field(capsys):
     assert "dream.em" in capsys.readouterr().err
     assert main(["--algo", "sft", "mode=s2r", "dream.em=somewhere"]) == 2
     assert "mode" in capsys.readouterr().err
+
+
+def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
+    """`dreamgym train mode=dream`: zero real steps in training, periodic evaluations in the real env tagged
+    dream-it<N>, and with keep_evaluated each evaluated policy kept under its tag."""
+    from em_helpers import trained_dial_model
+
+    run = tmp_path / "dream"
+    assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
+                       f"run_dir={run}", "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
+                       "grpo.tasks_per_iteration=2", "eval_every=1", "eval_at_start=false", "keep_evaluated=true",
+                       "save_every=1", *FAST]) == 0
+    tags = [json.loads(line)["tag"] for line in (run / "eval.jsonl").open()]
+    assert tags == ["dream-it1", "dream-it2"]  # the final evaluation is the one at iteration 2, not repeated
+    for tag, it in (("dream-it1", 1), ("dream-it2", 2)):
+        assert json.loads((run / tag / "trainer_state.json").read_text())["iteration"] == it
+    assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0
