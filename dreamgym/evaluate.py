@@ -94,6 +94,15 @@ def two_proportion_z_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, fl
     return z, 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def paired_sign_test(only_first: int, only_second: int) -> float:
+    """Exact one-sided McNemar (sign) test of H1: the second policy wins more often than the first, on episodes both
+    played with the same task and seed. `only_first` / `only_second`: episodes only that policy won (the discordant
+    pairs; episodes both or neither won carry no information). Returns P(X >= only_second) for X ~ Bin(n, 1/2),
+    n = only_first + only_second (1.0 when n = 0)."""
+    n = only_first + only_second
+    return sum(math.comb(n, i) for i in range(only_second, n + 1)) / 2 ** n if n else 1.0
+
+
 def evaluate_policy(backend: Any, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], seeds: Sequence[int],
                     config: EvalConfig | None = None, *, budget: RealStepBudget | None = None) -> EvalResult:
     """Play every task once per seed (the seed is the environment seed) and summarise the outcome."""

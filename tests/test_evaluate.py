@@ -8,7 +8,7 @@ import pytest
 
 from dreamgym.agent import AgentConfig
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
-from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test, wilson_interval
+from dreamgym.evaluate import EvalConfig, evaluate_policy, paired_sign_test, two_proportion_z_test, wilson_interval
 from dreamgym.llm.base import Completion
 
 
@@ -25,6 +25,13 @@ def test_two_proportion_z_by_hand():
     assert z == pytest.approx(0.2 / math.sqrt(0.4 * 0.6 * 0.02))
     assert p == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)))
     assert p < 0.01 and two_proportion_z_test(50, 100, 30, 100)[1] > 0.99
+
+
+def test_paired_sign_test_by_hand():
+    # 2 pairs won only by the first, 8 only by the second: P(X >= 8), X ~ Bin(10, 1/2) = (45 + 10 + 1) / 1024
+    assert paired_sign_test(2, 8) == pytest.approx(56 / 1024)
+    assert paired_sign_test(0, 0) == 1.0 and paired_sign_test(5, 0) == 1.0
+    assert paired_sign_test(0, 5) == pytest.approx(1 / 32)
 
 
 class ExpertBackend:
