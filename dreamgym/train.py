@@ -206,7 +206,12 @@ def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: 
                   disable=not progress) as bar:
         job = bar.add_task(cfg.algo, total=cfg.iterations, completed=trainer.iteration)
         while trainer.iteration < cfg.iterations:
-            tasks = iteration_tasks(pool, trainer.affordable_tasks(n_tasks), cfg.seed, trainer.iteration)
+            affordable = trainer.affordable_tasks(n_tasks)
+            if affordable == 0:
+                print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need "
+                      f"at rollout.max_turns; stopping after {trainer.iteration} iterations")
+                break
+            tasks = iteration_tasks(pool, affordable, cfg.seed, trainer.iteration)
             _, m = trainer.train_iteration(tasks, env_factory)
             bar.update(job, completed=trainer.iteration,
                        description=f"{cfg.algo} success {m['success_rate']:.2f} loss {m.get('loss', 0):.3f}")

@@ -79,6 +79,17 @@ def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_p
     assert all(r["episodes"] >= 2 for r in rows) and rows[-1]["real_steps_used"] <= 24
 
 
+def test_a_budget_that_cannot_finish_one_group_is_left_unspent(tmp_path, capsys):
+    """2 episodes x 4 turns need 8 steps: with 7 left, playing would only produce episodes the budget cuts off."""
+    run = tmp_path / "grpo"
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
+                       "grpo.tasks_per_iteration=4", "real_step_budget=7", "iterations=3", "eval_at_start=false",
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
+    assert "stopping after 0 iterations" in capsys.readouterr().out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["real_steps_used"] == 0 and summary["iterations"] == 0
+
+
 def test_bad_config_is_reported_not_raised(capsys):
     assert train_main(["--algo", "grpo", "--env", "dial", "grpo.no_such_field=1"]) == 2
     assert "grpo.no_such_field" in capsys.readouterr().err

@@ -510,14 +510,16 @@ class BaseTrainer:
     def affordable_tasks(self, n_tasks: int) -> int:
         """How many of an iteration's `n_tasks` to play in the real environment so that each of their episodes
         (`group_size` or `episodes_per_task` per task) can run to `rollout.max_turns` within the remaining
-        real-step budget; at least one, all of them without a budget. The rollout engine steps episodes in
-        lockstep, so a batch the budget cannot finish has every episode ended by the budget, and none trainable
-        (measured: S2R's 1,356 steps against 4 ALFWorld groups of 8 cut all 32 episodes at ~42 steps)."""
+        real-step budget; all of them without a budget, and 0 when not even one task's episodes fit (the caller
+        stops there and leaves the rest of the budget unspent). The rollout engine steps episodes in lockstep, so a
+        batch the budget cannot finish has every episode ended by the budget, and none trainable (measured: S2R's
+        1,356 steps against 4 ALFWorld groups of 8 cut all 32 episodes at ~42 steps; a last group of 8 with 25 steps
+        left ended every episode after ~3 steps)."""
         remaining = self.budget.remaining
         if remaining is None:
             return n_tasks
         per_task = getattr(self.config, "group_size", None) or getattr(self.config, "episodes_per_task", 1)
-        return max(1, min(n_tasks, remaining // (per_task * self.common.rollout.max_turns)))
+        return min(n_tasks, remaining // (per_task * self.common.rollout.max_turns))
 
     # -- checkpoints
     def save(self, directory: str | Path) -> Path:
