@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.config import load_config
+from dreamgym.config import load_config, parse_overrides
+from dreamgym.data import load_trajectories
 from dreamgym.envs import family
 from dreamgym.fidelity import token_f1
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
@@ -58,6 +59,11 @@ def main() -> None:
     ap.add_argument("--reward-from", default="model", choices=("model", "state", "auto"),
                     help="the synthetic env's success: the model's <reward> (default, what is audited) or the "
                          "family's reward rule on the dream's states (dream.reward_from)")
+    ap.add_argument("--tasks-from", default="",
+                    help="play the tasks of this trajectory file's episodes (games with real data in the buffer, "
+                         "as dream.task_pool=data does) instead of the first train tasks")
+    ap.add_argument("--em-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="experience-model config override (repeatable), e.g. copy_hidden_outcomes=true")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt, e.g. agent.history=0")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -70,9 +76,16 @@ def main() -> None:
                                                              f"reward_from={args.reward_from}"])
         if args.em_temperature is not None:
             dcfg.em_overrides["temperature"] = args.em_temperature
+        dcfg.em_overrides.update(parse_overrides(args.em_override))
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
-        tasks = list(fam.tasks("train"))
+        if args.tasks_from:
+            seen: dict = {}
+            for t in load_trajectories(args.tasks_from):
+                seen.setdefault(t.task.id, t.task)
+            tasks = list(seen.values())
+        else:
+            tasks = list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
         episodes = run_rollouts(backend, world.env_factory(), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
