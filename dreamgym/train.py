@@ -85,6 +85,10 @@ class TrainConfig(TrainerConfig):
     (`<run_dir>/it<N>/`, `dream-it<N>/`, `s2r-it<N>/`). `checkpoint/` is replaced as training goes on, so without this
     a policy picked on the periodic evaluation is lost; with it, the pick can be confirmed on tasks it was not picked
     on (`dreamgym eval --policy <run_dir>/it<N> --skip-tasks ...`)."""
+    real_task_pool: str = ""
+    """Real RL (`mode=real`): draw each iteration's tasks only from the train tasks this trajectory file
+    (JSONL/Parquet) played, e.g. the `dream.em_data` of a `dream.task_pool=data` run, so that real and dream RL play
+    the same games. Empty: all train tasks."""
     data: str = ""
     """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
     demo_policies: str = ""
@@ -108,6 +112,10 @@ class TrainConfig(TrainerConfig):
             raise ConfigError(f"mode: {self.mode!r} needs algo grpo or ppo, not {self.algo!r}")
         if self.mode != "real" and not self.dream.em:
             raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (from dreamgym train-em)")
+        if self.real_task_pool and not (self.mode == "real" and self.algo in ("grpo", "ppo")):
+            raise ConfigError("real_task_pool: only real RL (mode=real, algo grpo or ppo) draws train tasks from it")
+        if self.real_task_pool and not Path(self.real_task_pool).is_file():
+            raise ConfigError(f"real_task_pool: no such file {self.real_task_pool!r}")
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
@@ -193,13 +201,29 @@ def _periodic_evaluation(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path
     return _evaluate(trainer.backend, fam, cfg, tag, run_dir, trainer.iteration, logger)
 
 
+def real_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
+    """The train tasks real RL draws from: all of them, or those `cfg.real_task_pool`'s trajectories played."""
+    from dreamgym.data import load_trajectories
+
+    pool = list(fam.tasks("train"))
+    if not cfg.real_task_pool:
+        return pool
+    played = {t.task.id for t in load_trajectories(cfg.real_task_pool)}
+    kept = [t for t in pool if t.id in played]
+    if not kept:
+        raise ConfigError(f"real_task_pool: none of the {len(pool)} {cfg.env} train tasks was played in "
+                          f"{cfg.real_task_pool} ({len(played)} tasks there)")
+    print(f"real_task_pool: {len(kept)} of {len(pool)} train tasks")
+    return kept
+
+
 def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: MetricsLogger,
-               progress: bool = True) -> None:
+               progress: bool = True, pool: Sequence[Task] | None = None) -> None:
     """The online loop: per iteration a seeded task sample, `train_iteration` in the real environment,
     periodic evaluation and checkpoints; stops early when the real-step budget is spent."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    pool = fam.tasks("train")
+    pool = list(pool) if pool is not None else real_tasks(fam, cfg)
     n_tasks = cfg.grpo.tasks_per_iteration if cfg.algo == "grpo" else cfg.ppo.tasks_per_iteration
     env_factory = lambda: fam.make_env("train")  # noqa: E731
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -265,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         from dreamgym.envs import family
 
         fam = family(cfg.env)
+        pool = real_tasks(fam, cfg) if cfg.real_task_pool else None  # a bad file fails here, at start-up
     except (ConfigError, ValueError, OSError, ImportError) as e:
         print(f"dreamgym train: {e}", file=sys.stderr)
         return 2
@@ -285,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         before = _evaluate(backend, fam, cfg, "start", run_dir, trainer.iteration, logger) \
             if cfg.eval_at_start and trainer.iteration == 0 and trainer.global_step == 0 else None
         if cfg.algo in ("grpo", "ppo") and cfg.mode == "real":
-            train_real(trainer, fam, cfg, run_dir, logger, progress=not args.no_progress)
+            train_real(trainer, fam, cfg, run_dir, logger, progress=not args.no_progress, pool=pool)
         elif cfg.algo in ("grpo", "ppo"):
             n_tasks = cfg.grpo.tasks_per_iteration if cfg.algo == "grpo" else cfg.ppo.tasks_per_iteration
             evaluate = lambda tag, step: _periodic_evaluation(trainer, fam, cfg, run_dir, logger, tag)  # noqa: E731

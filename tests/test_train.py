@@ -120,3 +120,30 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     for tag, it in (("dream-it1", 1), ("dream-it2", 2)):
         assert json.loads((run / tag / "trainer_state.json").read_text())["iteration"] == it
     assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0
+
+
+def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsys):
+    """Real RL on the games an offline file played (the games a dream.task_pool=data run plays)."""
+    from em_helpers import dial_trajectories
+
+    from dreamgym.data import write_jsonl
+    from dreamgym.train import TrainConfig, real_tasks
+
+    data = tmp_path / "played.jsonl"
+    trajs = dial_trajectories(5)
+    write_jsonl(data, trajs)
+    fam = family("dial")
+    pool = real_tasks(fam, TrainConfig(env="dial", algo="grpo", real_task_pool=str(data)))
+    assert {t.id for t in pool} == {t.task.id for t in trajs} and len(pool) < len(fam.tasks("train"))
+    run = tmp_path / "grpo"
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={data}",
+                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
+    assert f"real_task_pool: {len(pool)} of" in capsys.readouterr().out
+    # a file that played no train task, or mode=dream, fails at start-up naming the field
+    empty = tmp_path / "none.jsonl"
+    write_jsonl(empty, dial_trajectories(2, split="test"))
+    assert train_main(["--algo", "grpo", "--env", "dial", f"real_task_pool={empty}"]) == 2
+    assert "real_task_pool" in capsys.readouterr().err
+    assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", "dream.em=x", f"real_task_pool={data}"]) == 2
+    assert "real_task_pool" in capsys.readouterr().err
