@@ -327,6 +327,15 @@ def load_trajectories(path: str | Path, skip_torn_tail: bool = False) -> list[Tr
     raise ValueError(f"{path}: unknown trajectory file type {path.suffix!r} (expected .jsonl or .parquet)")
 
 
+def played_tasks(path: str | Path) -> list[Task]:
+    """The distinct tasks a trajectory file's episodes played, in first-played order (e.g. the games offline data
+    covers, which a dream with `task_pool=data` plays)."""
+    seen: dict[str, Task] = {}
+    for traj in load_trajectories(path):
+        seen.setdefault(traj.task.id, traj.task)
+    return list(seen.values())
+
+
 def convert(src: str | Path, dst: str | Path) -> int:
     """Copy a trajectory file to another format (by suffix); the destination is written atomically."""
     trajs = load_trajectories(src)

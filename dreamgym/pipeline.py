@@ -209,7 +209,7 @@ def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iterati
     trainer's real-step budget (a hard cap enforced by the rollout engine) is spent."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dreamgym.train import iteration_tasks
+    from dreamgym.train import real_iteration_tasks
 
     pool = fam.tasks("train")
     start = trainer.iteration
@@ -218,12 +218,9 @@ def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iterati
                   disable=not progress) as bar:
         job = bar.add_task("s2r real", total=iterations)
         while trainer.iteration - start < iterations and not trainer.budget.exhausted:
-            affordable = trainer.affordable_tasks(tasks_per_iteration)
-            if affordable == 0:  # the rest of the budget cannot finish one group: spending it would train nothing
-                print(f"s2r: {trainer.budget.remaining} real steps left, fewer than one task's episodes need at "
-                      f"rollout.max_turns; stopping")
+            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed)
+            if not tasks:  # the rest of the budget cannot finish one group: spending it would train nothing
                 break
-            tasks = iteration_tasks(pool, affordable, seed, trainer.iteration)
             _, m = trainer.train_iteration(tasks, lambda: fam.make_env("train"))
             history.append(m)
             bar.update(job, completed=trainer.iteration - start,

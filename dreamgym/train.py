@@ -157,6 +157,17 @@ def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> 
     return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
 
 
+def real_iteration_tasks(trainer: Any, pool: Sequence[Task], n_tasks: int, seed: int) -> list[Task]:
+    """One real iteration's tasks: `iteration_tasks` over as many of `n_tasks` as the remaining real-step budget can
+    finish (`affordable_tasks`). Empty, with a message, when not even one task's episodes fit: the caller stops."""
+    affordable = trainer.affordable_tasks(n_tasks)
+    if affordable == 0:
+        print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need at "
+              f"rollout.max_turns; stopping after {trainer.iteration} iterations")
+        return []
+    return iteration_tasks(pool, affordable, seed, trainer.iteration)
+
+
 def _evaluated_at(run_dir: Path, step: int, fam: Any, cfg: TrainConfig) -> EvalResult | None:
     """The periodic evaluation this run already wrote at iteration `step`, if the last one was there: the same
     policy on the same tasks, seeds and sampling seed, so evaluating again would repeat it exactly (an ALFWorld
@@ -203,12 +214,12 @@ def _periodic_evaluation(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path
 
 def real_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
     """The train tasks real RL draws from: all of them, or those `cfg.real_task_pool`'s trajectories played."""
-    from dreamgym.data import load_trajectories
+    from dreamgym.data import played_tasks
 
     pool = list(fam.tasks("train"))
     if not cfg.real_task_pool:
         return pool
-    played = {t.task.id for t in load_trajectories(cfg.real_task_pool)}
+    played = {t.id for t in played_tasks(cfg.real_task_pool)}
     kept = [t for t in pool if t.id in played]
     if not kept:
         raise ConfigError(f"real_task_pool: none of the {len(pool)} {cfg.env} train tasks was played in "
@@ -230,12 +241,9 @@ def train_real(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path, logger: 
                   disable=not progress) as bar:
         job = bar.add_task(cfg.algo, total=cfg.iterations, completed=trainer.iteration)
         while trainer.iteration < cfg.iterations:
-            affordable = trainer.affordable_tasks(n_tasks)
-            if affordable == 0:
-                print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need "
-                      f"at rollout.max_turns; stopping after {trainer.iteration} iterations")
+            tasks = real_iteration_tasks(trainer, pool, n_tasks, cfg.seed)
+            if not tasks:
                 break
-            tasks = iteration_tasks(pool, affordable, cfg.seed, trainer.iteration)
             _, m = trainer.train_iteration(tasks, env_factory)
             bar.update(job, completed=trainer.iteration,
                        description=f"{cfg.algo} success {m['success_rate']:.2f} loss {m.get('loss', 0):.3f}")

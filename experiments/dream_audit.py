@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from dreamgym.config import load_config, parse_overrides
-from dreamgym.data import load_trajectories
+from dreamgym.data import played_tasks
 from dreamgym.envs import family
 from dreamgym.fidelity import token_f1
 from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
@@ -79,13 +79,7 @@ def main() -> None:
         dcfg.em_overrides.update(parse_overrides(args.em_override))
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
-        if args.tasks_from:
-            seen: dict = {}
-            for t in load_trajectories(args.tasks_from):
-                seen.setdefault(t.task.id, t.task)
-            tasks = list(seen.values())
-        else:
-            tasks = list(fam.tasks("train"))
+        tasks = played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
         episodes = run_rollouts(backend, world.env_factory(), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from dreamgym.config import parse_overrides
-from dreamgym.data import load_trajectories
+from dreamgym.data import played_tasks
 from dreamgym.envs import family
 from dreamgym.fidelity import action_kind
 from dreamgym.pipeline import DreamConfig, DreamWorld
@@ -198,13 +198,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     fam = family(args.env)
-    if args.tasks_from:
-        seen: dict[str, Any] = {}
-        for t in load_trajectories(args.tasks_from):
-            seen.setdefault(t.task.id, t.task)
-        tasks = list(seen.values())[:args.tasks]
-    else:
-        tasks = list(fam.tasks("train"))[:args.tasks]
+    tasks = (played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train")))[:args.tasks]
     real = real_groups(fam, tasks, args.group, args.policy, args.seed, args.epsilon)
     print(f"real games, {args.policy} (epsilon {args.epsilon:g}), {len(tasks)} tasks x {args.group}: "
           + ", ".join(f"{k} {v:.3f}" for k, v in real.items()), flush=True)

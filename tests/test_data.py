@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 from dreamgym.data import (JsonlWriter, TornTailError, TrajectoryFormatError, append_jsonl, from_sharegpt,
-                           load_trajectories, read_jsonl, read_parquet, read_sharegpt, record_to_trajectory,
-                           to_chat_messages, to_sharegpt, trajectory_to_record, write_jsonl, write_parquet)
+                           load_trajectories, played_tasks, read_jsonl, read_parquet, read_sharegpt,
+                           record_to_trajectory, to_chat_messages, to_sharegpt, trajectory_to_record, write_jsonl,
+                           write_parquet)
 from dreamgym.types import Step, Task, Trajectory
 
 
@@ -164,6 +165,13 @@ def test_chat_messages_and_sharegpt_round_trip(tmp_path):
     fj.write_text(json.dumps(rec) + "\n" + json.dumps({"conversations": []}) + "\n")
     with pytest.raises(TrajectoryFormatError, match=r"s\.jsonl:2"):
         list(read_sharegpt(fj))
+
+
+def test_played_tasks_are_distinct_in_first_played_order(tmp_path):
+    path = tmp_path / "t.parquet"
+    write_parquet(path, [TRAJS[5], TRAJS[2], TRAJS[5], TRAJS[7], TRAJS[2]])
+    assert [t.id for t in played_tasks(path)] == ["t5", "t2", "t7"]
+    assert played_tasks(path)[0] == TRAJS[5].task
 
 
 def test_unknown_suffix_and_bad_parquet(tmp_path):
