@@ -5,7 +5,7 @@ the failure state as an episode end), batched stepping of many synthetic episode
 writing every synthetic transition into the replay buffer.
 Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
 concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
-`admissible_from_state`, optional `canonical_state` and `grounded_outcome`).
+`admissible_from_state`, optional `canonical_state`, `noop_state` and `grounded_outcome`).
 
 Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
@@ -14,8 +14,9 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs). A
   family with `canonical_state` has the model's states rewritten through it (derived lines recomputed).
 - An action that the state does not offer (by the family's `admissible_from_state`) is answered, without a
-  model call, with the same state and a notice (`invalid_action="noop"`, like the real environments), or sent
-  to the model (`invalid_action="model"`, the paper's failure feedback, only as good as the model's training).
+  model call, with the state the real environment shows after a no-op (family `noop_state`; without it, the
+  same state and a notice) (`invalid_action="noop"`), or sent to the model (`invalid_action="model"`, the
+  paper's failure feedback, only as good as the model's training).
 - A malformed model output that survives the retries ends the episode as a truncation with reward 0 and
   `info["em_failure"] = True` (the experience model's failure state); `info["won"]` is reward 1 at termination.
 - Reward and termination come from the model's `<reward>` and `done` (`reward_from="model"`, the paper's
@@ -226,8 +227,14 @@ class SyntheticEnv(TextEnv):
         self.stats["invalid_actions"] += 1
         self.history.append((self.state, action))
         self._advance()
-        obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
-        return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
+        fn = getattr(self.family, "noop_state", None)
+        if fn is None:
+            obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
+            return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
+        # The state the real environment would show. Keeping the old one instead gave the policy a prompt the
+        # real game never shows, the same one it had just failed on (README section 16).
+        self.state = fn(self.state, action)
+        return self.state, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=self.state)
 
     def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
         """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the

@@ -21,6 +21,10 @@ collector, the experience model, the curriculum and evaluation use without knowi
 - optional `model_observation(state: str) -> str` and `state_after(previous: str, written: str) -> str`: only
   the observation (the feedback to the action) is written, and the whole next state is derived from it and the
   state before by the environment's own bookkeeping (`ExperienceModelConfig.write_observation`)
+- optional `noop_state(state: str, action: str) -> str`: the abstract state the real environment shows after an
+  action it cannot carry out (ALFWorld: the Observation line becomes "Nothing happens."; WebShop: the same page
+  with the shop's notice). The synthetic environment answers inadmissible actions with it; without it the
+  state stays as it was
 - optional `grounded_outcome(task, state, action, next_state) -> (reward, terminated) | None`: the family's own
   reward rule applied to a transition between abstract states (ALFWorld: the goal conditions on `next_state`;
   WebShop: the purchase score of the catalog product bought from `state`); None when it cannot decide. The

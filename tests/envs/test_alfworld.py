@@ -19,6 +19,9 @@ from dreamgym.envs import alfworld as A  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
+from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig  # noqa: E402
+from dreamgym.llm.fake import FakeLLM  # noqa: E402
+from dreamgym.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_observation,  # noqa: E402
                                           model_state, name_key, normalize_command, parse_state, state_after)
 from dreamgym.types import Step, Task, Trajectory  # noqa: E402
@@ -103,6 +106,24 @@ def test_bad_commands_get_nothing_happens(env, six):
         assert obs == "Nothing happens." and r == 0.0 and not term and not info["won"] and info["invalid_action"]
     obs, r, term, trunc, info = env.step(info["admissible_actions"][0])
     assert obs != "Nothing happens." and not info["invalid_action"]
+
+
+def test_the_dream_answers_a_bad_command_with_the_games_state(env, six):
+    # The synthetic environment answers an action the state does not offer without a model call; the state it
+    # shows must be the one the real game's tracker writes ("Observation: Nothing happens."), not the old one.
+    model = ExperienceModel(FakeLLM(lambda req: "unused"), config=ExperienceModelConfig(), env="alfworld")
+    dream = SyntheticEnv(model, tasks=six)
+    _, real_info = env.reset(seed=0, options={"task": six[1]})
+    _, dream_info = dream.reset(seed=0, options={"task": six[1]})
+    assert dream_info["abstract_state"] == real_info["abstract_state"]
+    for bad in ("xyzzy", "go to nowhere 7", "take the moon"):
+        before = real_info["abstract_state"]
+        *_, real_info = env.step(bad)
+        *_, dream_info = dream.step(bad)
+        assert real_info["invalid_action"] and dream_info["invalid_action"]
+        assert dream_info["abstract_state"] == real_info["abstract_state"] == A.noop_state(before, bad)
+        assert "Observation: Nothing happens." in real_info["abstract_state"]
+    assert model.stats["generate_calls"] == 0
 
 
 def test_put_spelling_and_case_are_accepted(env, six):

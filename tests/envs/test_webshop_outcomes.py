@@ -99,3 +99,29 @@ def test_the_experience_model_copies_and_derives_webshop_pages_without_a_call(st
     copied, derived = model.predict(q)
     assert copied.next_state == after and derived.next_state == item[3] and llm.calls == []
     assert model.stats["hidden_copied"] == 1 and model.stats["determined"] == 1
+
+
+def test_a_refused_action_gets_the_page_the_shop_shows():
+    # The shop answers an action a page does not offer with the same page and a notice (scripted policies never
+    # try one, so every other step here is a bad action); the synthetic shop rebuilds that page from the state.
+    bad = ("click[Buy Now]", "search[blue]", "hello", "click[nothing here]", "search[   ]", "click[< Prev]")
+    env = ws.make_env("train", obs_mode="abstract")
+    refused = passed = 0
+    for i, task in enumerate(env.tasks[:6]):
+        pol = ws.POLICIES["random"](i)
+        obs, info = env.reset(options={"task": task})
+        pol.reset(task, obs, info)
+        for t in range(16):
+            state = info["abstract_state"]
+            action = bad[(i + t) % len(bad)] if t % 2 else pol.act(obs, info)
+            obs, _, term, trunc, info = env.step(action)
+            if info["invalid_action"]:
+                refused += 1
+                assert O.noop_state(state, action) == info["abstract_state"], (state, action)
+            else:
+                passed += 1
+                assert "[notice]" not in info["abstract_state"]
+            if term or trunc:
+                break
+    env.close()
+    assert refused >= 20 and passed >= 10

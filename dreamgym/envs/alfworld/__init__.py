@@ -2,7 +2,7 @@
 
 Owns: the family surface every DreamGym environment family exposes (see `dreamgym.envs`): `make_env`,
 `tasks`, `POLICIES`, `admissible_from_state`, `canonical_state`, `model_state`, `complete_state`,
-`model_observation`, `state_after`, `hidden_outcome_key`, `determined_outcome`, `outcome_contradiction`,
+`model_observation`, `state_after`, `noop_state`, `hidden_outcome_key`, `determined_outcome`, `outcome_contradiction`,
 `parse_goal`, `goal_reached`, `grounded_outcome`, `explain`, `corpus_text`.
 Must not know: models, torch, trainers. Importing this package does not start the engine.
 
@@ -23,7 +23,7 @@ from dreamgym.envs.alfworld.knowledge import TASK_TYPES, ALFWorldMissing
 from dreamgym.envs.alfworld.policies import POLICIES, ExpertPolicy, NoisyPolicy, RandomPolicy
 from dreamgym.envs.alfworld.state import (admissible_from_state, canonical_state, complete_state,
                                          determined_outcome, hidden_outcome_key, model_observation, model_state,
-                                         outcome_contradiction, state_after)
+                                         noop_state, outcome_contradiction, state_after)
 from dreamgym.types import Task
 
 SPLITS = ("train", "valid_seen", "valid_unseen", "test")
@@ -55,4 +55,4 @@ def make_env(split: str = "train", **kwargs: Any):
 __all__ = ["ALFWorldMissing", "ExpertPolicy", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS", "TASK_TYPES",
            "admissible_from_state", "canonical_state", "complete_state", "corpus_text", "determined_outcome", "explain",
            "goal_reached", "grounded_outcome", "hidden_outcome_key", "make_env", "model_observation", "model_state",
-           "outcome_contradiction", "parse_goal", "state_after", "tasks"]
+           "noop_state", "outcome_contradiction", "parse_goal", "state_after", "tasks"]

@@ -331,6 +331,14 @@ def state_after(previous: str, written: str) -> str:
     return tracker.state.render()
 
 
+def noop_state(state: str, action: str) -> str:
+    """The state the real environment shows after `action` did nothing: the engine answers "Nothing happens.",
+    which `StateTracker` writes into the Observation line and nothing else. Why it matters: a synthetic
+    environment that kept the previous state unchanged showed the policy a prompt the real game never does,
+    and a policy with no history saw the very prompt it had just failed on (README section 16)."""
+    return state_after(state, "Observation: Nothing happens.")
+
+
 _PUT = re.compile(r"^put (.+?) (?:in/on|into|in|on|onto|to) (.+)$")
 
 

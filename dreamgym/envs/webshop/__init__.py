@@ -2,7 +2,7 @@
 (or on the official data files, when a user has them).
 
 Owns: the family surface (see `dreamgym.envs`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, `model_observation`, `state_after`,
+`parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, `model_observation`, `state_after`, `noop_state`,
 `hidden_outcome_key`, `determined_outcome`, plus the published mappers `html_to_abstract` /
 `html_to_text`.
 Must not know: models, torch, trainers, storage formats.
@@ -26,7 +26,8 @@ from dreamgym.envs.webshop.catalog import get_catalog
 from dreamgym.envs.webshop.env import WebShopEnv, catalog_tasks, grounded_outcome
 from dreamgym.envs.webshop.explain import explain
 from dreamgym.envs.webshop.goals import parse_goal
-from dreamgym.envs.webshop.outcomes import determined_outcome, hidden_outcome_key, model_observation, state_after
+from dreamgym.envs.webshop.outcomes import (determined_outcome, hidden_outcome_key, model_observation, noop_state,
+                                            state_after)
 from dreamgym.envs.webshop.pages import admissible_from_state, html_to_abstract, html_to_text, parse_abstract
 from dreamgym.envs.webshop.policies import POLICIES
 from dreamgym.types import Task
@@ -34,8 +35,8 @@ from dreamgym.types import Task
 _CATALOG_KW = ("n_products", "seed", "official_dir", "catalog_key")
 
 __all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text",
-           "grounded_outcome", "model_observation", "state_after", "hidden_outcome_key", "determined_outcome",
-           "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
+           "grounded_outcome", "model_observation", "noop_state", "state_after", "hidden_outcome_key",
+           "determined_outcome", "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
 
 
 def make_env(split: str = "train", **kwargs: Any) -> WebShopEnv:

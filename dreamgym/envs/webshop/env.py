@@ -31,16 +31,12 @@ from dreamgym.envs.webshop.catalog import DEFAULT_N_PRODUCTS, DEFAULT_SEED, Cata
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.outcomes import catalog_id, clean_query
 from dreamgym.envs.webshop.pages import (ACTION_RE, BUY_NOW, PageState, admissible_from_state, clickables,
-                                         html_to_abstract, html_to_text, norm_label, parse_abstract, render_html)
+                                         html_to_abstract, html_to_text, norm_label, parse_abstract, refusal_notice,
+                                         render_html)
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.types import Task
 
 OBS_MODES = ("text", "html", "abstract")
-
-
-def _short(text: str, n: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def goal_to_task(goal: dict[str, Any], split: str, index: int, prefix: str = "webshop") -> Task:
@@ -147,6 +143,7 @@ class WebShopEnv(TextEnv):
             reward, terminated = float(new_state.purchase["reward"]), True
         self.state = new_state
         obs, info = self._observe()
+        info["invalid_action"] = bool(notice)  # the page did not change: the rollout counts it as a no-op step
         truncated = not terminated and self.t >= self.max_steps
         return obs, reward, terminated, truncated, info
 
@@ -155,14 +152,12 @@ class WebShopEnv(TextEnv):
         s = self.state.with_notice("")
         m = ACTION_RE.match(action) if isinstance(action, str) else None
         if not m:
-            return s, f"Invalid action {_short(str(action))!r}: use search[query] or click[element]."
+            return s, refusal_notice(s.kind, str(action))
         verb, arg = m.group(1).lower(), m.group(2)
         if verb == "search":
-            if s.kind != "search":
-                return s, "search[...] only works on the search page: click[Back to Search] first."
             query = clean_query(arg)
-            if not query:
-                return s, "Empty search query: write search[your words]."
+            if s.kind != "search" or not query:
+                return s, refusal_notice(s.kind, action)
             return PageState("results", query=query, results=tuple(self.catalog.search.search(query)), page=1), ""
         product = self.catalog.by_asin.get(s.asin) if s.asin else None
         target = norm_label(arg)
@@ -172,9 +167,7 @@ class WebShopEnv(TextEnv):
                 effect = eff
                 break
         if effect is None:
-            if s.kind == "done":
-                return s, "The purchase is complete."
-            return s, f"{_short(arg) or 'Nothing'!r} is not clickable on this page."
+            return s, refusal_notice(s.kind, action)
         kind = effect[0]
         if kind == "search":
             return PageState(), ""

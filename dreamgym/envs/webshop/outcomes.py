@@ -24,7 +24,7 @@ import hashlib
 from typing import Any
 
 from dreamgym.envs.webshop.pages import (ACTION_RE, BACK_TO_SEARCH, NEXT_PAGE, PREV_PAGE, SUB_PAGES, norm_label,
-                                         parse_abstract)
+                                         notice_line, parse_abstract, refusal_notice)
 
 SEARCH_PAGE = "[page] search\n[searchbox] search"
 MAX_QUERY_CHARS = 500  # what the real environment keeps of a query
@@ -53,6 +53,15 @@ def model_observation(state: str) -> str:
 def state_after(previous: str, written: str) -> str:
     """The next state is the page written; nothing carries over from `previous`."""
     return written
+
+
+def noop_state(state: str, action: str) -> str:
+    """The page the real shop shows after `action`, which it cannot carry out: the same page with the shop's
+    notice right after its `[page]` line (where the page template puts it), an older notice replaced."""
+    lines = _without_notice(state)
+    notice = notice_line(refusal_notice(parse_abstract(state)["page"] or "search", action))
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("[page]")), 0)
+    return "\n".join(lines[:at] + [notice] + lines[at:])
 
 
 def _without_notice(state: str) -> list[str]:

@@ -329,6 +329,33 @@ def parse_abstract(state: str) -> dict[str, Any]:
     return out
 
 
+def short_text(text: str, n: int = 60) -> str:
+    """`text` on one line, cut to `n` characters (how a notice quotes what the agent wrote)."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def notice_line(notice: str) -> str:
+    """The abstract-state line of a page's notice, as `html_to_abstract` writes it."""
+    return f"[notice] {_cut(' '.join(notice.split()), TEXT_LIMIT)}"
+
+
+def refusal_notice(page_kind: str, action: str) -> str:
+    """The shop's notice for `action`, which it cannot carry out on a page of kind `page_kind` ("search",
+    "results", "item", a sub-page, "done"). One function for the real shop and the synthetic one, so both
+    word a refusal alike."""
+    m = ACTION_RE.match(action) if isinstance(action, str) else None
+    if not m:
+        return f"Invalid action {short_text(str(action))!r}: use search[query] or click[element]."
+    if m.group(1).lower() == "search":
+        if page_kind != "search":
+            return "search[...] only works on the search page: click[Back to Search] first."
+        return "Empty search query: write search[your words]."
+    if page_kind == "done":
+        return "The purchase is complete."
+    return f"{short_text(m.group(2)) or 'Nothing'!r} is not clickable on this page."
+
+
 def admissible_from_state(state: str) -> list[str]:
     """The actions an abstract state offers, in page order: `click[...]` for every button, product link
     (by id) and option (by value), and `search[<query>]` where the page has a search box.
