@@ -86,6 +86,7 @@ def main() -> None:
     parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = noops_real = 0
+    wrong_lines: collections.Counter = collections.Counter()  # which line of the state the dream got wrong
     f1s: list[float] = []
     for ep in episodes:
         env = fam.make_env("train")
@@ -100,6 +101,8 @@ def main() -> None:
             real_won = bool(info.get("won"))
             noops_real += bool(info.get("invalid_action"))
             same = parse(info["abstract_state"]) == parse(turn.next_state)
+            if not same:
+                wrong_lines.update(_differing_keys(turn.next_state, info["abstract_state"]))
             f1s.append(token_f1(turn.next_state, info["abstract_state"]))
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
             if term or trunc:
@@ -125,6 +128,20 @@ def main() -> None:
           f"replayed in the real environment {noops_real / max(steps, 1):.3f} of {steps}")
     print(f"next-state agreement per step {agree / max(steps, 1):.3f} (token F1 {sum(f1s) / max(len(f1s), 1):.3f}); "
           f"episodes with a wrong state {divergent / n:.3f}")
+    if wrong_lines:
+        print("lines that differ, on the steps that disagree: " +
+              ", ".join(f"{k} {c}" for k, c in wrong_lines.most_common(8)))
+
+
+def _differing_keys(dream: str, real: str) -> set[str]:
+    """The names of the lines two state texts disagree on: the text before a line's first ":" (ALFWorld's
+    "Known contents", ...) or its "[kind]" (WebShop), for every line that only one of the two has."""
+    a, b = collections.Counter(dream.splitlines()), collections.Counter(real.splitlines())
+    keys = set()
+    for line in (a - b) + (b - a):
+        line = line.strip()
+        keys.add(line.split("]", 1)[0] + "]" if line.startswith("[") else line.split(":", 1)[0][:40])
+    return keys
 
 
 def _self_consistent_wins(fam, episodes: list) -> tuple[int, int] | None:
