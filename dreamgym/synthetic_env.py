@@ -228,13 +228,13 @@ class SyntheticEnv(TextEnv):
         self.history.append((self.state, action))
         self._advance()
         fn = getattr(self.family, "noop_state", None)
-        if fn is None:
+        if fn is None:  # the family cannot say what the real one shows: the state stays, the notice is in obs
             obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
-            return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
-        # The state the real environment would show. Keeping the old one instead gave the policy a prompt the
-        # real game never shows, the same one it had just failed on (README section 16).
-        self.state = fn(self.state, action)
-        return self.state, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=self.state)
+        else:
+            # The state the real environment would show. Keeping the old one instead gave the policy a prompt the
+            # real game never shows, the same one it had just failed on (README section 16).
+            self.state = obs = fn(self.state, action)
+        return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
     def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
         """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the

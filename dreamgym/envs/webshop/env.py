@@ -152,7 +152,7 @@ class WebShopEnv(TextEnv):
         s = self.state.with_notice("")
         m = ACTION_RE.match(action) if isinstance(action, str) else None
         if not m:
-            return s, refusal_notice(s.kind, str(action))
+            return s, refusal_notice(s.kind, action)
         verb, arg = m.group(1).lower(), m.group(2)
         if verb == "search":
             query = clean_query(arg)
