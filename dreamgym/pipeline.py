@@ -28,6 +28,9 @@ from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Task
 
+DREAM_STATE_FILE = "dream_state.json"
+"""The curriculum's state (generated tasks, counters, RNG) at the checkpoint's iteration, in the run folder."""
+
 
 @dataclass
 class DreamConfig:
@@ -175,9 +178,19 @@ def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_i
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     history = []
-    state_file = run_dir / "checkpoint" / "dream_state.json"
+    # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the end-of-run
+    # save did, so a finished run's curriculum state was lost and `--resume` restarted the curriculum from scratch.
+    state_file = run_dir / DREAM_STATE_FILE
     if trainer.iteration and state_file.is_file():
-        world.load_state_dict(json.loads(state_file.read_text()))
+        state = json.loads(state_file.read_text())
+        if state.get("iteration") != trainer.iteration:
+            print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
+                  f"{trainer.iteration}; the curriculum continues from the older state")
+        world.load_state_dict(state)
+
+    def save() -> None:
+        trainer.save(run_dir / "checkpoint")
+        atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
     factory = world.env_factory()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress) as bar:
@@ -195,10 +208,11 @@ def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_i
             bar.update(job, completed=trainer.iteration,
                        description=f"dream {algo} synthetic success {m['success_rate']:.2f}")
             if save_every and trainer.iteration % save_every == 0:
-                trainer.save(run_dir / "checkpoint")
-                atomic_write_text(state_file, json.dumps(world.state_dict()))
+                save()
             if evaluate is not None and eval_every and trainer.iteration % eval_every == 0:
                 evaluate(f"dream-it{trainer.iteration}", trainer.iteration)
+    if history and not (save_every and trainer.iteration % save_every == 0):
+        save()  # the last iteration was not saved above; `dreamgym train` saves a checkpoint at the end regardless
     return history
 
 

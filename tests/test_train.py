@@ -120,6 +120,17 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     for tag, it in (("dream-it1", 1), ("dream-it2", 2)):
         assert json.loads((run / tag / "trainer_state.json").read_text())["iteration"] == it
     assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0
+    # The curriculum's state survives the end-of-run checkpoint, so --resume continues it instead of restarting.
+    state = json.loads((run / "dream_state.json").read_text())
+    assert state["iteration"] == 2
+    assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
+                       f"run_dir={run}", "dream.iterations=3", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
+                       "grpo.tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "save_every=2",
+                       "--resume", *FAST]) == 0
+    resumed = json.loads((run / "dream_state.json").read_text())
+    assert resumed["iteration"] == 3  # saved after the last iteration although 3 is not a multiple of save_every
+    assert resumed["generated"][:len(state["generated"])] == state["generated"]
+    assert all(resumed["stats"][k] >= v for k, v in state["stats"].items())
 
 
 def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsys):
