@@ -14,3 +14,7 @@ cp -r runs/alf-dream28 runs/alf-dream29 && rm -rf runs/alf-dream29/tb runs/alf-d
 nohup dreamgym train --resume $COMMON dream.iterations=10 run_dir=runs/alf-dream29 > runs/alf-dream29.log 2>&1 &
 cp -r runs/alf-dream28-nocur runs/alf-dream29-nocur && rm -rf runs/alf-dream29-nocur/tb runs/alf-dream29-nocur/summary.json
 nohup dreamgym train --resume $COMMON dream.curriculum.enabled=false dream.iterations=10 run_dir=runs/alf-dream29-nocur > runs/alf-dream29-nocur.log 2>&1 &
+# S2R at B/16 from alf-dream29 (10 dream iterations): 4 games x G=4 per iteration, lr 1e-4 (s2r28's 2 x 8 at 3e-4 lost 8 of 240)
+nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=runs/alf-dream29/final run_dir=runs/alf-s2r29 real_step_budget=1457 iterations=3 grpo.tasks_per_iteration=4 grpo.group_size=4 grpo.minibatches=2 grpo.loss_agg=episode optim.lr=0.0001 agent.show_admissible=false agent.history=0 rollout.max_new_tokens=32 rollout.ground_actions=0.8 rollout.max_turns=50 eval_at_start=false eval_max_tasks=60 eval_seeds=[0,1] save_every=1 > runs/alf-s2r29.log 2>&1 &
+# confirmations on games 61-180 (as above) of alf-dream29/final, alf-s2r28/final, alf-dream29-nocur/final and its dream-it6 (the selection peak):
+# dreamgym eval --env alfworld --policy runs/alf-dream29-nocur/dream-it6 --skip-tasks 60 --max-tasks 120 --seeds 0,1 --json runs/alf-dream29-nocur/confirm-it6-61-180.json rollout.max_turns=50
