@@ -188,8 +188,7 @@ def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_i
                   f"{trainer.iteration}; the curriculum continues from the older state")
         world.load_state_dict(state)
 
-    def save() -> None:
-        trainer.save(run_dir / "checkpoint")
+    def save_state() -> None:
         atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
     factory = world.env_factory()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -208,11 +207,14 @@ def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_i
             bar.update(job, completed=trainer.iteration,
                        description=f"dream {algo} synthetic success {m['success_rate']:.2f}")
             if save_every and trainer.iteration % save_every == 0:
-                save()
+                trainer.save(run_dir / "checkpoint")
+                save_state()
             if evaluate is not None and eval_every and trainer.iteration % eval_every == 0:
                 evaluate(f"dream-it{trainer.iteration}", trainer.iteration)
-    if history and not (save_every and trainer.iteration % save_every == 0):
-        save()  # the last iteration was not saved above; `dreamgym train` saves a checkpoint at the end regardless
+    if history:
+        # Only the state: `dreamgym train` saves the checkpoint of this last iteration right after, so saving the
+        # weights here as well would write them twice when the iteration is not a multiple of save_every.
+        save_state()
     return history
 
 
