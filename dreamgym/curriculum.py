@@ -46,6 +46,20 @@ def reward_variance(rewards: list[float]) -> float:
     return float(((r - r.mean()) ** 2).mean())
 
 
+def informative_task_ids(log_path: str | Path) -> list[str]:
+    """The tasks whose latest group in a curriculum log (`<dream run>/curriculum.jsonl`) had mixed outcomes
+    (V_τ > 0), in the order they were first logged. A task's latest group is the one the most trained policy
+    played, so a task it has since learned (or given up on) drops out. Used to point a small real budget (S2R) at
+    the tasks GRPO can learn from: a group whose rewards are all equal has zero advantage and trains nothing."""
+    latest: dict[str, float] = {}
+    with open(log_path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                for row in json.loads(line).get("variance", []):
+                    latest[row["task_id"]] = float(row["variance"])
+    return [tid for tid, v in latest.items() if v > 0]
+
+
 def cluster_groups(task_ids: list[str], rewards: list[float] | list[list[float]], embeddings: np.ndarray,
                    n_clusters: int, seed: int = 0, iters: int = 20) -> dict[str, list[float]]:
     """For PPO (no rollout groups): k-means the task embeddings (n, d) and give every task the rewards of its

@@ -30,6 +30,8 @@ from dreamgym.types import Task
 
 DREAM_STATE_FILE = "dream_state.json"
 """The curriculum's state (generated tasks, counters, RNG) at the checkpoint's iteration, in the run folder."""
+DREAM_VARIANCE_LOG = "curriculum.jsonl"
+"""The curriculum's log in the run folder: per iteration, its stats, new tasks and each task's reward variance."""
 
 
 @dataclass
@@ -134,7 +136,7 @@ class DreamWorld:
         self.base_tasks = dream_tasks(list(self.family.tasks("train")), self.buffer, env_name, dream.task_pool)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
-                                     seed=seed, log_path=run_dir / "curriculum.jsonl")
+                                     seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG)
         self.policy_version = ""
 
     def env_factory(self) -> Callable[[], Any]:

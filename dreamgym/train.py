@@ -35,7 +35,7 @@ from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
-from dreamgym.pipeline import DreamConfig, DreamWorld, train_dream, train_s2r_real
+from dreamgym.pipeline import DREAM_VARIANCE_LOG, DreamConfig, DreamWorld, train_dream, train_s2r_real
 from dreamgym.rollout import RealStepBudget
 from dreamgym.trainers.common import TrainerConfig, mix_seed
 from dreamgym.trainers.dpo import DPOConfig, DPOTrainer
@@ -86,9 +86,11 @@ class TrainConfig(TrainerConfig):
     a policy picked on the periodic evaluation is lost; with it, the pick can be confirmed on tasks it was not picked
     on (`dreamgym eval --policy <run_dir>/it<N> --skip-tasks ...`)."""
     real_task_pool: str = ""
-    """Real RL (`mode=real`): draw each iteration's tasks only from the train tasks this trajectory file
-    (JSONL/Parquet) played, e.g. the `dream.em_data` of a `dream.task_pool=data` run, so that real and dream RL play
-    the same games. Empty: all train tasks."""
+    """Real RL (`mode=real`): draw each iteration's tasks only from these train tasks. A trajectory file
+    (JSONL/Parquet): the tasks it played, e.g. the `dream.em_data` of a `dream.task_pool=data` run, so that real and
+    dream RL play the same games. A dream run's folder (S2R from its policy): the tasks whose latest dream group
+    had mixed outcomes (its `curriculum.jsonl`), so a small real budget is not spent on groups that all fail or
+    all win. Empty: all train tasks."""
     data: str = ""
     """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
     demo_policies: str = ""
@@ -114,8 +116,10 @@ class TrainConfig(TrainerConfig):
             raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (from dreamgym train-em)")
         if self.real_task_pool and not (self.mode == "real" and self.algo in ("grpo", "ppo")):
             raise ConfigError("real_task_pool: only real RL (mode=real, algo grpo or ppo) draws train tasks from it")
-        if self.real_task_pool and not Path(self.real_task_pool).is_file():
-            raise ConfigError(f"real_task_pool: no such file {self.real_task_pool!r}")
+        pool = Path(self.real_task_pool)
+        if self.real_task_pool and not (pool.is_file() or (pool / DREAM_VARIANCE_LOG).is_file()):
+            raise ConfigError(f"real_task_pool: {self.real_task_pool!r} is neither a trajectory file nor a dream "
+                              f"run folder with a {DREAM_VARIANCE_LOG}")
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
@@ -213,17 +217,23 @@ def _periodic_evaluation(trainer: Any, fam: Any, cfg: TrainConfig, run_dir: Path
 
 
 def real_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
-    """The train tasks real RL draws from: all of them, or those `cfg.real_task_pool`'s trajectories played."""
+    """The train tasks real RL draws from: all of them, those `cfg.real_task_pool`'s trajectories played, or those
+    whose latest group in that dream run had mixed outcomes."""
+    from dreamgym.curriculum import informative_task_ids
     from dreamgym.data import played_tasks
 
     pool = list(fam.tasks("train"))
     if not cfg.real_task_pool:
         return pool
-    played = {t.id for t in played_tasks(cfg.real_task_pool)}
-    kept = [t for t in pool if t.id in played]
+    src = Path(cfg.real_task_pool)
+    if src.is_dir():
+        wanted, what = set(informative_task_ids(src / DREAM_VARIANCE_LOG)), "had mixed dream outcomes in"
+    else:
+        wanted, what = {t.id for t in played_tasks(src)}, "was played in"
+    kept = [t for t in pool if t.id in wanted]
     if not kept:
-        raise ConfigError(f"real_task_pool: none of the {len(pool)} {cfg.env} train tasks was played in "
-                          f"{cfg.real_task_pool} ({len(played)} tasks there)")
+        raise ConfigError(f"real_task_pool: none of the {len(pool)} {cfg.env} train tasks {what} "
+                          f"{cfg.real_task_pool} ({len(wanted)} tasks there)")
     print(f"real_task_pool: {len(kept)} of {len(pool)} train tasks")
     return kept
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from dreamgym.curriculum import (Curriculum, CurriculumConfig, cluster_groups, reward_variance, solved_task_steps,
-                                 writing_examples)
+from dreamgym.curriculum import (Curriculum, CurriculumConfig, cluster_groups, informative_task_ids, reward_variance,
+                                 solved_task_steps, writing_examples)
 from dreamgym.envs.dial import make_tasks, parse_goal
 from dreamgym.llm.fake import FakeLLM
 
@@ -53,6 +53,17 @@ def test_curriculum_disabled_and_uninformative_groups_generate_nothing():
     cur = Curriculum(base, parse_goal, llm, CurriculumConfig())
     cur.update(0, {base[0].id: [1, 1]}, {t.id: t for t in base})
     assert not cur.generated and not llm.calls
+
+
+def test_informative_task_ids_are_the_tasks_whose_latest_group_had_mixed_outcomes(tmp_path):
+    """S2R's real pool: a task mixed earlier but settled in its latest group drops out, and the reverse."""
+    base = make_tasks("train")[:4]
+    log = tmp_path / "curriculum.jsonl"
+    cur = Curriculum(base, parse_goal, None, CurriculumConfig(enabled=False), log_path=log)
+    a, b, c, d = (t.id for t in base)
+    cur.update(0, {a: [1, 0, 1, 1], b: [0, 0, 0, 0], c: [1, 0, 0, 0]}, {t.id: t for t in base})
+    cur.update(1, {a: [1, 1, 1, 1], b: [1, 0, 0, 0], d: [0, 0, 0, 0]}, {t.id: t for t in base})
+    assert informative_task_ids(log) == [b, c]
 
 
 def test_cluster_groups_pools_rewards_of_similar_tasks():

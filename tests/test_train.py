@@ -158,3 +158,27 @@ def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsy
     assert "real_task_pool" in capsys.readouterr().err
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", "dream.em=x", f"real_task_pool={data}"]) == 2
     assert "real_task_pool" in capsys.readouterr().err
+
+
+def test_real_task_pool_from_a_dream_run_keeps_its_tasks_with_mixed_outcomes(tmp_path, capsys):
+    """S2R from a dream policy: real RL draws only the train tasks whose latest dream group had mixed rewards."""
+    from dreamgym.curriculum import Curriculum, CurriculumConfig
+    from dreamgym.envs.dial import parse_goal
+    from dreamgym.pipeline import DREAM_VARIANCE_LOG
+    from dreamgym.train import TrainConfig, real_tasks
+
+    fam = family("dial")
+    train = fam.tasks("train")
+    dream = tmp_path / "dream"
+    cur = Curriculum(train, parse_goal, None, CurriculumConfig(enabled=False), log_path=dream / DREAM_VARIANCE_LOG)
+    cur.update(0, {train[0].id: [1, 0], train[1].id: [0, 0], train[2].id: [0, 1], "generated~g0.0": [1, 0]},
+               {t.id: t for t in train})
+    pool = real_tasks(fam, TrainConfig(env="dial", algo="grpo", real_task_pool=str(dream)))
+    assert [t.id for t in pool] == [train[0].id, train[2].id]  # a generated task is not a real train task
+    run = tmp_path / "s2r"
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={dream}",
+                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
+    assert "real_task_pool: 2 of" in capsys.readouterr().out
+    assert train_main(["--algo", "grpo", "--env", "dial", f"real_task_pool={tmp_path}"]) == 2  # no log there
+    assert "real_task_pool" in capsys.readouterr().err
