@@ -4,6 +4,9 @@ sign test that the second wins more often. Pairing removes the task-to-task spre
 intervals carry, so it detects a smaller gain than "non-overlapping intervals" does; both are reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
+
+Either side may be several files joined by commas (evaluations of one policy on disjoint task ranges, e.g.
+games 61-180 and 181-274): their episodes are pooled.
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ from dreamgym.evaluate import paired_sign_test, two_proportion_z_test, wilson_in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("first", help="eval --json file of the reference policy (e.g. the SFT start)")
-    ap.add_argument("second", help="eval --json file of the policy tested for a gain")
+    ap.add_argument("first", help="eval --json file(s), comma-separated, of the reference policy (e.g. the SFT start)")
+    ap.add_argument("second", help="eval --json file(s), comma-separated, of the policy tested for a gain")
     args = ap.parse_args()
     runs = []
-    for path in (args.first, args.second):
-        rows = json.load(open(path, encoding="utf-8"))["episodes"]
-        runs.append({(r["task"], r["seed"]): bool(r["won"]) for r in rows})
+    for paths in (args.first, args.second):
+        won: dict[tuple[str, int], bool] = {}
+        for path in paths.split(","):
+            for r in json.load(open(path, encoding="utf-8"))["episodes"]:
+                if (r["task"], r["seed"]) in won:
+                    raise SystemExit(f"{path}: task {r['task']} seed {r['seed']} is in two of the pooled files")
+                won[(r["task"], r["seed"])] = bool(r["won"])
+        runs.append(won)
     common = sorted(set(runs[0]) & set(runs[1]))
     if not common:
         raise SystemExit("no (task, seed) pair was played by both policies")

@@ -19,3 +19,11 @@ nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=run
 # confirmations on games 61-180 (as above) of alf-dream29/final, alf-s2r28/final, alf-dream29-nocur/final and its dream-it6 (the selection peak):
 # dreamgym eval --env alfworld --policy runs/alf-dream29-nocur/dream-it6 --skip-tasks 60 --max-tasks 120 --seeds 0,1 --json runs/alf-dream29-nocur/confirm-it6-61-180.json rollout.max_turns=50
 # fresh-game confirmations of both runs' dream-it8 (as above, --policy runs/<run>/dream-it8 --json runs/<run>/confirm-it8-61-180.json)
+# 2026-12-03 (session 23): a second seed of the 10-iteration no-curriculum run (from scratch, so no resume flaw),
+# S2R from alf-dream29-nocur drawing only the train games whose latest dream group had mixed rewards
+# (real_task_pool=<dream run folder>, b880981), and more fresh episodes: games 181-274 x seeds 0,1 and 61-274 x seeds 2,3
+nohup dreamgym train $COMMON dream.curriculum.enabled=false dream.iterations=10 seed=1 eval_every=5 run_dir=runs/alf-dream30-nocur-s1 > runs/alf-dream30-nocur-s1.log 2>&1 &
+nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=runs/alf-dream29-nocur/final run_dir=runs/alf-s2r30-pool real_task_pool=runs/alf-dream29-nocur real_step_budget=1457 iterations=3 grpo.tasks_per_iteration=4 grpo.group_size=4 grpo.minibatches=2 grpo.loss_agg=episode optim.lr=0.0001 agent.show_admissible=false agent.history=0 rollout.max_new_tokens=32 rollout.ground_actions=0.8 rollout.max_turns=50 eval_at_start=false eval_max_tasks=60 eval_seeds=[0] save_every=1 > runs/alf-s2r30-pool.log 2>&1 &
+# dreamgym eval --env alfworld --policy runs/<run>/final --skip-tasks 180 --max-tasks 94 --seeds 0,1 --json runs/<run>/confirm-181-274.json rollout.max_turns=50
+# dreamgym eval --env alfworld --policy runs/<run>/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/<run>/confirm-61-274-s23.json rollout.max_turns=50
+# pooled: python experiments/paired_eval.py runs/alf-sft15/confirm-61-180.json,runs/alf-sft15/confirm-181-274.json,runs/alf-sft15/confirm-61-274-s23.json runs/alf-dream29-nocur/confirm-61-180.json,...
