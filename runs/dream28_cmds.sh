@@ -27,3 +27,5 @@ nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=run
 # dreamgym eval --env alfworld --policy runs/<run>/final --skip-tasks 180 --max-tasks 94 --seeds 0,1 --json runs/<run>/confirm-181-274.json rollout.max_turns=50
 # dreamgym eval --env alfworld --policy runs/<run>/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/<run>/confirm-61-274-s23.json rollout.max_turns=50
 # pooled: python experiments/paired_eval.py runs/alf-sft15/confirm-61-180.json,runs/alf-sft15/confirm-181-274.json,runs/alf-sft15/confirm-61-274-s23.json runs/alf-dream29-nocur/confirm-61-180.json,...
+# alf-dream30-nocur-s1 on seeds 2,3 ran as two halves on the two cores: --skip-tasks 60 --max-tasks 107 (confirm-61-167-s23.json)
+# and --skip-tasks 167 --max-tasks 107 (confirm-168-274-s23.json)
