@@ -220,16 +220,37 @@ def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_i
     return history
 
 
+def s2r_task_pool(fam: Any, dream_dir: str | Path, tasks_per_iteration: int) -> list[Task]:
+    """The real train tasks the real phase of S2R draws from: those whose latest group in the dream run at
+    `dream_dir` had mixed outcomes (`curriculum.informative_task_ids`). A group whose rewards are all equal has zero
+    GRPO advantage, so a small real budget spent on it trains nothing (ALFWorld, README section 18: uniform draws gave
+    0 of 7 mixed groups, this pool 5 of 8). All train tasks when the dream run has no log or fewer such tasks than
+    one iteration draws, so the phase never narrows to a handful of tasks by accident."""
+    from dreamgym.curriculum import informative_task_ids
+
+    pool = list(fam.tasks("train"))
+    log = Path(dream_dir) / DREAM_VARIANCE_LOG
+    wanted = set(informative_task_ids(log)) if log.is_file() else set()
+    kept = [t for t in pool if t.id in wanted]
+    if len(kept) < tasks_per_iteration:
+        print(f"s2r: {len(kept)} train tasks had mixed dream outcomes (< {tasks_per_iteration} per iteration); "
+              f"drawing from all {len(pool)}")
+        return pool
+    print(f"s2r: drawing from the {len(kept)} of {len(pool)} train tasks with mixed dream outcomes")
+    return kept
+
+
 def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iteration: int, seed: int,
                    evaluate: Callable[[str, int], Any] | None = None, eval_every: int = 0,
-                   progress: bool = True) -> list[dict[str, Any]]:
+                   progress: bool = True, pool: Sequence[Task] | None = None) -> list[dict[str, Any]]:
     """The real phase of S2R: continue RL in the real environment until `iterations` more iterations ran or the
-    trainer's real-step budget (a hard cap enforced by the rollout engine) is spent."""
+    trainer's real-step budget (a hard cap enforced by the rollout engine) is spent. Tasks are drawn from `pool`
+    (`s2r_task_pool` after a dream phase), all train tasks when None."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dreamgym.train import real_iteration_tasks
 
-    pool = fam.tasks("train")
+    pool = list(pool) if pool is not None else fam.tasks("train")
     start = trainer.iteration
     history = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -425,8 +446,13 @@ class Recipe:
                         algo=algo, run_dir=method_dir, logger=lg, evaluate=evaluate, eval_every=eval_every,
                         progress=self.progress)
         if mode in ("real", "s2r"):
+            # S2R (a real phase after a dream, here or in the row it continues) aims its budget at the tasks that
+            # were still mixed in the dream; plain real GRPO draws from all train tasks.
+            dream_dir = method_dir if mode == "s2r" else self.run / self._slug(from_method) if from_method else None
+            pool = s2r_task_pool(self.family, dream_dir, tasks_per_iteration) if dream_dir is not None else None
             train_s2r_real(trainer, self.family, iterations=real_iterations, tasks_per_iteration=tasks_per_iteration,
-                           seed=self.seed, evaluate=evaluate, eval_every=eval_every, progress=self.progress)
+                           seed=self.seed, evaluate=evaluate, eval_every=eval_every, progress=self.progress,
+                           pool=pool)
         trainer.save(method_dir / "final")
         res = self.evaluate(trainer.backend)
         if eval_every and (not curve or curve[-1][0] != trainer.iteration):

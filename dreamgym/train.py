@@ -35,7 +35,8 @@ from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
-from dreamgym.pipeline import DREAM_VARIANCE_LOG, DreamConfig, DreamWorld, train_dream, train_s2r_real
+from dreamgym.pipeline import (DREAM_VARIANCE_LOG, DreamConfig, DreamWorld, s2r_task_pool, train_dream,
+                               train_s2r_real)
 from dreamgym.rollout import RealStepBudget
 from dreamgym.trainers.common import TrainerConfig, mix_seed
 from dreamgym.trainers.dpo import DPOConfig, DPOTrainer
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.mode == "s2r":
                 train_s2r_real(trainer, fam, iterations=cfg.dream.s2r_iterations, tasks_per_iteration=n_tasks,
                                seed=cfg.seed, evaluate=evaluate, eval_every=cfg.eval_every,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, pool=s2r_task_pool(fam, run_dir, n_tasks))
         else:
             train_offline(trainer, demonstrations(cfg.env, cfg, run_dir), cfg, run_dir, progress=not args.no_progress)
         trainer.save(run_dir / "checkpoint")

@@ -10,7 +10,7 @@ from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backen
 
 from dreamgym.curriculum import CurriculumConfig
 from dreamgym.envs import family
-from dreamgym.pipeline import DreamConfig, DreamWorld, render_table, train_dream, train_s2r_real
+from dreamgym.pipeline import DreamConfig, DreamWorld, render_table, s2r_task_pool, train_dream, train_s2r_real
 from dreamgym.rollout import RealStepBudget
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
@@ -36,7 +36,9 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
     assert "curriculum/valid_share" in hist[-1]
 
     trainer.budget = RealStepBudget(60)  # one group of 4 x 12 turns fits, a second never does
-    hist = train_s2r_real(trainer, family("dial"), iterations=5, tasks_per_iteration=4, seed=0, progress=False)
+    pool = s2r_task_pool(family("dial"), tmp_path, 4)  # this dream's log decides which real tasks S2R draws
+    hist = train_s2r_real(trainer, family("dial"), iterations=5, tasks_per_iteration=4, seed=0, progress=False,
+                          pool=pool)
     assert 0 < trainer.budget.used <= 60  # a hard cap: the rollout engine refuses steps past it
     assert all(m["episodes_failed"] == 0 for m in hist)  # no episode was cut off by the budget
 
@@ -97,3 +99,22 @@ def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffe
     assert dream_tasks(train, buf, "dial", "all") == train
     with pytest.raises(ConfigError, match=r"dream\.task_pool=data"):
         dream_tasks(list(family("dial").tasks("test")), buf, "dial", "data")
+
+
+def test_s2r_task_pool_aims_at_tasks_with_mixed_dream_outcomes_else_all(tmp_path, capsys):
+    from dreamgym.curriculum import Curriculum
+    from dreamgym.envs.dial import parse_goal
+    from dreamgym.pipeline import DREAM_VARIANCE_LOG
+
+    fam = family("dial")
+    train = fam.tasks("train")
+    assert [t.id for t in s2r_task_pool(fam, tmp_path, 2)] == [t.id for t in train]  # no dream log: all tasks
+    cur = Curriculum(train, parse_goal, None, CurriculumConfig(enabled=False), log_path=tmp_path / DREAM_VARIANCE_LOG)
+    cur.update(0, {train[0].id: [1, 0], train[1].id: [0, 0], train[2].id: [1, 1], train[3].id: [0, 1]},
+               {t.id: t for t in train})
+    cur.update(1, {train[3].id: [1, 1], train[1].id: [0, 1]}, {t.id: t for t in train})  # the latest group decides
+    assert [t.id for t in s2r_task_pool(fam, tmp_path, 2)] == [train[0].id, train[1].id]
+    assert "2 of" in capsys.readouterr().out
+    # fewer mixed tasks than one iteration draws: all train tasks, not the same two over and over
+    assert len(s2r_task_pool(fam, tmp_path, 3)) == len(train)
+    assert "drawing from all" in capsys.readouterr().out
