@@ -29,3 +29,6 @@ nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=run
 # pooled: python experiments/paired_eval.py runs/alf-sft15/confirm-61-180.json,runs/alf-sft15/confirm-181-274.json,runs/alf-sft15/confirm-61-274-s23.json runs/alf-dream29-nocur/confirm-61-180.json,...
 # alf-dream30-nocur-s1 on seeds 2,3 ran as two halves on the two cores: --skip-tasks 60 --max-tasks 107 (confirm-61-167-s23.json)
 # and --skip-tasks 167 --max-tasks 107 (confirm-168-274-s23.json)
+# 2026-12-03 (session 24): a third seed of the 10-iteration no-curriculum run, and real GRPO on games 61-274 x seeds 2,3
+nohup dreamgym train $COMMON dream.curriculum.enabled=false dream.iterations=10 seed=2 eval_every=10 run_dir=runs/alf-dream31-nocur-s2 > runs/alf-dream31-nocur-s2.log 2>&1 &
+nohup dreamgym eval --env alfworld --policy runs/alf-grpo26/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/alf-grpo26/confirm-61-274-s23.json rollout.max_turns=50 > runs/alf-grpo26-confirm-s23.log 2>&1 &
