@@ -32,3 +32,7 @@ nohup dreamgym train --algo grpo --env alfworld --no-progress mode=real init=run
 # 2026-12-03 (session 24): a third seed of the 10-iteration no-curriculum run, and real GRPO on games 61-274 x seeds 2,3
 nohup dreamgym train $COMMON dream.curriculum.enabled=false dream.iterations=10 seed=2 eval_every=10 run_dir=runs/alf-dream31-nocur-s2 > runs/alf-dream31-nocur-s2.log 2>&1 &
 nohup dreamgym eval --env alfworld --policy runs/alf-grpo26/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/alf-grpo26/confirm-61-274-s23.json rollout.max_turns=50 > runs/alf-grpo26-confirm-s23.log 2>&1 &
+nohup dreamgym eval --env alfworld --policy runs/alf-dream31-nocur-s2/final --skip-tasks 60 --max-tasks 214 --seeds 0,1 --json runs/alf-dream31-nocur-s2/confirm-61-274.json rollout.max_turns=50 > runs/alf-dream31-nocur-s2-confirm-s01.log 2>&1 &
+nohup dreamgym eval --env alfworld --policy runs/alf-dream31-nocur-s2/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/alf-dream31-nocur-s2/confirm-61-274-s23.json rollout.max_turns=50 > runs/alf-dream31-nocur-s2-confirm-s23.log 2>&1 &
+nohup dreamgym eval --env alfworld --policy runs/alf-s2r30-pool/final --skip-tasks 60 --max-tasks 214 --seeds 2,3 --json runs/alf-s2r30-pool/confirm-61-274-s23.json rollout.max_turns=50 > runs/alf-s2r30-pool-confirm-s23.log 2>&1 &
+# quickstart after 1d3be4a (S2R draws the dream's mixed tasks): (time bash run.sh quickstart run_dir=runs/qs-s8) > runs/qs-s8.log
