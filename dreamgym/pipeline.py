@@ -448,7 +448,7 @@ class Recipe:
         if mode in ("real", "s2r"):
             # S2R (a real phase after a dream, here or in the row it continues) aims its budget at the tasks that
             # were still mixed in the dream; plain real GRPO draws from all train tasks.
-            dream_dir = method_dir if mode == "s2r" else self.run / self._slug(from_method) if from_method else None
+            dream_dir = method_dir if mode == "s2r" else (self.run / self._slug(from_method) if from_method else None)
             pool = s2r_task_pool(self.family, dream_dir, tasks_per_iteration) if dream_dir is not None else None
             train_s2r_real(trainer, self.family, iterations=real_iterations, tasks_per_iteration=tasks_per_iteration,
                            seed=self.seed, evaluate=evaluate, eval_every=eval_every, progress=self.progress,
