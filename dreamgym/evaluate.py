@@ -59,6 +59,9 @@ class EvalResult:
     invalid_action_rate: float
     grounded_action_rate: float = 0.0
     """Share of turns whose action was mapped onto an admissible one (`rollout.ground_actions`)."""
+    noop_step_rate: float = 0.0
+    """Share of environment steps that did nothing (`info["invalid_action"]`): the rollout metric of the same name,
+    so a policy's no-op rate in the real game can be set beside its rate in the dream."""
     episodes: list[Episode] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,7 +71,7 @@ class EvalResult:
         return (f"success {self.success_rate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (n={self.n}, "
                 f"{self.n_success} won), mean reward {self.mean_reward:.3f}, mean steps {self.mean_steps:.2f}, "
                 f"env failures {self.n_failed}, invalid actions {self.invalid_action_rate:.3f}, "
-                f"grounded actions {self.grounded_action_rate:.3f}")
+                f"grounded actions {self.grounded_action_rate:.3f}, no-op steps {self.noop_step_rate:.3f}")
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -120,12 +123,14 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
     n, k = len(ok), sum(e.won for e in ok)
     lo, hi = wilson_interval(k, n)
     turns = sum(len(e.turns) for e in episodes)
+    stepped = sum(t.stepped for e in episodes for t in e.turns)
     return EvalResult(success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
                       mean_reward=sum(e.reward for e in ok) / n if n else 0.0,
                       mean_steps=sum(sum(t.stepped for t in e.turns) for e in ok) / n if n else 0.0,
                       n=n, n_success=k, n_failed=len(episodes) - n,
                       invalid_action_rate=sum(e.invalid_actions for e in episodes) / turns if turns else 0.0,
                       grounded_action_rate=sum(e.grounded_actions for e in episodes) / turns if turns else 0.0,
+                      noop_step_rate=sum(e.noop_steps for e in episodes) / stepped if stepped else 0.0,
                       episodes=list(episodes))
 
 

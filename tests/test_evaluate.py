@@ -10,6 +10,7 @@ from dreamgym.agent import AgentConfig
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
 from dreamgym.evaluate import EvalConfig, evaluate_policy, paired_sign_test, two_proportion_z_test, wilson_interval
 from dreamgym.llm.base import Completion
+from dreamgym.rollout import RolloutConfig
 
 
 def test_wilson_interval_by_hand():
@@ -77,4 +78,11 @@ def test_evaluate_policy_counts_and_excludes_env_failures():
     assert res.n_success == res.n - 2 * n4 and res.success_rate == pytest.approx(res.n_success / res.n)
     assert res.ci_low < res.success_rate < res.ci_high and res.mean_reward == pytest.approx(res.success_rate)
     assert res.invalid_action_rate > 0 and res.mean_steps > 1
+    # the unparseable reply ends its episode before any step, and the expert never plays a no-op
+    assert res.noop_step_rate == 0.0
+    # passed to the env instead, the nonsense is a no-op on each of the env's 12 steps, every seed
+    passed = evaluate_policy(ExpertBackend(tok), Crash, tasks, [0, 1],
+                             EvalConfig(agent=AgentConfig(history=1), rollout=RolloutConfig(on_invalid_action="pass")))
+    stepped = sum(t.stepped for e in passed.episodes for t in e.turns)
+    assert passed.noop_step_rate == pytest.approx(2 * n4 * 12 / stepped) and "no-op steps" in str(passed)
     assert json.dumps(res.to_dict())  # JSON-able, episodes left out
