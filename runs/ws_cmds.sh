@@ -26,3 +26,12 @@ nohup dreamgym train --algo sft --env webshop --no-progress data=runs/ws/shopper
 WSD="--algo grpo --env webshop --no-progress mode=dream init=runs/ws-sft20/final dream.em=runs/ws-em10 dream.em_data=runs/ws/ws-all.jsonl dream.iterations=10 dream.max_steps=15 dream.task_pool=data dream.em_overrides.temperature=1.0 dream.em_overrides.copy_hidden_outcomes=true dream.em_overrides.derive_determined_outcomes=true grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 grpo.loss_agg=episode optim.lr=0.0003 agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 eval_at_start=false eval_max_tasks=200 eval_seeds=[0] eval_every=0 save_every=1"
 nohup dreamgym train $WSD dream.curriculum.enabled=false run_dir=runs/ws-dream20-nocur > runs/ws-dream20-nocur.log 2>&1 &
 nohup dreamgym train $WSD run_dir=runs/ws-dream20 > runs/ws-dream20.log 2>&1 &
+# evaluations on all 500 test goals (greedy; a WebShop episode does not depend on the episode seed); it5 = a copy of checkpoint/ after iteration 5
+C="rollout.ground_actions=0.7 rollout.max_turns=15 agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48"
+dreamgym eval --env webshop --policy runs/ws-sft20/final --max-tasks 200 --seeds 0 --json runs/ws-sft20/eval-1-200.json $C
+dreamgym eval --env webshop --policy runs/ws-sft20/final --skip-tasks 200 --max-tasks 300 --seeds 0 --json runs/ws-sft20/eval-201-500.json $C
+dreamgym eval --env webshop --policy runs/ws-sft20/final --split train --max-tasks 128 --seeds 0 --json runs/ws-sft20/eval-train128-t1.json $C temperature=1.0
+for p in ws-dream20-nocur/it5 ws-dream20/it5 ws-dream20-nocur/final ws-dream20/final; do dreamgym eval --env webshop --policy runs/$p --max-tasks 500 --seeds 0 --json runs/$p/../eval-1-500-$(basename $p).json $C; done
+python experiments/paired_eval.py runs/ws-sft20/eval-1-200.json,runs/ws-sft20/eval-201-500.json runs/ws-dream20-nocur/eval-1-500.json
+# audit of the start's dream play, replayed in the game
+python experiments/dream_audit.py --env webshop --em runs/ws-em10 --policy runs/ws-sft20/final --data runs/ws/ws-all.jsonl --tasks-from runs/ws/ws-all.jsonl --tasks 32 --repeats 2 --threads 1 --em-temperature 1.0 --max-steps 15 --reward-from auto --em-override copy_hidden_outcomes=true --em-override derive_determined_outcomes=true agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 > runs/audit-ws-sft20.log
