@@ -31,7 +31,11 @@ C="rollout.ground_actions=0.7 rollout.max_turns=15 agent.history=0 agent.show_ad
 dreamgym eval --env webshop --policy runs/ws-sft20/final --max-tasks 200 --seeds 0 --json runs/ws-sft20/eval-1-200.json $C
 dreamgym eval --env webshop --policy runs/ws-sft20/final --skip-tasks 200 --max-tasks 300 --seeds 0 --json runs/ws-sft20/eval-201-500.json $C
 dreamgym eval --env webshop --policy runs/ws-sft20/final --split train --max-tasks 128 --seeds 0 --json runs/ws-sft20/eval-train128-t1.json $C temperature=1.0
-for p in ws-dream20-nocur/it5 ws-dream20/it5 ws-dream20-nocur/final ws-dream20/final; do dreamgym eval --env webshop --policy runs/$p --max-tasks 500 --seeds 0 --json runs/$p/../eval-1-500-$(basename $p).json $C; done
+for r in ws-dream20-nocur ws-dream20; do cp -r runs/$r/checkpoint runs/$r/it5; done  # right after iteration 5 was saved
+for r in ws-dream20-nocur ws-dream20; do dreamgym eval --env webshop --policy runs/$r/it5 --max-tasks 500 --seeds 0 --json runs/$r/it5/eval-1-500.json $C; done
+for r in ws-dream20-nocur ws-dream20; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
 python experiments/paired_eval.py runs/ws-sft20/eval-1-200.json,runs/ws-sft20/eval-201-500.json runs/ws-dream20-nocur/eval-1-500.json
 # audit of the start's dream play, replayed in the game
 python experiments/dream_audit.py --env webshop --em runs/ws-em10 --policy runs/ws-sft20/final --data runs/ws/ws-all.jsonl --tasks-from runs/ws/ws-all.jsonl --tasks 32 --repeats 2 --threads 1 --em-temperature 1.0 --max-steps 15 --reward-from auto --em-override copy_hidden_outcomes=true --em-override derive_determined_outcomes=true agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 > runs/audit-ws-sft20.log
+# the same audit of the trained policy
+python experiments/dream_audit.py --env webshop --em runs/ws-em10 --policy runs/ws-dream20-nocur/final --data runs/ws/ws-all.jsonl --tasks-from runs/ws/ws-all.jsonl --tasks 32 --repeats 2 --threads 1 --em-temperature 1.0 --max-steps 15 --reward-from auto --em-override copy_hidden_outcomes=true --em-override derive_determined_outcomes=true agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 > runs/audit-ws-dream20-nocur.log
