@@ -25,7 +25,7 @@ from typing import Any
 
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_rollouts
+from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_rollouts
 from dreamgym.types import Task
 
 
@@ -122,16 +122,14 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
     ok = [e for e in episodes if e.trainable]
     n, k = len(ok), sum(e.won for e in ok)
     lo, hi = wilson_interval(k, n)
-    turns = sum(len(e.turns) for e in episodes)
-    stepped = sum(t.stepped for e in episodes for t in e.turns)
+    # The per-turn rates are the rollout engine's own, so an evaluation and a (dream) training batch read alike.
+    m = rollout_metrics(episodes)
     return EvalResult(success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
                       mean_reward=sum(e.reward for e in ok) / n if n else 0.0,
                       mean_steps=sum(sum(t.stepped for t in e.turns) for e in ok) / n if n else 0.0,
                       n=n, n_success=k, n_failed=len(episodes) - n,
-                      invalid_action_rate=sum(e.invalid_actions for e in episodes) / turns if turns else 0.0,
-                      grounded_action_rate=sum(e.grounded_actions for e in episodes) / turns if turns else 0.0,
-                      noop_step_rate=sum(e.noop_steps for e in episodes) / stepped if stepped else 0.0,
-                      episodes=list(episodes))
+                      invalid_action_rate=m["invalid_action_rate"], grounded_action_rate=m["grounded_action_rate"],
+                      noop_step_rate=m["noop_step_rate"], episodes=list(episodes))
 
 
 # --------------------------------------------------------------------------------------------- loading policies
