@@ -106,6 +106,22 @@ def paired_sign_test(only_first: int, only_second: int) -> float:
     return sum(math.comb(n, i) for i in range(only_second, n + 1)) / 2 ** n if n else 1.0
 
 
+def paired_mean_difference(first: Sequence[float], second: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Mean of `second[i] - first[i]` over episodes both policies played with the same task and seed, and the half
+    width of its normal-approximation interval (95% for z = 1.96): z * sd / sqrt(n), sd with n - 1 in the
+    denominator. Pairing matters for a graded reward such as WebShop's: most of the spread is between tasks, and it
+    cancels in the differences. Returns (0.0, inf) for fewer than two pairs."""
+    if len(first) != len(second):
+        raise ValueError(f"paired_mean_difference: {len(first)} first values but {len(second)} second values")
+    n = len(first)
+    if n < 2:
+        return 0.0, math.inf
+    d = [b - a for a, b in zip(first, second)]
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    return mean, z * sd / math.sqrt(n)
+
+
 def evaluate_policy(backend: Any, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], seeds: Sequence[int],
                     config: EvalConfig | None = None, *, budget: RealStepBudget | None = None) -> EvalResult:
     """Play every task once per seed (the seed is the environment seed) and summarise the outcome."""

@@ -1,6 +1,7 @@
 """Compare two policies evaluated on the same tasks and seeds (`dreamgym eval --json`, which writes one row per
-episode): each one's success with its 95% interval, the pairs only one of them won, and the exact one-sided
-sign test that the second wins more often. Pairing removes the task-to-task spread that two independent
+episode): each one's success with its 95% interval, the pairs only one of them won, the exact one-sided
+sign test that the second wins more often, and the paired mean-reward difference with its 95% interval (what a
+graded reward such as WebShop's moves before success does). Pairing removes the task-to-task spread that two independent
 intervals carry, so it detects a smaller gain than "non-overlapping intervals" does; both are reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dreamgym.evaluate import paired_sign_test, two_proportion_z_test, wilson_interval
+from dreamgym.evaluate import paired_mean_difference, paired_sign_test, two_proportion_z_test, wilson_interval
 
 
 def main() -> None:
@@ -22,15 +23,18 @@ def main() -> None:
     ap.add_argument("first", help="eval --json file(s), comma-separated, of the reference policy (e.g. the SFT start)")
     ap.add_argument("second", help="eval --json file(s), comma-separated, of the policy tested for a gain")
     args = ap.parse_args()
-    runs = []
+    runs, rewards = [], []
     for paths in (args.first, args.second):
         won: dict[tuple[str, int], bool] = {}
+        reward: dict[tuple[str, int], float] = {}
         for path in paths.split(","):
             for r in json.load(open(path, encoding="utf-8"))["episodes"]:
                 if (r["task"], r["seed"]) in won:
                     raise SystemExit(f"{path}: task {r['task']} seed {r['seed']} is in two of the pooled files")
                 won[(r["task"], r["seed"])] = bool(r["won"])
+                reward[(r["task"], r["seed"])] = float(r["reward"])
         runs.append(won)
+        rewards.append(reward)
     common = sorted(set(runs[0]) & set(runs[1]))
     if not common:
         raise SystemExit("no (task, seed) pair was played by both policies")
@@ -49,6 +53,9 @@ def main() -> None:
     print(f"one-sided paired sign test p = {paired_sign_test(only_a, only_b):.4f}; "
           f"unpaired two-proportion p = {two_proportion_z_test(sum(a), n, sum(b), n)[1]:.4f}; "
           f"intervals {'do not overlap' if lo_b > hi_a else 'overlap'}")
+    ra, rb = ([r[k] for k in common] for r in rewards)
+    diff, half = paired_mean_difference(ra, rb)
+    print(f"mean reward {sum(ra) / n:.3f} -> {sum(rb) / n:.3f}; paired difference {diff:+.3f} +- {half:.3f} (95%)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import pytest
 
 from dreamgym.agent import AgentConfig
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
-from dreamgym.evaluate import EvalConfig, evaluate_policy, paired_sign_test, two_proportion_z_test, wilson_interval
+from dreamgym.evaluate import (EvalConfig, evaluate_policy, paired_mean_difference, paired_sign_test, two_proportion_z_test,
+                               wilson_interval)
 from dreamgym.llm.base import Completion
 from dreamgym.rollout import RolloutConfig
 
@@ -33,6 +34,17 @@ def test_paired_sign_test_by_hand():
     assert paired_sign_test(2, 8) == pytest.approx(56 / 1024)
     assert paired_sign_test(0, 0) == 1.0 and paired_sign_test(5, 0) == 1.0
     assert paired_sign_test(0, 5) == pytest.approx(1 / 32)
+
+
+def test_paired_mean_difference_by_hand():
+    # differences 0.5, 0.0, 0.1, 0.2: mean 0.2; sample variance (0.09 + 0.04 + 0.01 + 0) / 3 = 0.14 / 3
+    mean, half = paired_mean_difference([0.0, 1.0, 0.2, 0.3], [0.5, 1.0, 0.3, 0.5])
+    assert mean == pytest.approx(0.2) and half == pytest.approx(1.96 * math.sqrt(0.14 / 3) / 2)
+    # a constant shift has no spread, so its interval has zero width
+    assert paired_mean_difference([0.1, 0.4, 0.9], [0.2, 0.5, 1.0]) == (pytest.approx(0.1), pytest.approx(0.0))
+    assert paired_mean_difference([1.0], [0.0]) == (0.0, math.inf)
+    with pytest.raises(ValueError, match="2 first values but 1 second"):
+        paired_mean_difference([0.0, 1.0], [1.0])
 
 
 class ExpertBackend:
