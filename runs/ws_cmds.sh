@@ -44,3 +44,13 @@ python3 -c "import json; won={json.loads(l)['task']['id'] for l in open('runs/ws
 nohup dreamgym train $WSD dream.curriculum.enabled=false dream.em_data=runs/ws/ws-unseen.jsonl dream.iterations=5 run_dir=runs/ws-dream21-unseen > runs/ws-dream21-unseen.log 2>&1 &
 nohup dreamgym train $WSD dream.curriculum.enabled=false dream.em_data=runs/ws/ws-unseen.jsonl dream.iterations=5 seed=1 run_dir=runs/ws-dream21-unseen-s1 > runs/ws-dream21-unseen-s1.log 2>&1 &
 for r in ws-dream21-unseen ws-dream21-unseen-s1; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+# 2026-12-03 (session 26): real GRPO at B (9,600 real steps; 16 goals x 8, lr 3e-4, 4 minibatches, as the dream) and S2R at B/16 (600) from ws-dream20-nocur
+WSR="--algo grpo --env webshop --no-progress mode=real grpo.loss_agg=episode agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 eval_at_start=false eval_max_tasks=200 eval_seeds=[0] eval_every=0 save_every=1"
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 run_dir=runs/ws-grpo22 > runs/ws-grpo22.log 2>&1 &
+nohup dreamgym train $WSR init=runs/ws-dream20-nocur/final real_task_pool=runs/ws-dream20-nocur real_step_budget=600 iterations=6 grpo.tasks_per_iteration=4 grpo.group_size=4 grpo.minibatches=2 optim.lr=0.0001 run_dir=runs/ws-s2r22 > runs/ws-s2r22.log 2>&1 &
+for r in ws-s2r22 ws-grpo22; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+# dream audit on goals the start never saw won (is the dream too harsh there?)
+python experiments/dream_audit.py --env webshop --em runs/ws-em10 --policy runs/ws-sft20/final --data runs/ws/ws-all.jsonl --tasks-from runs/ws/ws-unseen.jsonl --tasks 32 --repeats 2 --threads 1 --em-temperature 1.0 --max-steps 15 --reward-from auto --em-override copy_hidden_outcomes=true --em-override derive_determined_outcomes=true agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 > runs/audit-ws-sft20-unseen.log
+# second seeds: the 10-iteration no-curriculum dream and real GRPO at B
+nohup dreamgym train $WSD dream.curriculum.enabled=false seed=1 run_dir=runs/ws-dream22-nocur-s1 > runs/ws-dream22-nocur-s1.log 2>&1 &
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 seed=1 run_dir=runs/ws-grpo22-s1 > runs/ws-grpo22-s1.log 2>&1 &
