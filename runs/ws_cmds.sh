@@ -54,3 +54,13 @@ python experiments/dream_audit.py --env webshop --em runs/ws-em10 --policy runs/
 # second seeds: the 10-iteration no-curriculum dream and real GRPO at B
 nohup dreamgym train $WSD dream.curriculum.enabled=false seed=1 run_dir=runs/ws-dream22-nocur-s1 > runs/ws-dream22-nocur-s1.log 2>&1 &
 nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 seed=1 run_dir=runs/ws-grpo22-s1 > runs/ws-grpo22-s1.log 2>&1 &
+# the 10-iteration no-curriculum dream continued to 20 iterations (a copy of its run folder, resumed)
+cp -r runs/ws-dream20-nocur runs/ws-dream23-nocur-20 && rm -rf runs/ws-dream23-nocur-20/it5
+nohup dreamgym train $WSD --resume dream.curriculum.enabled=false dream.iterations=20 run_dir=runs/ws-dream23-nocur-20 > runs/ws-dream23-nocur-20.log 2>&1 &
+# greedy on the first 200 train goals: start, real GRPO, dream
+for r in ws-sft20 ws-grpo22 ws-dream20-nocur; do dreamgym eval --env webshop --policy runs/$r/final --split train --max-tasks 200 --seeds 0 --json runs/$r/eval-train200.json $C; done
+# S2R seed 1 (iterations=10, so the 600-step budget binds), evaluations of the seed-1 runs
+dreamgym train $WSR init=runs/ws-dream20-nocur/final real_task_pool=runs/ws-dream20-nocur real_step_budget=600 iterations=10 grpo.tasks_per_iteration=4 grpo.group_size=4 grpo.minibatches=2 optim.lr=0.0001 seed=1 run_dir=runs/ws-s2r22-s1 > runs/ws-s2r22-s1.log 2>&1
+for r in ws-grpo22-s1 ws-s2r22-s1; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+# a third dream seed
+nohup dreamgym train $WSD dream.curriculum.enabled=false seed=2 run_dir=runs/ws-dream22-nocur-s2 > runs/ws-dream22-nocur-s2.log 2>&1 &
