@@ -115,8 +115,10 @@ def main() -> None:
     failed = collections.Counter(e.end_reason for e in episodes if not e.trainable)
     print(f"{n} episodes; dream success {sum(e.won for e in episodes) / n:.3f}; environment failures "
           f"{sum(failed.values())} {dict(failed) if failed else ''}")
-    for (d, r), c in sorted(outcomes.items()):
-        print(f"  {d:10s} / {r:9s}: {c}")
+    # All four cells, zeros included, so an absent line cannot be misread (a Counter returns 0 for a missing key).
+    for d in ("dream loss", "dream win"):
+        for r in ("real loss", "real win"):
+            print(f"  {d:10s} / {r:9s}: {outcomes[(d, r)]}")
     claimed = sum(bool(e.model_claimed_wins) for e in episodes)
     if args.reward_from != "model":
         print(f"episodes where the model credited a win: {claimed}; overruled by the state: "
