@@ -72,6 +72,12 @@ class GRPOConfig:
     loss_agg: str = "token"
     """How the per-token losses are averaged: "token" (every trained token of the batch weighs the same; long
     episodes weigh more, as in DAPO) or "episode" (every episode weighs the same, whatever its length)."""
+    reward: str = "env"
+    """What an episode earned, for the group advantages: "env" (its total reward as the environment, real or
+    dream, paid it) or "success" (1.0 if it was won, else 0.0: the paper's outcome reward). Why: WebShop pays
+    partial credit for a near-miss purchase, and GRPO on it raised mean reward while success stayed put (README
+    section 21). The logged `mean_reward`, and the reward variance the curriculum and S2R's task pool read, stay
+    the environment's."""
     min_groups: int = 0
     """Update only once at least this many groups with unequal rewards were collected; until then an iteration's
     samples are kept and its update is deferred (DAPO's dynamic sampling, spread over iterations: the policy does
@@ -83,6 +89,8 @@ class GRPOConfig:
             raise ValueError("grpo.group_size, epochs and minibatches must be >= 1")
         if self.loss_agg not in ("token", "episode"):
             raise ValueError(f"grpo.loss_agg must be 'token' or 'episode', got {self.loss_agg!r}")
+        if self.reward not in ("env", "success"):
+            raise ValueError(f"grpo.reward must be 'env' or 'success', got {self.reward!r}")
         if self.min_groups < 0:
             raise ValueError(f"grpo.min_groups must be >= 0, got {self.min_groups}")
 
@@ -149,7 +157,8 @@ class GRPOTrainer(BaseTrainer):
         metrics: dict[str, Any] = rollout_metrics(episodes)
         n_groups = len({e.group for e in ok})
         if ok:
-            adv, zero = algos.grpo_advantages(torch.tensor([e.reward for e in ok]), torch.tensor([e.group for e in ok]),
+            earned = [float(e.won) if cfg.reward == "success" else e.reward for e in ok]
+            adv, zero = algos.grpo_advantages(torch.tensor(earned), torch.tensor([e.group for e in ok]),
                                               scale_by_std=cfg.scale_rewards, eps=cfg.adv_eps)
             keep = [i for i in range(len(ok)) if not bool(zero[i])]
             zero_groups = len({ok[i].group for i in range(len(ok)) if bool(zero[i])})

@@ -190,3 +190,48 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
     with pytest.raises(ValueError, match="min_groups"):
         GRPOConfig(min_groups=-1).validate()
+
+
+class PartialCreditDial(dial.DialEnv):
+    """The dial with WebShop-style partial credit: a submit one notch off still pays 0.5 (and is still not a win)."""
+
+    def _step(self, action):
+        obs, reward, term, trunc, info = super()._step(action)
+        if term and not info["won"] and abs(self.value - self.target) == 1:
+            reward = 0.5
+        return obs, reward, term, trunc, info
+
+
+def _zero_groups(episodes, earned):
+    by_group = {}
+    for e in episodes:
+        if e.trainable:
+            by_group.setdefault(e.group, set()).add(earned(e))
+    return sum(len(v) == 1 for v in by_group.values())
+
+
+def test_success_reward_trains_on_wins_not_partial_credit(tiny_preset, warm_state, dial_common):
+    """reward="success": a group of near-misses (0.5 and 0 rewards, no win) carries no signal, where "env" trains on
+    it. Same start, same seed, so both trainers play the same episodes; only the advantages differ."""
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok = tiny_preset
+    tasks = dial.make_tasks("train")[:24]
+    runs = {}
+    for reward in ("env", "success"):
+        m = copy.deepcopy(model)
+        m.load_state_dict(warm_state)
+        tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(group_size=4, reward=reward), dial_common())
+        runs[reward] = tr.train_iteration(tasks, PartialCreditDial)
+    (eps, m_env), (eps_s, m_success) = runs["env"], runs["success"]
+    assert [(e.reward, e.won) for e in eps] == [(e.reward, e.won) for e in eps_s]
+    assert any(e.reward == 0.5 for e in eps)  # near-misses were played, so the two rules can differ
+    assert m_env["zero_variance_groups"] == _zero_groups(eps, lambda e: e.reward)
+    assert m_success["zero_variance_groups"] == _zero_groups(eps, lambda e: e.won)
+    assert m_success["zero_variance_groups"] > m_env["zero_variance_groups"], (m_success, m_env)
+    assert m_success["mean_reward"] == m_env["mean_reward"]  # the logged reward stays the environment's
+
+
+def test_grpo_reward_is_validated():
+    with pytest.raises(ValueError, match="grpo.reward must be 'env' or 'success'"):
+        GRPOConfig(reward="won").validate()
