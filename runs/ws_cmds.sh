@@ -64,3 +64,9 @@ dreamgym train $WSR init=runs/ws-dream20-nocur/final real_task_pool=runs/ws-drea
 for r in ws-grpo22-s1 ws-s2r22-s1; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
 # a third dream seed
 nohup dreamgym train $WSD dream.curriculum.enabled=false seed=2 run_dir=runs/ws-dream22-nocur-s2 > runs/ws-dream22-nocur-s2.log 2>&1 &
+# evaluations: dream seed 1 (10 it.) and the 20-iteration continuation; real GRPO seed 2
+for r in ws-dream22-nocur-s1 ws-dream23-nocur-20; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 seed=2 run_dir=runs/ws-grpo22-s2 > runs/ws-grpo22-s2.log 2>&1 &
+# GRPO on the outcome reward (grpo.reward=success, the paper's 0/1) instead of WebShop's graded reward: dream (5 it.) and real at B
+nohup dreamgym train $WSD dream.curriculum.enabled=false grpo.reward=success dream.iterations=5 run_dir=runs/ws-dream24-success > runs/ws-dream24-success.log 2>&1 &
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 grpo.reward=success run_dir=runs/ws-grpo24-success > runs/ws-grpo24-success.log 2>&1 &
