@@ -70,3 +70,7 @@ nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterati
 # GRPO on the outcome reward (grpo.reward=success, the paper's 0/1) instead of WebShop's graded reward: dream (5 it.) and real at B
 nohup dreamgym train $WSD dream.curriculum.enabled=false grpo.reward=success dream.iterations=5 run_dir=runs/ws-dream24-success > runs/ws-dream24-success.log 2>&1 &
 nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 grpo.reward=success run_dir=runs/ws-grpo24-success > runs/ws-grpo24-success.log 2>&1 &
+for r in ws-grpo22-s2 ws-dream22-nocur-s2 ws-grpo24-success ws-dream24-success; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+# a second seed of real GRPO on the outcome reward
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 grpo.reward=success seed=1 run_dir=runs/ws-grpo24-success-s1 > runs/ws-grpo24-success-s1.log 2>&1 &
+dreamgym eval --env webshop --policy runs/ws-grpo24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-grpo24-success-s1/eval-1-500.json $C
