@@ -1,8 +1,9 @@
 """Compare two policies evaluated on the same tasks and seeds (`dreamgym eval --json`, which writes one row per
 episode): each one's success with its 95% interval, the pairs only one of them won, the exact one-sided
 sign test that the second wins more often, and the paired mean-reward difference with its 95% interval (what a
-graded reward such as WebShop's moves before success does). Pairing removes the task-to-task spread that two independent
-intervals carry, so it detects a smaller gain than "non-overlapping intervals" does; both are reported.
+graded reward such as WebShop's moves before success does). Pairing removes the task-to-task spread that two
+independent intervals carry, so it detects a smaller gain than "non-overlapping intervals" does; both are
+reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
 

@@ -8,8 +8,8 @@ import pytest
 
 from dreamgym.agent import AgentConfig
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
-from dreamgym.evaluate import (EvalConfig, evaluate_policy, paired_mean_difference, paired_sign_test, two_proportion_z_test,
-                               wilson_interval)
+from dreamgym.evaluate import (EvalConfig, evaluate_policy, paired_mean_difference, paired_sign_test,
+                               two_proportion_z_test, wilson_interval)
 from dreamgym.llm.base import Completion
 from dreamgym.rollout import RolloutConfig
 
