@@ -74,3 +74,6 @@ for r in ws-grpo22-s2 ws-dream22-nocur-s2 ws-grpo24-success ws-dream24-success; 
 # a second seed of real GRPO on the outcome reward
 nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=9600 iterations=14 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 grpo.reward=success seed=1 run_dir=runs/ws-grpo24-success-s1 > runs/ws-grpo24-success-s1.log 2>&1 &
 dreamgym eval --env webshop --policy runs/ws-grpo24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-grpo24-success-s1/eval-1-500.json $C
+# a second seed of the dream on the outcome reward
+nohup dreamgym train $WSD dream.curriculum.enabled=false grpo.reward=success dream.iterations=5 seed=1 run_dir=runs/ws-dream24-success-s1 > runs/ws-dream24-success-s1.log 2>&1 &
+dreamgym eval --env webshop --policy runs/ws-dream24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-dream24-success-s1/eval-1-500.json $C
