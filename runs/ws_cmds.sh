@@ -77,4 +77,3 @@ dreamgym eval --env webshop --policy runs/ws-grpo24-success-s1/final --max-tasks
 # a second seed of the dream on the outcome reward
 nohup dreamgym train $WSD dream.curriculum.enabled=false grpo.reward=success dream.iterations=5 seed=1 run_dir=runs/ws-dream24-success-s1 > runs/ws-dream24-success-s1.log 2>&1 &
 dreamgym eval --env webshop --policy runs/ws-dream24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-dream24-success-s1/eval-1-500.json $C
-dreamgym eval --env webshop --policy runs/ws-dream24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-dream24-success-s1/eval-1-500.json $C
