@@ -24,22 +24,20 @@ def main() -> None:
     ap.add_argument("first", help="eval --json file(s), comma-separated, of the reference policy (e.g. the SFT start)")
     ap.add_argument("second", help="eval --json file(s), comma-separated, of the policy tested for a gain")
     args = ap.parse_args()
-    runs, rewards = [], []
+    runs = []
     for paths in (args.first, args.second):
-        won: dict[tuple[str, int], bool] = {}
-        reward: dict[tuple[str, int], float] = {}
+        played: dict[tuple[str, int], tuple[bool, float]] = {}  # (task, seed) -> (won, reward)
         for path in paths.split(","):
             for r in json.load(open(path, encoding="utf-8"))["episodes"]:
-                if (r["task"], r["seed"]) in won:
+                key = (r["task"], r["seed"])
+                if key in played:
                     raise SystemExit(f"{path}: task {r['task']} seed {r['seed']} is in two of the pooled files")
-                won[(r["task"], r["seed"])] = bool(r["won"])
-                reward[(r["task"], r["seed"])] = float(r["reward"])
-        runs.append(won)
-        rewards.append(reward)
+                played[key] = (bool(r["won"]), float(r["reward"]))
+        runs.append(played)
     common = sorted(set(runs[0]) & set(runs[1]))
     if not common:
         raise SystemExit("no (task, seed) pair was played by both policies")
-    a, b = ([r[k] for k in common] for r in runs)
+    a, b = ([r[k][0] for k in common] for r in runs)
     n = len(common)
     for name, won in ((args.first, a), (args.second, b)):
         k = sum(won)
@@ -54,7 +52,7 @@ def main() -> None:
     print(f"one-sided paired sign test p = {paired_sign_test(only_a, only_b):.4f}; "
           f"unpaired two-proportion p = {two_proportion_z_test(sum(a), n, sum(b), n)[1]:.4f}; "
           f"intervals {'do not overlap' if lo_b > hi_a else 'overlap'}")
-    ra, rb = ([r[k] for k in common] for r in rewards)
+    ra, rb = ([r[k][1] for k in common] for r in runs)
     diff, half = paired_mean_difference(ra, rb)
     print(f"mean reward {sum(ra) / n:.3f} -> {sum(rb) / n:.3f}; paired difference {diff:+.3f} +- {half:.3f} (95%)")
 
