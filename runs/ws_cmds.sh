@@ -77,3 +77,13 @@ dreamgym eval --env webshop --policy runs/ws-grpo24-success-s1/final --max-tasks
 # a second seed of the dream on the outcome reward
 nohup dreamgym train $WSD dream.curriculum.enabled=false grpo.reward=success dream.iterations=5 seed=1 run_dir=runs/ws-dream24-success-s1 > runs/ws-dream24-success-s1.log 2>&1 &
 dreamgym eval --env webshop --policy runs/ws-dream24-success-s1/final --max-tasks 500 --seeds 0 --json runs/ws-dream24-success-s1/eval-1-500.json $C
+# 2026-12-03 (session 27): sampled evaluations (temperature 1) of every section-21 policy, the outcome breakdown
+# (experiments/webshop_outcomes.py), the shopper on the test goals, SFT on all 3,000 shopper episodes (wins and
+# losses), real GRPO at 4B, and the dream from the new SFT policy
+for r in ws-sft20 ws-dream20-nocur ws-dream22-nocur-s1 ws-dream22-nocur-s2 ws-dream23-nocur-20 ws-grpo22 ws-grpo22-s1 ws-grpo22-s2 ws-s2r22 ws-s2r22-s1; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500-t1.json $C temperature=1.0; done
+for r in ws-sft20 ws-dream20-nocur ws-grpo22 ws-dream22-nocur-s1 ws-grpo22-s1 ws-dream22-nocur-s2 ws-grpo22-s2 ws-s2r22 ws-s2r22-s1 ws-dream23-nocur-20 ws-sft27-all; do python experiments/webshop_outcomes.py --policy runs/$r/final --max-tasks 500 --json runs/$r/outcomes-1-500.json $C > runs/$r-outcomes.log; done
+dreamgym collect --env webshop --policy shopper:1 --split test --episodes 500 --out runs/ws/shopper-test.jsonl
+dreamgym collect --env webshop --policy shopper:1 --episodes 3000 --seed 505 --out runs/ws/shopper3k.jsonl
+nohup dreamgym train --algo sft --env webshop --no-progress data=runs/ws/shopper3k.jsonl init=runs/ws-sft20/final run_dir=runs/ws-sft27-all iterations=1 sft.epochs=2 sft.only_won=false sft.batch_size=32 optim.lr=0.001 agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 eval_max_tasks=500 eval_seeds=[0] eval_at_start=false save_every=1 > runs/ws-sft27-all.log 2>&1 &
+nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=38400 iterations=60 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 eval_max_tasks=500 eval_every=20 keep_evaluated=true run_dir=runs/ws-grpo27-4b > runs/ws-grpo27-4b.log 2>&1 &
+nohup dreamgym train $WSD init=runs/ws-sft27-all/final dream.curriculum.enabled=false eval_max_tasks=500 run_dir=runs/ws-dream27-all > runs/ws-dream27-all.log 2>&1 &
