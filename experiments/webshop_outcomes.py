@@ -39,6 +39,7 @@ from dreamgym.envs.webshop.pages import parse_abstract
 from dreamgym.envs.webshop.policies import ShopperPolicy
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.evaluate import EvalConfig, evaluate_policy
+from dreamgym.paths import atomic_write_text
 from dreamgym.train import TrainConfig, build_backend
 
 ASIN = re.compile(r"\bB0[0-9A-Z]{8}\b")
@@ -119,9 +120,10 @@ def main() -> None:
     tasks = fam.tasks("test")[: args.max_tasks]
     ecfg = EvalConfig(agent=cfg.agent, rollout=cfg.rollout)
     result = evaluate_policy(backend, factory, tasks, [0], ecfg)
-    # Each episode ran in its own env (the factory is called once per episode slot and envs are not reused
-    # across slots), so the env whose last task is the episode's holds its final info.
-    by_task = {w.last_info["task"].id: w for w in envs if w.last_info}
+    # The rollout engine builds one env per episode, in episode order, and never reuses one, so the i-th env
+    # built holds the i-th episode's final info.
+    if len(envs) != len(result.episodes):
+        raise SystemExit(f"{len(envs)} environments for {len(result.episodes)} episodes: cannot pair them")
     counts: collections.Counter = collections.Counter()
     missed: collections.Counter = collections.Counter()  # purchases that did not win: which parts fell short
     product_clicks = rewritten = wrong_but_listed = 0
@@ -129,8 +131,7 @@ def main() -> None:
     turns_on: collections.Counter = collections.Counter()
     shopper = ShopperPolicy()
     rows = []
-    for ep in result.episodes:
-        w = by_task[ep.task.id]
+    for ep, w in zip(result.episodes, envs):
         cat = categorise(ep, w.last_info, w)
         counts[cat] += 1
         if cat == CATEGORIES[2]:
@@ -156,8 +157,6 @@ def main() -> None:
         print(f"  {c:38s} {counts[c]:4d}")
     print("  purchases that did not win, by part short of 1: "
           + ", ".join(f"{k[2:]} {missed[k]}" for k in ("r_type", "r_attr", "r_option", "r_price")))
-    # The policy writes a product id it read on the results page; an id that is not there is replaced by the
-    # most similar one on the page (rollout.ground_actions), which picks a product the policy did not choose.
     print(f"  wrong-product purchases with a product that could win on a results page the policy saw: "
           f"{wrong_but_listed} of {counts[CATEGORIES[2]]}")
     # The SFT start imitates the `shopper` policy's wins, and the shopper decides from the instruction and the
@@ -165,10 +164,12 @@ def main() -> None:
     # policy gets wrong (the search query must match word for word, so its rate is a lower bound).
     print("  distinct pages where the policy did what the shopper does: "
           + ", ".join(f"{k} {agree[k]}/{turns_on[k]}" for k in sorted(turns_on, key=lambda k: -turns_on[k])))
+    # The policy writes a product id it read on the results page; an id that is not there is replaced by the
+    # most similar one on the page (rollout.ground_actions), which picks a product the policy did not choose.
     print(f"  product clicks whose id grounding rewrote: {rewritten} of {product_clicks}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"policy": args.policy, "counts": dict(counts), "episodes": rows}, fh, indent=1)
+        atomic_write_text(args.json, json.dumps({"policy": args.policy, "counts": dict(counts), "episodes": rows},
+                                                indent=1))
 
 
 if __name__ == "__main__":
