@@ -99,6 +99,14 @@ def categorise(episode: Any, info: dict[str, Any], env: Any) -> str:
     return CATEGORIES[3] if len(actions) >= 4 and len(set(actions[-4:])) <= 2 else CATEGORIES[4]
 
 
+def webshop_policy(policy: str, overrides: list[str], threads: int) -> tuple[Any, TrainConfig, Any]:
+    """The WebShop family, the config the overrides give (the policy's prompt and rollout) and the policy backend;
+    shared with `webshop_dagger.py`."""
+    torch.set_num_threads(threads)
+    cfg = load_config(TrainConfig, None, ["env=webshop", *overrides])
+    return family("webshop"), cfg, build_backend(cfg, policy)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--policy", required=True, help="policy checkpoint or model directory")
@@ -107,10 +115,7 @@ def main() -> None:
     ap.add_argument("--json", default="", help="also write the per-episode categories here")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for the policy's prompt and rollout")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    fam = family("webshop")
-    cfg = load_config(TrainConfig, None, ["env=webshop", *args.overrides])
-    backend = build_backend(cfg, args.policy)
+    fam, cfg, backend = webshop_policy(args.policy, args.overrides, args.threads)
     envs: list[_KeepLastInfo] = []
 
     def factory() -> _KeepLastInfo:

@@ -87,3 +87,9 @@ dreamgym collect --env webshop --policy shopper:1 --episodes 3000 --seed 505 --o
 nohup dreamgym train --algo sft --env webshop --no-progress data=runs/ws/shopper3k.jsonl init=runs/ws-sft20/final run_dir=runs/ws-sft27-all iterations=1 sft.epochs=2 sft.only_won=false sft.batch_size=32 optim.lr=0.001 agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 rollout.max_turns=15 eval_max_tasks=500 eval_seeds=[0] eval_at_start=false save_every=1 > runs/ws-sft27-all.log 2>&1 &
 nohup dreamgym train $WSR init=runs/ws-sft20/final real_step_budget=38400 iterations=60 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 eval_max_tasks=500 eval_every=20 keep_evaluated=true run_dir=runs/ws-grpo27-4b > runs/ws-grpo27-4b.log 2>&1 &
 nohup dreamgym train $WSD init=runs/ws-sft27-all/final dream.curriculum.enabled=false eval_max_tasks=500 run_dir=runs/ws-dream27-all > runs/ws-dream27-all.log 2>&1 &
+# one round of DAgger: the start's own pages on train goals 1-1,500, labelled with the shopper's action, plus the
+# shopper's 949 winning demonstrations; one SFT epoch from ws-sft20
+python experiments/webshop_dagger.py --policy runs/ws-sft20/final --tasks 1500 --out runs/ws/dagger1.jsonl --threads 2 $C > runs/ws-dagger1.log
+python3 -c "import json; open('runs/ws/shopper2k-won.jsonl','w').writelines(l for l in open('runs/ws/shopper2k.jsonl') if json.loads(l)['won'])"
+cat runs/ws/dagger1.jsonl runs/ws/shopper2k-won.jsonl > runs/ws/dagger1-mix.jsonl
+dreamgym train --algo sft --env webshop --no-progress data=runs/ws/dagger1-mix.jsonl init=runs/ws-sft20/final run_dir=runs/ws-sft27-dagger iterations=1 sft.epochs=1 sft.only_won=false sft.batch_size=32 optim.lr=0.001 $C eval_max_tasks=500 eval_seeds=[0] eval_at_start=false save_every=1 > runs/ws-sft27-dagger.log 2>&1
