@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 
-from webshop_outcomes import webshop_policy  # run as a script, so experiments/ is on sys.path
+from webshop_outcomes import teacher_pages, webshop_policy  # run as a script, so experiments/ is on sys.path
 
 from dreamgym.data import write_jsonl
+from dreamgym.envs.webshop.pages import norm_label
 from dreamgym.envs.webshop.policies import ShopperPolicy
 from dreamgym.rollout import run_rollouts
 from dreamgym.types import Step, Trajectory
@@ -42,15 +43,9 @@ def main() -> None:
     teacher = ShopperPolicy()
     out, pages, disagree = [], 0, 0
     for ep in episodes:
-        teacher.reset(ep.task, "", {})
-        seen: set[str] = set()
         steps = []
-        for t in ep.turns:
-            if t.state in seen:  # a loop's repeated page adds nothing the first visit did not
-                continue
-            seen.add(t.state)
-            label = teacher.act("", {"abstract_state": t.state})
-            disagree += label.lower() != (t.action or "").lower()
+        for t, label in teacher_pages(ep, teacher):  # a loop's repeated page adds nothing its first visit did not
+            disagree += norm_label(label) != norm_label(t.action or "")
             steps.append(Step(state=t.state, action=label, reward=0.0, terminated=False, truncated=False,
                               info={"policy_action": t.action}))
         if steps:

@@ -35,7 +35,7 @@ import torch
 
 from dreamgym.config import load_config
 from dreamgym.envs import family
-from dreamgym.envs.webshop.pages import parse_abstract
+from dreamgym.envs.webshop.pages import norm_label, parse_abstract
 from dreamgym.envs.webshop.policies import ShopperPolicy
 from dreamgym.envs.webshop.reward import get_reward
 from dreamgym.evaluate import EvalConfig, evaluate_policy
@@ -73,8 +73,17 @@ class _KeepLastInfo:
         return getattr(self.env, name)
 
 
-def norm_action(action: str) -> str:
-    return " ".join(action.lower().split())
+def teacher_pages(episode: Any, teacher: ShopperPolicy) -> list[tuple[Any, str]]:
+    """Each distinct page of `episode` (a page seen again in a loop counts once) as (its turn, the shopper's
+    action there); shared with `webshop_dagger.py`, which trains on these labels."""
+    teacher.reset(episode.task, "", {})
+    seen: set[str] = set()
+    out = []
+    for t in episode.turns:
+        if t.state not in seen:
+            seen.add(t.state)
+            out.append((t, teacher.act("", {"abstract_state": t.state})))
+    return out
 
 
 def best_score(env: Any, asin: str, goal: dict[str, Any]) -> float:
@@ -89,7 +98,8 @@ def best_score(env: Any, asin: str, goal: dict[str, Any]) -> float:
     return get_reward(product, goal, product.price, chosen)[0]
 
 
-def categorise(episode: Any, info: dict[str, Any], env: Any) -> str:
+def categorise(episode: Any, env: _KeepLastInfo) -> str:
+    info = env.last_info
     if episode.won:
         return CATEGORIES[0]
     if info.get("reward_parts"):
@@ -137,21 +147,18 @@ def main() -> None:
     shopper = ShopperPolicy()
     rows = []
     for ep, w in zip(result.episodes, envs):
-        cat = categorise(ep, w.last_info, w)
+        cat = categorise(ep, w)
         counts[cat] += 1
         if cat == CATEGORIES[2]:
             wrong_but_listed += any(best_score(w, a, ep.task.goal) >= 1.0 for a in w.listed)
         parts = w.last_info.get("reward_parts") or {}
         if parts and not ep.won:
             missed.update(k for k in ("r_type", "r_attr", "r_option", "r_price") if parts[k] < 1.0)
-        shopper.reset(ep.task, "", {})
-        seen: set[str] = set()
+        for t, label in teacher_pages(ep, shopper):
+            kind = parse_abstract(t.state)["page"]
+            turns_on[kind] += 1
+            agree[kind] += norm_label(t.action or "") == norm_label(label)
         for t in ep.turns:
-            if t.state not in seen:  # a page seen again (a loop) is counted once
-                seen.add(t.state)
-                kind = parse_abstract(t.state)["page"]
-                turns_on[kind] += 1
-                agree[kind] += norm_action(t.action or "") == norm_action(shopper.act("", {"abstract_state": t.state}))
             if t.action and PRODUCT_CLICK.match(t.action):
                 product_clicks += 1
                 rewritten += t.generated_action is not None
