@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-tasks", type=int, default=0,
                         help="leave out the split's first N tasks, e.g. the ones periodic evaluation during training "
                              "used, so a checkpoint chosen on them is confirmed on tasks it was not chosen on")
+    parser.add_argument("--tasks-from", default=None,
+                        help="a trajectory file (JSONL/Parquet): evaluate only the split's tasks its episodes played, "
+                             "e.g. the fixed task set a run trained on (before --skip-tasks/--max-tasks)")
     parser.add_argument("--config", default=None, help="YAML file with EvalConfig fields")
     parser.add_argument("--json", default=None, help="write the result as JSON to this file")
     parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
@@ -218,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg.rollout.validate()
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         fam = family(args.env)
-        tasks = fam.tasks(args.split)
+        tasks = list(fam.tasks(args.split))
+        if args.tasks_from:
+            from dreamgym.data import played_tasks
+
+            wanted = {t.id for t in played_tasks(args.tasks_from)}
+            tasks = [t for t in tasks if t.id in wanted]
     except (ConfigError, PresetError, ValueError, OSError) as e:
         print(f"dreamgym eval: {e}", file=sys.stderr)
         return 2
@@ -229,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     if not tasks:
-        print(f"dreamgym eval: no {args.split} tasks left after skipping {args.skip_tasks}", file=sys.stderr)
+        print(f"dreamgym eval: no {args.split} tasks left after --tasks-from and skipping {args.skip_tasks}",
+              file=sys.stderr)
         return 2
     backend = HFBackend(model, tok)
     result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
                  "steps": len(e.turns), "failed": not e.trainable} for e in result.episodes]
         atomic_write_text(args.json, json.dumps({"policy": args.policy, "env": args.env, "split": args.split,
-                                                 "seeds": seeds, "skip_tasks": args.skip_tasks,
+                                                 "seeds": seeds, "tasks_from": args.tasks_from, "skip_tasks": args.skip_tasks,
                                                  "max_tasks": args.max_tasks, "config": to_dict(cfg),
                                                  **result.to_dict(), "episodes": rows}, indent=1))
     return 0

@@ -63,10 +63,11 @@ class DreamConfig:
     sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
     the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
     task_pool: str = "all"
-    """The dream's base tasks: 'all' (every train task of the family) or 'data' (only the train tasks the
-    offline real data played, whose outcomes the replay buffer holds). Why 'data': on ALFWorld the model can copy
-    a game's receptacle contents only from that game's real steps; on the other games every content is a guess
-    (README, section 9). Curriculum variants are added to either pool."""
+    """The dream's base tasks: 'all' (every train task of the family), 'data' (only the train tasks the
+    offline real data played, whose outcomes the replay buffer holds) or a trajectory file (JSONL/Parquet: the
+    train tasks its episodes played, e.g. a fixed set that real RL also trains on with `real_task_pool`). Why
+    'data': on ALFWorld the model can copy a game's receptacle contents only from that game's real steps; on the
+    other games every content is a guess (README, section 9). Curriculum variants are added to any pool."""
     em_overrides: dict[str, Any] = field(default_factory=dict)
     """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
 
@@ -75,8 +76,8 @@ class DreamConfig:
             raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
         if self.reward_from not in ("auto", "model", "state"):
             raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
-        if self.task_pool not in ("all", "data"):
-            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all or data")
+        if self.task_pool not in ("all", "data") and not Path(self.task_pool).is_file():
+            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all, data or a trajectory file")
         if self.iterations < 0 or self.s2r_iterations < 0:
             raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
 
@@ -106,14 +107,22 @@ def _rewards_by_task(episodes: Sequence[Any]) -> tuple[dict[str, list[float]], d
 
 
 def dream_tasks(train_tasks: list[Task], buffer: Any, env_name: str, pool: str) -> list[Task]:
-    """The dream's base task pool (`DreamConfig.task_pool`): all train tasks, or those with real data in `buffer`."""
+    """The dream's base task pool (`DreamConfig.task_pool`): all train tasks, those with real data in `buffer`, or
+    those a trajectory file played."""
+    from dreamgym.data import played_tasks
+
     if pool == "all":
         return train_tasks
-    played = {tr.task.id for tr in buffer.transitions(env=env_name, real_only=True)}
+    if pool == "data":
+        played = {tr.task.id for tr in buffer.transitions(env=env_name, real_only=True)}
+        where = "has real data in the replay buffer"
+    else:
+        played = {t.id for t in played_tasks(pool)}
+        where = f"was played in {pool}"
     tasks = [t for t in train_tasks if t.id in played]
     if not tasks:
-        raise ConfigError(f"dream.task_pool=data: none of the {len(train_tasks)} {env_name} train tasks has real "
-                          f"data in the replay buffer ({len(played)} tasks there)")
+        raise ConfigError(f"dream.task_pool={pool}: none of the {len(train_tasks)} {env_name} train tasks "
+                          f"{where} ({len(played)} tasks there)")
     return tasks
 
 

@@ -86,9 +86,10 @@ def test_dream_config_rejects_bad_values_naming_the_field():
 def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffer(tmp_path):
     from dreamgym import collect as C
     from dreamgym.config import ConfigError
-    from dreamgym.data import read_jsonl
+    from dreamgym.config import load_config
+    from dreamgym.data import read_jsonl, write_jsonl
     from dreamgym.experience_model import buffer_for, em_transitions
-    from dreamgym.pipeline import dream_tasks
+    from dreamgym.pipeline import DreamConfig, dream_tasks
 
     C.collect("dial", {"oracle": 1}, 5, tmp_path / "d.jsonl", seed=0, progress=False)
     trajs = list(read_jsonl(tmp_path / "d.jsonl"))
@@ -99,6 +100,13 @@ def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffe
     assert dream_tasks(train, buf, "dial", "all") == train
     with pytest.raises(ConfigError, match=r"dream\.task_pool=data"):
         dream_tasks(list(family("dial").tasks("test")), buf, "dial", "data")
+    # a trajectory file: the train tasks it played (a fixed set real RL can train on too, `real_task_pool`)
+    write_jsonl(tmp_path / "two.jsonl", trajs[:2])
+    got = dream_tasks(train, buf, "dial", str(tmp_path / "two.jsonl"))
+    assert [t.id for t in got] == [t.id for t in train if t.id in {trajs[0].task.id, trajs[1].task.id}]
+    assert load_config(DreamConfig, None, [f"task_pool={tmp_path / 'two.jsonl'}"]).task_pool.endswith("two.jsonl")
+    with pytest.raises(ConfigError, match=r"dream\.task_pool="):
+        dream_tasks(list(family("dial").tasks("test")), buf, "dial", str(tmp_path / "two.jsonl"))
 
 
 def test_s2r_task_pool_aims_at_tasks_with_mixed_dream_outcomes_else_all(tmp_path, capsys):

@@ -65,6 +65,19 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     assert {r["task"] for r in rows} == set(test_ids[2:4])  # the first two left out
     assert sum(r["won"] for r in rows) == res["n_success"] and res["skip_tasks"] == 2
     assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--skip-tasks", "100000"]) == 2
+    # --tasks-from: only the split's tasks a trajectory file played (here two test tasks), then --max-tasks
+    from em_helpers import dial_trajectories
+
+    from dreamgym.data import write_jsonl
+
+    played = dial_trajectories(2, split="test")
+    write_jsonl(tmp_path / "played.jsonl", played)
+    assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--tasks-from",
+                      str(tmp_path / "played.jsonl"), "--seeds", "0,1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert {r["task"] for r in res["episodes"]} == {t.task.id for t in played} and len(res["episodes"]) == 4
+    assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--split", "train", "--tasks-from",
+                      str(tmp_path / "played.jsonl")]) == 2  # it played no train task
 
 
 def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_path):
