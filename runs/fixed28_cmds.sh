@@ -8,3 +8,14 @@ if [ "$1" = train ]; then
 nohup dreamgym train $WSR init=runs/ws-sft20/final real_task_pool=runs/ws/fixed16.jsonl iterations=30 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 optim.lr=0.0003 run_dir=runs/ws-grpo28-fixed16 > runs/ws-grpo28-fixed16.log 2>&1 &
 nohup dreamgym train $WSD dream.task_pool=runs/ws/fixed16.jsonl dream.curriculum.enabled=false run_dir=runs/ws-dream28-fixed16 > runs/ws-dream28-fixed16.log 2>&1 &
 fi
+# evaluations on the fixed set (greedy; sampled at temperature 1, 8 episodes per goal) and on the 500 test goals
+C="rollout.ground_actions=0.7 rollout.max_turns=15 agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48"
+if [ "$1" = eval ]; then
+for r in ${@:2}; do
+  dreamgym eval --env webshop --policy runs/$r/final --split train --tasks-from runs/ws/fixed16.jsonl --seeds 0 --json runs/$r/eval-fixed16.json $C
+  dreamgym eval --env webshop --policy runs/$r/final --split train --tasks-from runs/ws/fixed16.jsonl --seeds 0,1,2,3,4,5,6,7 --json runs/$r/eval-fixed16-t1.json $C temperature=1.0
+done
+fi
+if [ "$1" = heldout ]; then
+for r in ${@:2}; do dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C; done
+fi
