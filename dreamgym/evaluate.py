@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     if not tasks:
-        print(f"dreamgym eval: no {args.split} tasks left after --tasks-from and skipping {args.skip_tasks}",
-              file=sys.stderr)
+        kept = f"of those {args.tasks_from} played " if args.tasks_from else ""
+        print(f"dreamgym eval: no {args.split} tasks {kept}left after skipping {args.skip_tasks}", file=sys.stderr)
         return 2
     backend = HFBackend(model, tok)
     result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
                  "steps": len(e.turns), "failed": not e.trainable} for e in result.episodes]
         atomic_write_text(args.json, json.dumps({"policy": args.policy, "env": args.env, "split": args.split,
-                                                 "seeds": seeds, "tasks_from": args.tasks_from, "skip_tasks": args.skip_tasks,
-                                                 "max_tasks": args.max_tasks, "config": to_dict(cfg),
+                                                 "seeds": seeds, "tasks_from": args.tasks_from,
+                                                 "skip_tasks": args.skip_tasks, "max_tasks": args.max_tasks,
+                                                 "config": to_dict(cfg),
                                                  **result.to_dict(), "episodes": rows}, indent=1))
     return 0
