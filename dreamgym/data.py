@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +334,13 @@ def played_tasks(path: str | Path) -> list[Task]:
     for traj in load_trajectories(path):
         seen.setdefault(traj.task.id, traj.task)
     return list(seen.values())
+
+
+def tasks_played_in(tasks: Sequence[Task], path: str | Path) -> tuple[list[Task], int]:
+    """The tasks of `tasks` (in their order) that the trajectory file at `path` played, and how many distinct tasks
+    that file played in all (so a caller can say why nothing matched: another split, another environment)."""
+    played = {t.id for t in played_tasks(path)}
+    return [t for t in tasks if t.id in played], len(played)
 
 
 def convert(src: str | Path, dst: str | Path) -> int:

@@ -223,10 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         fam = family(args.env)
         tasks = list(fam.tasks(args.split))
         if args.tasks_from:
-            from dreamgym.data import played_tasks
+            from dreamgym.data import tasks_played_in
 
-            wanted = {t.id for t in played_tasks(args.tasks_from)}
-            tasks = [t for t in tasks if t.id in wanted]
+            tasks, _ = tasks_played_in(tasks, args.tasks_from)
     except (ConfigError, PresetError, ValueError, OSError) as e:
         print(f"dreamgym eval: {e}", file=sys.stderr)
         return 2

@@ -109,20 +109,19 @@ def _rewards_by_task(episodes: Sequence[Any]) -> tuple[dict[str, list[float]], d
 def dream_tasks(train_tasks: list[Task], buffer: Any, env_name: str, pool: str) -> list[Task]:
     """The dream's base task pool (`DreamConfig.task_pool`): all train tasks, those with real data in `buffer`, or
     those a trajectory file played."""
-    from dreamgym.data import played_tasks
+    from dreamgym.data import tasks_played_in
 
     if pool == "all":
         return train_tasks
     if pool == "data":
         played = {tr.task.id for tr in buffer.transitions(env=env_name, real_only=True)}
+        tasks, n_there = [t for t in train_tasks if t.id in played], len(played)
         where = "has real data in the replay buffer"
     else:
-        played = {t.id for t in played_tasks(pool)}
-        where = f"was played in {pool}"
-    tasks = [t for t in train_tasks if t.id in played]
+        (tasks, n_there), where = tasks_played_in(train_tasks, pool), f"was played in {pool}"
     if not tasks:
         raise ConfigError(f"dream.task_pool={pool}: none of the {len(train_tasks)} {env_name} train tasks "
-                          f"{where} ({len(played)} tasks there)")
+                          f"{where} ({n_there} tasks there)")
     return tasks
 
 

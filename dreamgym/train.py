@@ -221,7 +221,7 @@ def real_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
     """The train tasks real RL draws from: all of them, those `cfg.real_task_pool`'s trajectories played, or those
     whose latest group in that dream run had mixed outcomes."""
     from dreamgym.curriculum import informative_task_ids
-    from dreamgym.data import played_tasks
+    from dreamgym.data import tasks_played_in
 
     pool = list(fam.tasks("train"))
     if not cfg.real_task_pool:
@@ -229,12 +229,12 @@ def real_tasks(fam: Any, cfg: TrainConfig) -> list[Task]:
     src = Path(cfg.real_task_pool)
     if src.is_dir():
         wanted, what = set(informative_task_ids(src / DREAM_VARIANCE_LOG)), "had mixed dream outcomes in"
+        kept, n_there = [t for t in pool if t.id in wanted], len(wanted)
     else:
-        wanted, what = {t.id for t in played_tasks(src)}, "was played in"
-    kept = [t for t in pool if t.id in wanted]
+        (kept, n_there), what = tasks_played_in(pool, src), "was played in"
     if not kept:
         raise ConfigError(f"real_task_pool: none of the {len(pool)} {cfg.env} train tasks {what} "
-                          f"{cfg.real_task_pool} ({len(wanted)} tasks there)")
+                          f"{cfg.real_task_pool} ({n_there} tasks there)")
     print(f"real_task_pool: {len(kept)} of {len(pool)} train tasks")
     return kept
 

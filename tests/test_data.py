@@ -11,8 +11,8 @@ import pytest
 
 from dreamgym.data import (JsonlWriter, TornTailError, TrajectoryFormatError, append_jsonl, from_sharegpt,
                            load_trajectories, played_tasks, read_jsonl, read_parquet, read_sharegpt,
-                           record_to_trajectory, to_chat_messages, to_sharegpt, trajectory_to_record, write_jsonl,
-                           write_parquet)
+                           record_to_trajectory, tasks_played_in, to_chat_messages, to_sharegpt, trajectory_to_record,
+                           write_jsonl, write_parquet)
 from dreamgym.types import Step, Task, Trajectory
 
 
@@ -172,6 +172,15 @@ def test_played_tasks_are_distinct_in_first_played_order(tmp_path):
     write_parquet(path, [TRAJS[5], TRAJS[2], TRAJS[5], TRAJS[7], TRAJS[2]])
     assert [t.id for t in played_tasks(path)] == ["t5", "t2", "t7"]
     assert played_tasks(path)[0] == TRAJS[5].task
+
+
+def test_tasks_played_in_keeps_the_callers_order_and_counts_the_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, [TRAJS[5], TRAJS[2], TRAJS[5], TRAJS[7]])
+    pool = [TRAJS[i].task for i in (1, 2, 3, 5)]
+    kept, n_played = tasks_played_in(pool, path)
+    assert [t.id for t in kept] == ["t2", "t5"]  # the pool's order, not the file's; t7 is not in the pool
+    assert n_played == 3
 
 
 def test_unknown_suffix_and_bad_parquet(tmp_path):
