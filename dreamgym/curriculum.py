@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,15 @@ def cluster_groups(task_ids: list[str], rewards: list[float] | list[list[float]]
         for i in members:
             out.setdefault(task_ids[i], []).extend(rs)
     return out
+
+
+def draw_tasks(rng: random.Random, pool: Sequence[Task], n: int) -> list[Task]:
+    """n tasks from `pool`: without replacement, with it only when the pool holds fewer than n.
+
+    Real GRPO iterations and the dream's curriculum share this rule. With replacement, 16 draws from 64 goals hold
+    ~14.3 distinct ones (~10 of 16 from 16), so a dream run saw fewer distinct goals per iteration than its real
+    twin on the same fixed set (README section 24)."""
+    return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
 
 
 @dataclass
@@ -219,10 +228,10 @@ class Curriculum:
 
     # -- sampling ---------------------------------------------------------------------------------------
     def sample(self, n: int) -> list[Task]:
-        """n tasks; at most ⌊λ·n⌋ generated ones (λ = config.max_share)."""
+        """n tasks; at most ⌊λ·n⌋ generated ones (λ = config.max_share); base tasks drawn by `draw_tasks`."""
         n_gen = min(len(self.generated), int(self.config.max_share * n)) if self.config.enabled else 0
         picked = self.rng.sample(self.generated, n_gen) if n_gen else []
-        picked += [self.rng.choice(self.base) for _ in range(n - n_gen)]
+        picked += draw_tasks(self.rng, self.base, n - n_gen)
         self.rng.shuffle(picked)
         return picked
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
+from dreamgym.curriculum import draw_tasks
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import atomic_write_text
@@ -158,8 +159,7 @@ def build_trainer(algo: str, backend: Any, cfg: TrainConfig, *, logger: MetricsL
 
 def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> list[Task]:
     """The tasks of one iteration: a seeded sample without replacement (with it when the pool is smaller)."""
-    rng = random.Random(mix_seed(seed, iteration, 11))
-    return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
+    return draw_tasks(random.Random(mix_seed(seed, iteration, 11)), pool, n)
 
 
 def real_iteration_tasks(trainer: Any, pool: Sequence[Task], n_tasks: int, seed: int) -> list[Task]:

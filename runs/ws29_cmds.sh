@@ -33,3 +33,13 @@ for r in ${@:2}; do
   dreamgym eval --env webshop --policy runs/$r/final --max-tasks 500 --seeds 0 --json runs/$r/eval-1-500.json $C
 done
 fi
+# the 10-iteration fixed-64 dream continued to 20 iterations (a copy of its run folder, resumed)
+if [ "$1" = dream20 ]; then
+cp -r runs/ws-dream29-fixed64 runs/ws-dream29-fixed64-20
+nohup dreamgym train $WSD --resume dream.task_pool=runs/ws/fixed64.jsonl dream.curriculum.enabled=false dream.iterations=20 run_dir=runs/ws-dream29-fixed64-20 > runs/ws-dream29-fixed64-20.log 2>&1 &
+fi
+# after curriculum.draw_tasks (the dream draws its 16 goals per iteration without replacement, as real GRPO does):
+# the same 10-iteration fixed-64 dream again; only the draws differ
+if [ "$1" = dream-norepl ]; then
+nohup dreamgym train $WSD dream.task_pool=runs/ws/fixed64.jsonl dream.curriculum.enabled=false run_dir=runs/ws-dream30-fixed64 > runs/ws-dream30-fixed64.log 2>&1 &
+fi

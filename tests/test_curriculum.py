@@ -44,6 +44,16 @@ def test_curriculum_generates_validated_variants_with_lineage(tmp_path):
     assert (tmp_path / "curriculum.jsonl").read_text().count("\n") == 1
 
 
+def test_base_tasks_are_drawn_without_replacement_like_real_iterations():
+    """16 of 16 base tasks are 16 distinct ones (with replacement ~10 would be); more than the pool repeats."""
+    base = make_tasks("train")[:16]
+    cur = Curriculum(base, parse_goal, None, CurriculumConfig(enabled=False), seed=3)
+    for _ in range(5):
+        assert sorted(t.id for t in cur.sample(16)) == sorted(t.id for t in base)
+    many = cur.sample(40)
+    assert len(many) == 40 and {t.id for t in many} <= {t.id for t in base}
+
+
 def test_curriculum_disabled_and_uninformative_groups_generate_nothing():
     base = make_tasks("train")
     llm = FakeLLM(_fake)
