@@ -2,7 +2,8 @@
 
 Owns: reward-variance bookkeeping per task (or per embedding cluster for PPO), seed-task selection, the
 variant-writing and selection prompts, validation through the environment family's goal parser, the task
-pool with the λ cap on generated tasks, and the lineage / variance log.
+pool with the λ cap on generated tasks, the draw of an iteration's tasks (`draw_tasks`, which real iterations
+share), and the lineage / variance log.
 Must not know: torch, trainers, how the LLM is served (it only sees the `LLM` seam).
 
 Paper (DesignDoc §1): V_τ = (1/n) Σ (r_i − r̄)²; tasks with the highest V_τ are the seeds; the same LLM as the
