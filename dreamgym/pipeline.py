@@ -24,7 +24,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
-from dreamgym.metrics import MetricsLogger
+from dreamgym.metrics import MetricsLogger, describe_machine, machine_info
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Task
 
@@ -489,11 +489,15 @@ class Recipe:
         return name.lower().replace(" ", "-")
 
     def write_report(self, title: str, extra: str = "") -> str:
-        report = render_table(self.results, title) + extra
+        """report.md (the table, then `extra`, then the machine it ran on) and summary.json (everything, machine
+        included). The machine line is part of the result: the same recipe lands elsewhere on other kernels."""
+        machine = machine_info()
+        report = render_table(self.results, title) + extra + f"\nMachine: {describe_machine(machine)}.\n"
         atomic_write_text(self.run / "report.md", report)
         atomic_write_text(self.run / "summary.json", json.dumps(
             {"env": self.env, "results": self.results, "timings_s": self.timings,
-             "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos}, indent=1))
+             "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos,
+             "machine": machine}, indent=1))
         return report
 
 

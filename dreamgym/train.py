@@ -34,7 +34,7 @@ from typing import Any, Literal
 from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.curriculum import draw_tasks
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
-from dreamgym.metrics import MetricsLogger
+from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
 from dreamgym.pipeline import (DREAM_VARIANCE_LOG, DreamConfig, DreamWorld, s2r_task_pool, train_dream,
                                train_s2r_real)
@@ -352,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
                "real_steps_used": trainer.budget.used, "iterations": trainer.iteration,
                "optimizer_steps": trainer.global_step, "final": after.to_dict(),
-               "start": before.to_dict() if before is not None else None}
+               "start": before.to_dict() if before is not None else None, "machine": machine_info()}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start")}))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start", "machine")}))
     return 0
 
 

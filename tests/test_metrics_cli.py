@@ -1,9 +1,10 @@
 import json
+import os
 import subprocess
 import sys
 
 from dreamgym.cli import COMMANDS, main
-from dreamgym.metrics import MetricsLogger, read_metrics
+from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, read_metrics
 
 
 def test_metrics_jsonl_and_tensorboard(tmp_path):
@@ -32,3 +33,16 @@ def test_cli_help_lists_every_command(capsys):
 def test_cli_entry_point_runs_as_module():
     res = subprocess.run([sys.executable, "-m", "dreamgym.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "collect" in res.stdout
+
+
+def test_machine_info_records_the_kernel_path_torch_runs_on():
+    """The record must follow the kernels torch actually picks (they change results, README section 1): forcing the
+    portable path through ATEN_CPU_CAPABILITY shows up in a fresh process, and the line names it."""
+    info = machine_info()
+    assert info["cpu_count"] >= 1 and info["torch_threads"] >= 1 and info["cpu"]
+    assert info["torch_cpu_capability"] in describe_machine(info) and info["date_utc"][:2] == "20"
+    code = "import json; from dreamgym.metrics import machine_info; print(json.dumps(machine_info()))"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    forced = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                       check=True).stdout.strip().splitlines()[-1])
+    assert forced["torch_cpu_capability"] == "DEFAULT" and forced["torch_threads"] == 1

@@ -10,7 +10,8 @@ from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backen
 
 from dreamgym.curriculum import CurriculumConfig
 from dreamgym.envs import family
-from dreamgym.pipeline import DreamConfig, DreamWorld, render_table, s2r_task_pool, train_dream, train_s2r_real
+from dreamgym.pipeline import (DreamConfig, DreamWorld, Recipe, render_table, s2r_task_pool, train_dream,
+                               train_s2r_real)
 from dreamgym.rollout import RealStepBudget
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
@@ -48,6 +49,19 @@ def test_render_table_lists_every_method():
            "real_data": 100, "real_steps": 10, "wall_time_s": 5}
     text = render_table({"SFT": row, "DreamGym GRPO": dict(row, real_steps=0)}, "t")
     assert "| SFT | 100 | 10 | 50.0 [30.0, 70.0] |" in text and "| DreamGym GRPO | 100 | 0 |" in text
+
+
+def test_report_names_the_machine_it_ran_on(tmp_path):
+    """report.md ends with the machine line and summary.json keeps the record: the same recipe lands elsewhere on
+    other kernels (README section 1), so a table without its machine cannot be checked."""
+    r = Recipe("dial", tmp_path)
+    r.results["SFT"] = {"success_rate": 0.5, "ci_low": 0.3, "ci_high": 0.7, "mean_reward": 0.5, "mean_steps": 3.0,
+                        "real_data": 100, "real_steps": 0, "wall_time_s": 5}
+    text = r.write_report("t")
+    machine = json.loads((tmp_path / "summary.json").read_text())["machine"]
+    assert (tmp_path / "report.md").read_text() == text and "| SFT | 100 | 0 | 50.0 [30.0, 70.0] |" in text
+    assert text.rstrip().splitlines()[-1].startswith("Machine: ")
+    assert f"with {machine['torch_cpu_capability']} kernels" in text
 
 
 def test_quickstart_config_rejects_bad_values_naming_the_field():

@@ -23,6 +23,7 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
         assert (sft_dir / f).is_file(), f
     summary = json.loads((sft_dir / "summary.json").read_text())
     assert summary["algo"] == "sft" and summary["optimizer_steps"] >= 1 and summary["final"]["n"] == 2
+    assert summary["machine"]["torch_cpu_capability"] and summary["machine"]["cpu_count"] >= 1
 
     grpo_dir = tmp_path / "grpo"
     args = ["--algo", "grpo", "--env", "dial", f"run_dir={grpo_dir}", f"init={sft_dir / 'final'}",
