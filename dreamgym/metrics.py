@@ -80,9 +80,10 @@ def _cpu_model() -> str:
 
 def machine_info() -> dict[str, Any]:
     """Where and when a run's numbers were made: UTC date, CPU model and cores, the kernel path torch picked on this
-    CPU, torch threads, GPU. The kernel path is recorded because it changes results, not only speed: the dial
-    quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels and at 9.4% with AVX2 ones on the same code, data
-    and seed (README section 1), so a table is reproducible only on a machine with the same record."""
+    CPU, torch threads, GPU. Kernels and threads are recorded because they change results, not only speed: the
+    dial quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels on 2 threads, and at 9.4% with AVX2 kernels
+    or on 1 thread, with the same code, data and seed (README section 1). A table reproduces only where this
+    record matches."""
     import torch
 
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

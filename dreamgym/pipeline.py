@@ -304,10 +304,20 @@ class Recipe:
 
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
                  eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
-                 train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = ()):
+                 train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = (), threads: int = 2):
+        import threadpoolctl
+        import torch
+
         from dreamgym.envs import family
         from dreamgym.train import TrainConfig
 
+        # One thread count for every stage, set here and given to the experience model, whose training used to set
+        # it as a side effect: a resumed recipe (experience model on disk) then ran SFT at the torch default and a
+        # fresh one at the model's 2, and the dial's SFT lands at 31.1% or 9.4% by that alone (README section 1).
+        # numpy's BLAS (retrieval scores) too, which otherwise follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
+        self.threads = threads
+        torch.set_num_threads(threads)
+        threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
         self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
         self.run.mkdir(parents=True, exist_ok=True)
         self.family = family(env)
@@ -316,7 +326,7 @@ class Recipe:
         # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
         self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
                                                     *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
-        self.em_overrides = [*ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
+        self.em_overrides = [f"threads={threads}", *ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
         self.results: dict[str, dict[str, Any]] = {}
         self.timings: dict[str, float] = {}
         self.offline_path = self.run / "offline.jsonl"
@@ -529,7 +539,8 @@ class QuickstartConfig:
     """Policy SFT epochs on the demonstrations (~590 steps of 16 on the default data). Measured on the dial
     (sampled test success, seed 0): the tiny policy learns which way to turn early but when to submit only in a
     sharp, noisy transition — 0.31 after these 16 epochs, between 0.12 and 0.40 for 12-30 epochs, 0.98 after
-    1,000 steps of 16 drawn with replacement. The old default (4 epochs of 32) gave 0.05: a policy that almost
+    1,000 steps of 16 drawn with replacement. Float rounding moves that transition: the same 16 epochs give 0.31
+    with AVX-512 kernels on 2 threads and 0.09-0.11 with AVX2 kernels or on 1 thread (README section 1). The old default (4 epochs of 32) gave 0.05: a policy that almost
     never submits at the target gives GRPO no signal (neither real nor dream GRPO moved it)."""
     sft_batch_size: int = 16
     """Policy SFT turns per optimiser step."""
@@ -558,8 +569,14 @@ class QuickstartConfig:
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience model."""
+    threads: int = 2
+    """torch CPU threads for every stage. Part of the result, not only of the speed: the float reduction order
+    changes with it, and the dial's 16-epoch SFT lands at 31.1% with 2 threads and 9.4% with 1 on the same
+    machine (README section 1). Runs compare only at the same count and CPU kernels (report.md names both)."""
 
     def validate(self) -> None:
+        if self.threads < 1:
+            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
         if self.offline_episodes < 10:
             raise ConfigError("offline_episodes: need at least 10 offline episodes")
         for name in ("em_steps", "em_batch_size", "sft_batch_size"):
@@ -571,7 +588,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.time()
     r = Recipe(q.env, q.run_dir, seed=q.seed, eval_tasks=q.eval_tasks, eval_seeds=q.eval_seeds,
                eval_temperature=q.eval_temperature, progress=progress, train_overrides=q.train_overrides,
-               em_overrides=q.em_overrides)
+               em_overrides=q.em_overrides, threads=q.threads)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
     em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size)

@@ -74,8 +74,13 @@ class TableConfig:
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
+    threads: int = 2
+    """torch CPU threads for every stage; like the CPU kernels, it changes results through the float reduction
+    order (README section 1), so tables compare only at the same count (results.md names it)."""
 
     def validate(self) -> None:
+        if self.threads < 1:
+            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
         if not self.eval_seeds:
             raise ConfigError("eval_seeds: need at least one evaluation seed")
         if self.eval_temperature < 0:
@@ -127,7 +132,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.time()
     r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks,
                eval_seeds=t.eval_seeds, eval_temperature=t.eval_temperature, progress=progress,
-               train_overrides=t.train_overrides, em_overrides=t.em_overrides)
+               train_overrides=t.train_overrides, em_overrides=t.em_overrides, threads=t.threads)
     r.collect_offline(t.offline_episodes, t.offline_mix, t.sft_policy)
     # The experience model is the costly artefact on CPU: trained only when a row dreams.
     em = r.experience_model("em", epochs=t.em_epochs) if any("DreamGym" in row for row in rows) else None
