@@ -783,7 +783,8 @@ class TrainEMConfig:
     seed: int = 0
     """Seed for data order and dropout."""
     threads: int = 2
-    """torch CPU threads."""
+    """CPU threads of torch and of numpy's BLAS (retrieval scores); both change the trained weights, not only the
+    speed (README section 1)."""
     device: str | None = None
     """'cpu', 'cuda' or None (pick automatically)."""
     log_every: int = 20

@@ -80,16 +80,19 @@ def _cpu_model() -> str:
 
 def machine_info() -> dict[str, Any]:
     """Where and when a run's numbers were made: UTC date, CPU model and cores, the kernel path torch picked on this
-    CPU, torch threads, GPU. Kernels and threads are recorded because they change results, not only speed: the
-    dial quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels on 2 threads, and at 9.4% with AVX2 kernels
-    or on 1 thread, with the same code, data and seed (README section 1). A table reproduces only where this
-    record matches."""
+    CPU, torch threads, numpy's BLAS threads, GPU. Kernels and threads are recorded because they change results,
+    not only speed: the dial quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels on 2 threads, and at
+    9.4% with AVX2 kernels or on 1 thread, with the same code, data and seed (README section 1). A table
+    reproduces only where this record matches."""
+    import threadpoolctl
     import torch
 
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    blas = sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(), "blas_threads": blas[0] if len(blas) == 1 else blas,
             "cuda": cuda}
 
 
@@ -97,4 +100,5 @@ def describe_machine(info: dict[str, Any]) -> str:
     """`machine_info` as one line for a report."""
     gpu = f", GPU {info['cuda']}" if info.get("cuda") else ", no GPU"
     return (f"{info['date_utc']} UTC on {info['cpu']} ({info['cpu_count']} cores{gpu}), torch {info['torch']} "
-            f"with {info['torch_cpu_capability']} kernels, {info['torch_threads']} thread(s)")
+            f"with {info['torch_cpu_capability']} kernels, {info['torch_threads']} thread(s), BLAS "
+            f"{info.get('blas_threads')} thread(s)")

@@ -540,8 +540,9 @@ class QuickstartConfig:
     (sampled test success, seed 0): the tiny policy learns which way to turn early but when to submit only in a
     sharp, noisy transition — 0.31 after these 16 epochs, between 0.12 and 0.40 for 12-30 epochs, 0.98 after
     1,000 steps of 16 drawn with replacement. Float rounding moves that transition: the same 16 epochs give 0.31
-    with AVX-512 kernels on 2 threads and 0.09-0.11 with AVX2 kernels or on 1 thread (README section 1). The old default (4 epochs of 32) gave 0.05: a policy that almost
-    never submits at the target gives GRPO no signal (neither real nor dream GRPO moved it)."""
+    with AVX-512 kernels on 2 threads and 0.09-0.11 with AVX2 kernels or on 1 thread (README section 1). The old
+    default (4 epochs of 32) gave 0.05: a policy that almost never submits at the target gives GRPO no signal
+    (neither real nor dream GRPO moved it)."""
     sft_batch_size: int = 16
     """Policy SFT turns per optimiser step."""
     sft_lr: float = 1e-3
@@ -570,7 +571,8 @@ class QuickstartConfig:
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience model."""
     threads: int = 2
-    """torch CPU threads for every stage. Part of the result, not only of the speed: the float reduction order
+    """CPU threads of torch and of numpy's BLAS for every stage. Part of the result, not only of the speed: the
+    float reduction order
     changes with it, and the dial's 16-epoch SFT lands at 31.1% with 2 threads and 9.4% with 1 on the same
     machine (README section 1). Runs compare only at the same count and CPU kernels (report.md names both)."""
 

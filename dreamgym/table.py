@@ -75,7 +75,8 @@ class TableConfig:
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
     threads: int = 2
-    """torch CPU threads for every stage; like the CPU kernels, it changes results through the float reduction
+    """CPU threads of torch and of numpy's BLAS for every stage; like the CPU kernels, it changes results through
+    the float reduction
     order (README section 1), so tables compare only at the same count (results.md names it)."""
 
     def validate(self) -> None:

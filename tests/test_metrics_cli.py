@@ -46,3 +46,4 @@ def test_machine_info_records_the_kernel_path_torch_runs_on():
     forced = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                        check=True).stdout.strip().splitlines()[-1])
     assert forced["torch_cpu_capability"] == "DEFAULT" and forced["torch_threads"] == 1
+    assert forced["blas_threads"] == 1  # OpenBLAS follows OMP_NUM_THREADS unless pinned (README section 1)
