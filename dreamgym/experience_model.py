@@ -927,21 +927,17 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     Shapes: a batch is input_ids/labels/attention_mask of [batch_size, longest sequence in the batch].
     """
-    import threadpoolctl
     import torch
 
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.metrics import MetricsLogger
+    from dreamgym.metrics import MetricsLogger, pin_threads
     from dreamgym.presets import load_preset, wants_lora
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
-    torch.set_num_threads(max(1, cfg.threads))
-    # numpy's BLAS scores the retrieved examples of every training prompt and takes its thread count from
-    # OPENBLAS_NUM_THREADS / OMP_NUM_THREADS; that count changes the scores' rounding, hence which near-tied example a
-    # prompt shows, hence the trained weights (measured: the dial model's loss differs from step 100 with
-    # OMP_NUM_THREADS=1). Pinned to the same count as torch, a run no longer depends on the caller's shell.
-    threadpoolctl.threadpool_limits(limits=max(1, cfg.threads), user_api="blas")
+    # Both pools: numpy's BLAS scores the retrieved examples of every training prompt, so the shell's
+    # OMP_NUM_THREADS would otherwise change the trained weights.
+    pin_threads(max(1, cfg.threads))
     out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.model

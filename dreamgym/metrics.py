@@ -2,7 +2,7 @@
 record of where a run's numbers came from.
 
 Owns: the metrics file format (one JSON object per line: {"step": int, "time": float, "<name>": value...}) and the
-machine record that summaries and reports carry.
+machine record that summaries and reports carry, with `pin_threads`, which sets the two thread pools it records.
 Must not know: trainers, environments.
 """
 
@@ -76,6 +76,18 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def pin_threads(n: int) -> None:
+    """Set torch's CPU threads and numpy's BLAS threads to `n`, for the rest of the process. Both change results,
+    not only speed: BLAS scores retrieved examples and otherwise takes its count from OPENBLAS_NUM_THREADS /
+    OMP_NUM_THREADS, so the shell changed which near-tied example a prompt showed and the trained weights with it
+    (README section 1: the dial experience model's loss differed from step 100 under OMP_NUM_THREADS=1)."""
+    import threadpoolctl
+    import torch
+
+    torch.set_num_threads(n)
+    threadpoolctl.threadpool_limits(limits=n, user_api="blas")
 
 
 def machine_info() -> dict[str, Any]:

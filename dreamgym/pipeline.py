@@ -24,7 +24,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
-from dreamgym.metrics import MetricsLogger, describe_machine, machine_info
+from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Task
 
@@ -305,9 +305,6 @@ class Recipe:
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
                  eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
                  train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = (), threads: int = 2):
-        import threadpoolctl
-        import torch
-
         from dreamgym.envs import family
         from dreamgym.train import TrainConfig
 
@@ -316,8 +313,7 @@ class Recipe:
         # fresh one at the model's 2, and the dial's SFT lands at 31.1% or 9.4% by that alone (README section 1).
         # numpy's BLAS (retrieval scores) too, which otherwise follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
         self.threads = threads
-        torch.set_num_threads(threads)
-        threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
+        pin_threads(threads)
         self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
         self.run.mkdir(parents=True, exist_ok=True)
         self.family = family(env)
@@ -572,9 +568,9 @@ class QuickstartConfig:
     """Extra `dreamgym train-em` config overrides for the experience model."""
     threads: int = 2
     """CPU threads of torch and of numpy's BLAS for every stage. Part of the result, not only of the speed: the
-    float reduction order
-    changes with it, and the dial's 16-epoch SFT lands at 31.1% with 2 threads and 9.4% with 1 on the same
-    machine (README section 1). Runs compare only at the same count and CPU kernels (report.md names both)."""
+    float reduction order changes with it, and the dial's 16-epoch SFT lands at 31.1% with 2 threads and 9.4% with
+    1 on the same machine (README section 1). Runs compare only at the same count and CPU kernels (report.md names
+    both)."""
 
     def validate(self) -> None:
         if self.threads < 1:

@@ -76,8 +76,7 @@ class TableConfig:
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
     threads: int = 2
     """CPU threads of torch and of numpy's BLAS for every stage; like the CPU kernels, it changes results through
-    the float reduction
-    order (README section 1), so tables compare only at the same count (results.md names it)."""
+    the float reduction order (README section 1), so tables compare only at the same count (results.md names it)."""
 
     def validate(self) -> None:
         if self.threads < 1:
