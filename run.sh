@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point that sets everything up on a fresh machine, then runs a job.
 #   bash run.sh quickstart   - the full DreamGym recipe on the embedded default (tiny preset, 2 cores)
-#   bash run.sh test         - the whole test suite
+#   bash run.sh test         - the linters (ruff, mypy) and the whole test suite; with arguments, only pytest on them
 # Both create or reuse .venv and install the pinned dependencies (CPU torch 2.13.0) when they changed.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,6 +41,10 @@ case "$cmd" in
   test)
     setup
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    if [ $# -eq 0 ]; then
+      "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
+      "$VENV/bin/mypy"
+    fi
     # pytest exits 5 when no test ran: that is a failure here, never a pass.
     exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
     ;;

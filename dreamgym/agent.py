@@ -19,10 +19,11 @@ reply that has no parseable action is the rollout engine's decision (see dreamgy
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from rapidfuzz import fuzz
 
 from dreamgym.llm.base import ChatRequest
 from dreamgym.types import Task
@@ -106,8 +107,9 @@ def parse_thought(text: str) -> str:
 def ground_action(action: str, admissible: Sequence[str], min_similarity: float) -> str:
     """`action` mapped onto the environment's admissible actions: itself when it is admissible (up to case and
     whitespace) or fills a form the list offers (`search[...]` where `search[<query>]` is listed), else the most
-    similar listed action when the similarity (difflib's ratio on lower-cased text, in [0, 1]) is at least
-    `min_similarity`, else unchanged (the environment then answers with its invalid-action notice).
+    similar listed action when the similarity (rapidfuzz's normalised Indel similarity, 2·LCS / (len a + len b), on
+    lower-cased text, in [0, 1]) is at least `min_similarity`, else unchanged (the environment then answers with
+    its invalid-action notice).
 
     Why: a small policy that means `click[B0A7Q2X9K1]` but writes one character wrong wastes the step and, with
     greedy decoding, repeats it until the step limit. Mapping a generated action to the closest admissible one
@@ -122,7 +124,7 @@ def ground_action(action: str, admissible: Sequence[str], min_similarity: float)
     if key in norm or (verb and verb.group(1) in forms):
         return action
     # Admissible already (the usual case) costs no similarity computation; otherwise the first most similar wins.
-    scored = [(difflib.SequenceMatcher(None, key, c, autojunk=False).ratio(), i)
+    scored = [(fuzz.ratio(key, c, processor=None) / 100.0, i)
               for i, c in enumerate(norm) if not _FORM_RE.match(c)]
     if not scored:
         return action

@@ -1,8 +1,8 @@
 """Advantage and loss math for the agent trainers, as pure functions on tensors.
 
 Owns: GRPO group advantages, turn-level GAE, the clipped PPO policy and value losses, the KL estimator, the
-DPO loss, per-token log-probabilities and entropies from logits, masked reductions and the loss mask of a
-packed (prompt + completion) batch.
+DPO loss, the masked mean and the loss mask of a packed (prompt + completion) batch. (Per-token log-probabilities
+and entropies come from `trainers.common.policy_forward`, which projects onto the vocabulary only where trained.)
 Must not know: models, tokenizers, environments, optimizers, configs. Nothing here has side effects; every
 function is unit-tested on small hand-computed tensors (tests/test_algos.py).
 
@@ -18,11 +18,6 @@ import torch.nn.functional as F
 
 
 # ----------------------------------------------------------------------------------------------- reductions
-def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum of `x` where `mask` is true. `x` and `mask` broadcast to one shape; returns a scalar."""
-    return (x * mask.to(x.dtype)).sum()
-
-
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `x` over the positions where `mask` is true (0.0 when the mask is empty); returns a scalar.
 
@@ -46,26 +41,6 @@ def completion_loss_mask(prompt_lens: torch.Tensor, total_lens: torch.Tensor, wi
     """
     target_pos = torch.arange(1, width, device=prompt_lens.device).unsqueeze(0)  # [1, L] index of the target
     return (target_pos >= prompt_lens.unsqueeze(1)) & (target_pos < total_lens.unsqueeze(1))
-
-
-# ----------------------------------------------------------------------------------------------- log-probs
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log p(input_ids[:, j+1] | input_ids[:, :j+1]) for every position j.
-
-    logits: [B, T, V] (the model's output on input_ids); input_ids: [B, T].
-    Returns: [B, L] float32, L = T - 1.
-    """
-    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, L, V]
-    return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of the next-token distribution at every position but the last.
-
-    logits: [B, T, V]. Returns: [B, L] float32.
-    """
-    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 # ----------------------------------------------------------------------------------------------- GRPO

@@ -68,17 +68,6 @@ def test_completion_loss_mask_covers_exactly_the_generated_tokens():
                              [False, True, True, True, False]]
 
 
-def test_token_logprobs_and_entropy_by_hand():
-    # vocab 2, uniform logits at position 0, [ln 3, 0] at position 1 -> p = (3/4, 1/4)
-    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0], [0.0, 0.0]]])
-    ids = torch.tensor([[0, 1, 0]])
-    lp = algos.token_logprobs(logits, ids)
-    assert lp.flatten().tolist() == pytest.approx([math.log(0.5), math.log(0.75)])
-    ent = algos.entropy_from_logits(logits)
-    h1 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    assert ent.flatten().tolist() == pytest.approx([math.log(2), h1])
-
-
 def test_clipped_policy_loss_by_hand():
     # three tokens with ratios 1.5, 0.5, 1.0 and advantages +1, -1, +2; eps = .2
     old = torch.zeros(1, 4)
