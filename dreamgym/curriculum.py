@@ -160,7 +160,9 @@ def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, m
     tasks with no such neighbour are skipped. Selection examples: the same candidates shuffled, answered with the
     hardest one (ties: the first listed) -- every candidate was won in real data, so each is feasible. With
     `max_examples` > 0 at most that many variant examples (and as many selection examples) are kept."""
-    import bm25s
+    from dreamgym.bm25 import import_bm25s
+
+    bm25s = import_bm25s()
 
     rng = random.Random(seed)
     items = sorted(solved.values(), key=lambda ts: ts[0].id)
