@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import dreamgym
-from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, write_parquet
+from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
 from dreamgym.envs import FAMILIES, family
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Step, Task, Trajectory, _jsonable
@@ -266,11 +266,62 @@ class _Tally:
                 "steps": sum(self.steps.values()), "per_policy": per, "failures": self.failures}
 
 
-def existing_ids(path: Path) -> set[str]:
-    """Ids of the complete records in a JSONL file (a torn tail from a killed run is ignored)."""
-    if not path.exists():
-        return set()
-    return {str(rec.get("id", "")) for _, rec in iter_jsonl_records(path, skip_torn_tail=True)}
+class ResumeRefused(ValueError):
+    """`resume` found an output it cannot continue without losing or mixing data; the message names the file."""
+
+
+def _episode_key(rec: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What the schedule fixes for an episode id: its episode seed, policy and task."""
+    return rec.get("seed"), rec.get("policy"), (rec.get("task") or {}).get("id")
+
+
+def _check_written_by(path: Path, keys: dict[str, tuple[Any, Any, Any]], specs: list[EpisodeSpec]) -> None:
+    """Refuse when `path` holds an episode this collection would not have written: another seed, env or split (its
+    id is not scheduled) or another mix, episode count or episodes_per_task (same id, other seed, policy or task).
+    Resuming would append a second collection to it, and the summary and any Parquet would describe neither."""
+    planned = {s.traj_id: (s.seed, s.policy, s.task.id) for s in specs}
+    for traj_id, key in keys.items():
+        if traj_id not in planned:
+            raise ResumeRefused(f"{path} holds episode {traj_id!r}, which this collection does not schedule (another "
+                                "--env, --split, --seed or --episodes?); resume with the settings that wrote it, or "
+                                "choose another --out")
+        if key != planned[traj_id]:
+            raise ResumeRefused(f"{path} holds episode {traj_id!r} with (seed, policy, task) {key}, but this "
+                                f"collection schedules {planned[traj_id]} (another --policy, --episodes or "
+                                "--episodes-per-task?); resume with the settings that wrote it, or choose another --out")
+
+
+def resume_ids(out: Path, jsonl: Path, specs: list[EpisodeSpec]) -> set[str]:
+    """Ids of the episodes already in the output of a collection being resumed, after making the JSONL stream hold
+    all of them. Never drops an episode it did not read: a Parquet output whose JSONL stream is gone (deleted, or
+    the Parquet copied alone) has its episodes written back to the stream, because the Parquet file is rebuilt
+    from the stream at the end; an output that cannot be read, or that another collection wrote, raises
+    `ResumeRefused` naming the file. A torn last JSONL line (a killed run) is not an episode: it is played again."""
+    streamed: dict[str, tuple[Any, Any, Any]] = {}
+    if jsonl.exists():
+        try:
+            streamed = {str(rec.get("id", "")): _episode_key(rec)
+                        for _, rec in iter_jsonl_records(jsonl, skip_torn_tail=True)}
+        except ValueError as e:
+            raise ResumeRefused(f"cannot resume: {e}; fix or move {jsonl}") from e
+        _check_written_by(jsonl, streamed, specs)
+    if out == jsonl or not out.exists():
+        return set(streamed)
+    try:
+        kept = list(read_parquet(out))
+    except ValueError as e:
+        raise ResumeRefused(f"cannot resume: {e}; the collection would overwrite {out}, so fix or move it") from e
+    keys = {t.id: (t.seed, t.policy, t.task.id) for t in kept}
+    _check_written_by(out, keys, specs)
+    if not jsonl.exists():
+        write_jsonl(jsonl, kept)
+        return set(keys)
+    lost = [i for i in keys if i not in streamed]
+    if lost:
+        raise ResumeRefused(f"{out} holds {len(lost)} episodes that {jsonl} lacks (e.g. {lost[0]!r}); the Parquet "
+                            f"file is rebuilt from {jsonl}, so resuming would drop them: remove {jsonl} to resume from "
+                            f"{out}, or move {out} away")
+    return set(streamed)
 
 
 def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str | Path, split: str = "train",
@@ -282,7 +333,8 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
     Episodes stream into a JSONL file as they finish (one fsynced record each), so a killed collection
     keeps everything finished and `resume=True` completes it. When `out_path` ends in `.parquet`, the
     stream goes to the sibling `.jsonl` and the Parquet file is written atomically at the end. An existing
-    output is an error unless `resume` (skip episodes already written) or `overwrite`. Returns the summary,
+    output is an error unless `resume` (skip episodes already written, see `resume_ids`: it keeps every episode it
+    finds and refuses an output it cannot read or that other settings wrote) or `overwrite`. Returns the summary,
     which is also written to `<out>.summary.json`.
 
     `episodes_per_task` > 1 plays each task several times. A retrieval-conditioned experience model needs this
@@ -301,7 +353,7 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
                 f.unlink(missing_ok=True)
         elif not resume:
             raise FileExistsError(f"{out} exists; pass resume (skip episodes already written) or overwrite")
-    done = existing_ids(jsonl) if resume else set()
+    done = resume_ids(out, jsonl, specs) if resume else set()
     todo = [s for s in specs if s.traj_id not in done]
     tally = _Tally()
     t0 = time.perf_counter()

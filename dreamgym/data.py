@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dreamgym.paths import atomic_write_bytes
+from dreamgym.paths import atomic_write_bytes, crash_point
 from dreamgym.types import Step, Task, Trajectory, _jsonable
 
 DEFAULT_SYSTEM_PROMPT = ("You are an agent acting in a text environment. Each user turn shows the current "
@@ -194,8 +194,9 @@ class JsonlWriter:
     def write(self, traj: Trajectory) -> None:
         if self._fd is None:
             raise ValueError(f"JsonlWriter for {self.path} is closed")
-        line = json.dumps(trajectory_to_record(traj, self.messages), ensure_ascii=False) + "\n"
-        _write_all(self._fd, line.encode("utf-8"))
+        line = json.dumps(trajectory_to_record(traj, self.messages), ensure_ascii=False).encode("utf-8") + b"\n"
+        crash_point("jsonl.write", self._fd, line)
+        _write_all(self._fd, line)
         os.fsync(self._fd)
         self.count += 1
 
@@ -291,6 +292,7 @@ def write_parquet(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
         pq.write_table(table, tmp, compression="zstd")
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        crash_point("parquet.replace")
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -16,23 +16,58 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dreamgym.paths import atomic_write_bytes, crash_point
+
 
 class MetricsLogger:
+    """Appends one fsynced JSON row per `log` call to `<run_dir>/metrics.jsonl` and mirrors the scalars to TensorBoard
+    (`<run_dir>/tb`). A resumed run calls `resume` with the step its checkpoint was saved at, so the rows it logs again
+    are not there twice."""
+
     def __init__(self, run_dir: str | Path, tensorboard: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
-        self._fh = open(self.path, "a", encoding="utf-8")
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        self._fd: int | None = None
+        self._open()
+        self._tb = self._summary_writer(None) if tensorboard else None
 
-                self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"))
-            except Exception:  # noqa: BLE001 - TensorBoard is a convenience; JSONL is the record
-                self._tb = None
+    def _open(self) -> None:
+        # One os.write per row on an O_APPEND descriptor (as `data.JsonlWriter`): a kill tears at most the row being
+        # written, and `_cut_torn_tail` removes it before anything is appended to it.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        self._cut_torn_tail()
+
+    def _cut_torn_tail(self) -> None:
+        size = os.fstat(self._fd).st_size
+        with open(self.path, "rb") as fh:
+            pos, tail = size, b""
+            while pos > 0 and b"\n" not in tail:  # back in blocks to the last newline
+                start = max(0, pos - (1 << 16))
+                fh.seek(start)
+                tail = fh.read(pos - start) + tail
+                pos = start
+        if not tail or tail.endswith(b"\n"):
+            return
+        torn = tail[tail.rfind(b"\n") + 1:]
+        try:
+            json.loads(torn)
+            _write_all(self._fd, b"\n")  # a whole row that only lacks its newline (written by another tool)
+        except ValueError:
+            os.ftruncate(self._fd, size - len(torn))
+        os.fsync(self._fd)
+
+    def _summary_writer(self, purge_step: int | None) -> Any:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            return SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=purge_step)
+        except Exception:  # noqa: BLE001 - TensorBoard is a convenience; JSONL is the record
+            return None
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> None:
+        if self._fd is None:
+            raise ValueError(f"MetricsLogger for {self.path} is closed")
         row: dict[str, Any] = {"step": int(step), "time": time.time()}
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -41,16 +76,57 @@ class MetricsLogger:
                     self._tb.add_scalar(prefix + k, float(v), int(step))
             elif isinstance(v, (str, bool)) or v is None:
                 row[prefix + k] = v
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        line = (json.dumps(row) + "\n").encode("utf-8")
+        crash_point("metrics.write", self._fd, line)
+        _write_all(self._fd, line)
+        os.fsync(self._fd)
+
+    def resume(self, after_step: int | None) -> int:
+        """Continue a run whose checkpoint was saved after logging `after_step` (None: no checkpoint, the run starts
+        over): drop the rows of every prefix logged at a later step, which the resumed run logs again, and hide
+        TensorBoard's events from those steps on. A row at `after_step` itself stays: the checkpoint was saved after
+        it, and what a run logs at a checkpoint's step after saving it (an evaluation) is not done again. The step is
+        the one the trainer logs with (its iteration for GRPO/PPO, its optimiser step for SFT/DPO). Returns how
+        many rows were dropped. A kill during the rewrite leaves the old file, and calling this again finishes it."""
+        if self._fd is None:
+            raise ValueError(f"MetricsLogger for {self.path} is closed")
+        limit = -1 if after_step is None else int(after_step)
+        kept, dropped = [], 0
+        with open(self.path, "rb") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line) if line.strip() else None
+                except ValueError:
+                    row = None  # not a row this logger wrote: keep it, as unread data is never dropped
+                step = row.get("step") if isinstance(row, dict) else None
+                if isinstance(step, (int, float)) and step > limit:
+                    dropped += 1
+                else:
+                    kept.append(line)
+        if dropped:
+            os.close(self._fd)
+            self._fd = None
+            atomic_write_bytes(self.path, b"".join(kept))
+            self._open()
+        if self._tb is not None:
+            # purge_step makes TensorBoard discard the earlier files' events at or after it when it loads the run.
+            self._tb.close()
+            self._tb = self._summary_writer(limit + 1)
+        return dropped
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

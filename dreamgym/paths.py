@@ -1,14 +1,41 @@
 """Where DreamGym keeps derived files that are expensive to rebuild (presets, catalogs, generated games).
 
-Owns: the cache directory (`$DREAMGYM_CACHE`, default `~/.cache/dreamgym`) and atomic file writing.
+Owns: the cache directory (`$DREAMGYM_CACHE`, default `~/.cache/dreamgym`), atomic file writing, and the named
+crash points every crash-safe writer passes (`crash_point`), which tests arm to kill a writer at an exact spot.
 Must not know: what is cached.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
+
+CRASH_ENV = "DREAMGYM_CRASH_AT"
+"""Environment variable that arms one crash point: `NAME` kills the process at its first pass, `NAME@N` at the N-th."""
+
+_crash_hits: dict[str, int] = {}
+
+
+def crash_point(name: str, fd: int | None = None, data: bytes = b"") -> None:
+    """A named spot in a writer where a kill would leave files in an intermediate state. When `$DREAMGYM_CRASH_AT`
+    names it, the process SIGKILLs itself there (no `finally`, no flush: what a kill or an OOM does), after writing
+    the first half of `data` to `fd` when given (a record torn mid-write). Crash tests arm it in a subprocess instead
+    of racing a timer, so every intermediate state is reached on every run; unarmed it costs one dict lookup."""
+    armed = os.environ.get(CRASH_ENV)
+    if not armed:
+        return
+    want, _, nth = armed.partition("@")
+    if want != name:
+        return
+    _crash_hits[name] = _crash_hits.get(name, 0) + 1
+    if _crash_hits[name] < int(nth or 1):
+        return
+    if fd is not None and data:
+        os.write(fd, data[: len(data) // 2])
+        os.fsync(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def cache_dir(*parts: str) -> Path:
@@ -29,9 +56,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as fh:
+            crash_point("atomic_write.data", fd, data)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        crash_point("atomic_write.replace")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

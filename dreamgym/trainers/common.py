@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import glob
 import json
 import os
 import random
@@ -36,6 +37,7 @@ from torch import nn
 
 from dreamgym.agent import AgentConfig
 from dreamgym.metrics import MetricsLogger
+from dreamgym.paths import crash_point
 from dreamgym.rollout import RealStepBudget, RolloutConfig
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -415,23 +417,116 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
         model.tie_weights()
 
 
+class CheckpointError(RuntimeError):
+    """A run folder shows a checkpoint was written, but none can be loaded; the message names what is wrong."""
+
+
+def _old_dirs(final: Path) -> list[Path]:
+    # `.<name>.old` now; `.<name>.old-<pid>-<ns>` from before, which a kill may have left in an existing run folder.
+    return sorted(final.parent.glob(f".{glob.escape(final.name)}.old*"))
+
+
+def recover_dir(final: Path) -> None:
+    """Finish what a kill interrupted in `atomic_dir(final)`: the only moment `final` is missing while a checkpoint
+    exists is between its two renames, when the previous one sits complete in `.<name>.old`, so that is renamed
+    back; when `final` exists, an `.old` is the leftover of a finished switch (perhaps half deleted) and is removed,
+    as are temporary folders that a kill left unfinished. Raises `CheckpointError` when `final` is missing and
+    several `.old` folders (possible only with the old naming) leave it ambiguous which one was the checkpoint."""
+    final = Path(final)
+    olds = _old_dirs(final)
+    if not final.exists():
+        if len(olds) > 1:
+            raise CheckpointError(f"{final} is missing and {len(olds)} earlier versions of it remain "
+                                  f"({', '.join(o.name for o in olds)}); rename the complete one to {final.name}")
+        if olds:
+            os.replace(olds[0], final)
+            _fsync_dir(final.parent)
+        olds = []
+    for o in olds:
+        shutil.rmtree(o)
+    for t in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
+        shutil.rmtree(t, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(Path(dirpath))
+
+
 @contextlib.contextmanager
 def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces `final` (readers see old or new, not half)."""
+    """Yield a temporary sibling directory; on success it replaces `final`, so readers see the old or the new
+    folder, never a half-written one, and a kill at any moment leaves a complete one on disk.
+
+    Linux has no portable atomic swap of two non-empty directories (renameat2's RENAME_EXCHANGE is not supported by
+    every filesystem), so the switch is two renames: `final` -> `.<name>.old`, then the new folder -> `final`. A
+    kill between them leaves no `final`, but the complete previous folder under a fixed name, which `recover_dir`
+    (run here before each switch, and by `resumable_checkpoint` before a resume) renames back. The old one is only
+    deleted once `final` is the new folder, and its fixed name means at most one ever exists: a half-deleted one
+    blocks the next `final` -> `.old` rename (non-empty target) until `recover_dir` clears it. The contents are
+    fsynced before the switch so a renamed folder is never one whose files were still in the page cache."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(final)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         yield tmp
-        old = None
+        _fsync_tree(tmp)
+        crash_point("atomic_dir.filled")
+        old = final.with_name(f".{final.name}.old")
         if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}-{time.monotonic_ns()}")
             os.replace(final, old)
+            crash_point("atomic_dir.swap")
         os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _fsync_dir(final.parent)
+        crash_point("atomic_dir.replaced")
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checkpoint_problem(directory: Path) -> str | None:
+    """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
+    `load` reads (counters in the JSON meta, the state file, the policy's weights)."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / META_FILE).read_text())
+    except (OSError, ValueError) as e:
+        return f"no readable {META_FILE} ({type(e).__name__}: {e})"
+    if not isinstance(meta, dict) or "iteration" not in meta:
+        return f"{META_FILE} has no iteration"
+    if not (directory / STATE_FILE).is_file() or (directory / STATE_FILE).stat().st_size == 0:
+        return f"no {STATE_FILE}"
+    weights = directory / ("adapter" if meta.get("kind") == "lora" else "model")
+    if not any(weights.glob("*.safetensors")):
+        return f"no .safetensors weights in {weights.name}/"
+    return None
+
+
+def resumable_checkpoint(path: str | Path) -> Path | None:
+    """The checkpoint at `path` to resume from, after recovering one that a kill left mid-switch (`recover_dir`);
+    None when no checkpoint was ever completed there (resume starts the run from the beginning). Raises
+    `CheckpointError` when there is evidence of a checkpoint that cannot be loaded (a folder missing its state or
+    weights, an ambiguous set of earlier versions), because resuming would silently restart at iteration 0."""
+    path = Path(path)
+    recover_dir(path)
+    if not path.exists():
+        return None
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise CheckpointError(f"cannot resume from {path}: {problem}. Move it away to start the run over.")
+    return path
 
 
 # ------------------------------------------------------------------------------------------------- base trainer
@@ -528,6 +623,7 @@ class BaseTrainer:
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
             kind = save_model_weights(self.model, self.tokenizer, tmp)
+            crash_point("checkpoint.weights")
             state = {
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                 "rng": rng_state(),
