@@ -44,7 +44,8 @@ class ExperienceModel:
     `predict(queries)` retrieves k neighbours for all queries at once (excluding each query's own trajectory),
     makes one `llm.generate` call for the batch, one more per retry round for the malformed ones, and never
     raises on bad output. `stats` counts predictions, generate calls, malformed outputs, retries, failures and
-    prompt-fitting events, and what the outcome resolver counts (`hidden_copied`, `determined`).
+    prompt-fitting events, and what the outcome resolver counts (`hidden_copied`, `determined`); the default
+    resolver holds the same Counter, so reset it with `stats.clear()` rather than by assigning a new one.
 
     `shortcuts` answers some queries without the model and rejects contradicting answers
     (`dreamgym.experience.shortcuts`); by default the environment families' shortcuts, switched by `config`.
