@@ -42,7 +42,8 @@ def real_steps_per_s(env_name: str, seconds: float = 3.0) -> tuple[float, int]:
 
 def default_model(env_name: str) -> Path:
     from dreamgym.collect import collect
-    from dreamgym.experience_model import ExperienceModelConfig, TrainEMConfig, train
+    from dreamgym.experience import ExperienceModelConfig
+    from dreamgym.experience.train import TrainEMConfig, train
     from dreamgym.paths import cache_dir
 
     spec = {"env": env_name, "episodes": 600, "max_steps": 300, "k": 2, "embedder": "hashing", "v": 1}
@@ -64,7 +65,7 @@ def default_model(env_name: str) -> Path:
 def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int) -> dict:
     from dreamgym.data import load_trajectories
     from dreamgym.envs import family
-    from dreamgym.experience_model import ExperienceModel, buffer_for, em_transitions, read_checkpoint_meta
+    from dreamgym.experience import ExperienceModel, buffer_for, em_transitions, read_checkpoint_meta
     from dreamgym.synthetic_env import SyntheticEnv
 
     meta = read_checkpoint_meta(model_dir)

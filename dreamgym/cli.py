@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("dreamgym.pipeline:quickstart_main",
                    "the full recipe on one environment with the tiny preset (the README's main job)"),
     "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
-    "train-em": ("dreamgym.experience_model:train_main", "train the reasoning experience model (SFT)"),
+    "train-em": ("dreamgym.experience.train:main", "train the reasoning experience model (SFT)"),
     "eval-em": ("dreamgym.fidelity:main", "fidelity of the experience model on held-out real transitions"),
     "train": ("dreamgym.train:main", "train an agent in a real environment: --algo grpo|ppo|sft|dpo --env NAME"),
     "eval": ("dreamgym.evaluate:main", "evaluate a policy on held-out real test tasks"),

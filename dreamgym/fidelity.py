@@ -35,8 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dreamgym.experience_model import (RESET_ACTION, ExperienceModel, Prediction, em_transitions, query_for,
-                                       read_checkpoint_meta)
+from dreamgym.experience import (RESET_ACTION, ExperienceModel, Prediction, em_transitions, query_for,
+                                 read_checkpoint_meta)
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
 from dreamgym.types import Trajectory, Transition
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     import random
 
     from dreamgym.data import load_trajectories
-    from dreamgym.experience_model import buffer_spec, checkpoint_buffer
+    from dreamgym.experience.data import buffer_spec, checkpoint_buffer
 
     try:
         held = load_trajectories(a.data)

@@ -27,8 +27,8 @@ import time
 from collections import defaultdict
 
 from dreamgym.data import load_trajectories
-from dreamgym.experience_model import (RESET_ACTION, ExperienceModelConfig, buffer_for, em_transitions,
-                                       written_state)
+from dreamgym.experience import RESET_ACTION, ExperienceModelConfig, buffer_for, em_transitions
+from dreamgym.experience.format import written_state
 from dreamgym.fidelity import action_kind
 from dreamgym.types import Transition
 

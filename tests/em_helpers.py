@@ -3,6 +3,7 @@
 - `dial_sim`: a scripted FakeLLM answer function that plays the dial's rules from the prompt, so the synthetic
   environment and the fidelity code can be tested against a known-correct "model";
 - `dial_trajectories`: real dial trajectories from the family's scripted policies;
+- `DIAL_TASK` and `dial_query`: a dial task (target 5) and a query on it;
 - `trained_dial_model`: a tiny experience model trained on real dial data, built once and cached on disk
   (keyed by the settings and the experience model's FORMAT_VERSION), so training is paid for at most once.
 """
@@ -17,8 +18,17 @@ from pathlib import Path
 
 from dreamgym.collect import run_episode
 from dreamgym.envs import dial
-from dreamgym.experience_model import RESET_ACTION, format_completion
+from dreamgym.experience.format import FORMAT_VERSION, RESET_ACTION, format_completion, query_for
 from dreamgym.paths import cache_dir
+from dreamgym.types import Task, Transition
+
+DIAL_TASK = Task(id="dial-3-5", env="dial", instruction="set the dial to 5 and press submit",
+                 goal={"target": 5, "start": 3})
+
+
+def dial_query(v: int, action: str, history=None, tid: str = "q") -> Transition:
+    """A query on `DIAL_TASK` from the dial at `v`."""
+    return query_for(DIAL_TASK, dial.abstract_state(v), action, history=history, trajectory_id=tid)
 
 
 def dial_sim(req: list[dict[str, str]]) -> str:
@@ -66,8 +76,6 @@ TRAIN_SETTINGS = {"episodes": 300, "max_steps": 1600, "batch_size": 8, "k": 2, "
 def trained_dial_model() -> Path:
     """A checkpoint of the tiny preset trained with retrieval on real dial data (cached under the test-artifacts
     cache; about 7 minutes to build once on two free cores)."""
-    from dreamgym.experience_model import FORMAT_VERSION
-
     spec = {**TRAIN_SETTINGS, "format_version": FORMAT_VERSION}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_dir("test-artifacts")
@@ -76,8 +84,9 @@ def trained_dial_model() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes build it once
         if (out / "train_summary.json").is_file():
             return out
-        from dreamgym.experience_model import ExperienceModelConfig, TrainEMConfig, train
         from dreamgym.data import write_jsonl
+        from dreamgym.experience.config import ExperienceModelConfig
+        from dreamgym.experience.train import TrainEMConfig, train
 
         s = TRAIN_SETTINGS
         trajs = dial_trajectories(s["episodes"])

@@ -5,7 +5,8 @@ import pytest
 from dreamgym.data import write_jsonl
 from dreamgym.envs import family
 from dreamgym.envs.dial import abstract_state, parse_state
-from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig, em_transitions, format_completion
+from dreamgym.experience import ExperienceModel, ExperienceModelConfig, em_transitions
+from dreamgym.experience.format import format_completion
 from dreamgym.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
                                exact_match, free_running, main, teacher_forced, token_f1)
 from dreamgym.llm.fake import FakeLLM

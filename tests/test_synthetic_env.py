@@ -6,8 +6,8 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.env import check_env
 from dreamgym.envs import dial
-from dreamgym.experience_model import (FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions,
-                                       format_completion)
+from dreamgym.experience import FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions
+from dreamgym.experience.format import format_completion
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.synthetic_env import SyntheticEnv, is_admissible
 from dreamgym.types import Task, Transition
@@ -203,7 +203,7 @@ def test_alfworld_compact_states_are_completed_from_the_previous_state():
     target leaves them out, and the synthetic env shows the policy whole states, the lines carried from the state
     the action was taken in (the search order of the episode kept). A checkpoint saved before the field existed
     loads with it off."""
-    from dreamgym.experience_model import written_state
+    from dreamgym.experience.format import written_state
 
     start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
     seen = []
@@ -238,7 +238,7 @@ def test_alfworld_observation_writing_derives_the_state_with_the_real_bookkeepin
     """With `write_observation` the model writes only the engine's feedback; the synthetic env folds it into the
     previous state the way the real environment does: the task line, inventory and known contents follow from
     the feedback, whatever else the model wrote, and the grounded reward ends the episode when the goal holds."""
-    from dreamgym.experience_model import written_state
+    from dreamgym.experience.format import written_state
 
     start = _alf_state("none", unexplored="shelf 1, desk 1, drawer 1")
     feedback = {"go to desk 1": "You arrive at desk 1. On the desk 1, you see a book 1.",

@@ -21,7 +21,7 @@ from dreamgym.envs.alfworld import games as G  # noqa: E402
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES  # noqa: E402
 from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model_observation,  # noqa: E402
                                           model_state, name_key, normalize_command, parse_state, state_after)
-from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig  # noqa: E402
+from dreamgym.experience import ExperienceModel, ExperienceModelConfig  # noqa: E402
 from dreamgym.llm.fake import FakeLLM  # noqa: E402
 from dreamgym.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.types import Step, Task, Trajectory  # noqa: E402

@@ -11,7 +11,8 @@ from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.envs import webshop as ws
 from dreamgym.envs.webshop import outcomes as O
-from dreamgym.experience_model import ExperienceModel, ExperienceModelConfig, format_completion
+from dreamgym.experience import ExperienceModel, ExperienceModelConfig
+from dreamgym.experience.format import format_completion
 from dreamgym.llm.fake import FakeLLM
 from dreamgym.types import Task, Transition
 

@@ -1,0 +1,259 @@
+"""The experience model's prompt format and strict output format: how a transition query is written as a chat
+request, what the model must answer, the lenient parser of that answer, and what a prediction is.
+
+Owns: the input format (task, history window, current abstract state, action, k retrieved transitions), the
+output format and its parser, the reset pseudo-action, the failure state, `FORMAT_VERSION`, how much of a state
+the model writes (`written_state`) and how the whole state is rebuilt from it (`completed_state`, through the
+family hooks in `dreamgym.experience.hooks`), and the `Prediction` record every answer is returned as.
+Must not know: models, torch or any model library, generation, retrieval, training, any concrete environment.
+
+Input (one chat request per query; `render_user` below):
+
+    Task: <instruction>
+    Examples:                       (k retrieved transitions; absent with use_retrieval=False)
+    ## 1
+    State: <s clipped>
+    Action: <a>
+    <state>
+    <s' clipped>
+    </state>
+    <reward><r></reward>
+    <done><true|false></done>
+    ...                             (the example's outcome in the output format, so it can be copied)
+    History: <a_{t-H}> ; ... ; <a_{t-1}>   (absent with use_history=False or at the first step)
+    State:
+    <s_t>
+    Action: <a_t>
+
+Output (strict; the model is trained to write exactly this, the parser is lenient about whitespace and case):
+
+    <think>why a_t in s_t leads to s_{t+1} and r</think>     (absent with use_reasoning=False)
+    <state>
+    <s_{t+1}, the next abstract state>
+    </state>
+    <reward><r: 0 or 1, or a decimal in [0, 1] with binary_reward=False></reward>
+    <done><true|false></done>
+
+`done` means the task dynamics ended the episode (the real environment's `terminated`); truncation by a step
+limit is the synthetic environment's business, not the model's. The initial state of an episode is the answer
+to the pseudo-action `[reset]` on the empty state, so the model can also write initial states for tasks the real
+environment cannot reset to (curriculum variants).
+
+Failure state (our choice, after the paper's "an invalid action leads to a failure state with reward 0"): an
+output that stays malformed after the model's retries (`dreamgym.experience.model`) becomes `FAILURE_STATE` with
+reward 0.0, done True and `failed=True`. Done is True because there is no valid state to continue from; the
+synthetic environment reports it as a truncation (the world did not end the task; the simulator gave up) with
+`info["em_failure"] = True`, so trainers can tell it from a real outcome.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.hooks import family_hook, observation_hooks
+from dreamgym.llm.base import ChatRequest
+from dreamgym.types import Task, Transition
+
+RESET_ACTION = "[reset]"
+"""Pseudo-action whose answer is the initial state of an episode (the query's state is empty)."""
+FAILURE_STATE = "[failure] The simulated environment could not produce a valid next state. The episode ends."
+"""The state returned when the model's output stays malformed after all retries."""
+STOP = "</done>"
+"""Generation stops here: the done tag closes every answer."""
+FORMAT_VERSION = 4
+"""Bump when the prompt or output format changes: checkpoints record it, cached test artifacts key on it."""
+
+SYSTEM_PROMPT = (
+    "You are an experience model. Given the task, the history, the current state and the agent's action, reason "
+    "about what the action does inside <think> </think>, then write the next state inside <state> </state>, the "
+    "reward inside <reward> </reward> and whether the episode ends inside <done> </done>.")
+"""System message (sent when `ExperienceModelConfig.system_prompt` is on; the tiny preset learns without it)."""
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(0, n)].rstrip() + " …"
+
+
+def format_reward(r: float) -> str:
+    """A reward as the output format writes it (three decimals at most, no trailing zeros)."""
+    return f"{round(float(r), 3):g}"
+
+
+def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
+    """`tr.next_state` as the model writes it: only its observation (the family's `model_observation`) under
+    `cfg.write_observation`, else compacted by the family's `model_state` under `cfg.compact_states`; whole
+    after `[reset]` (there is no previous state to complete it from)."""
+    if not tr.state.strip():
+        return tr.next_state
+    hooks = observation_hooks(tr.task.env) if cfg.write_observation else None
+    if hooks:
+        return hooks[0](tr.next_state)
+    if not cfg.compact_states:
+        return tr.next_state
+    fn = family_hook(tr.task.env, "model_state")
+    return fn(tr.next_state) if fn else tr.next_state
+
+
+def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> str:
+    """The inverse of `written_state`: the whole next state from the model's text and the query's state."""
+    if not query.state.strip():
+        return written
+    hooks = observation_hooks(env or query.task.env) if cfg.write_observation else None
+    if hooks:
+        return hooks[1](query.state, written)
+    if not cfg.compact_states:
+        return written
+    fn = family_hook(env or query.task.env, "complete_state")
+    return fn(written, query.state) if fn else written
+
+
+def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
+    """One retrieved transition. Its outcome is written exactly as the model writes its own answer (with the
+    reasoning trace when `example_reasoning` is on and the example has one), so a small model can copy what
+    applies: the tags make the copied span unambiguous."""
+    show = cfg.use_reasoning and cfg.example_reasoning and bool(ex.reasoning)
+    outcome = format_completion(_clip(written_state(ex, cfg), cfg.example_next_state_chars), ex.reward, ex.done,
+                                _clip(ex.reasoning or "", cfg.example_next_state_chars), use_reasoning=show)
+    return f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n{outcome}"
+
+
+def render_user(query: Transition, examples: list[Transition], cfg: ExperienceModelConfig,
+                history: int | None = None, state_chars: int | None = None) -> str:
+    """The user message for one query (see the module docstring). `history`/`state_chars` override the config
+    while a prompt is being fitted to the token budget."""
+    parts = [f"Task: {query.task.instruction}"]
+    if cfg.use_retrieval and examples:
+        parts.append("Examples:")
+        parts += [render_example(i + 1, ex, cfg) for i, ex in enumerate(examples)]
+    h = cfg.history if history is None else history
+    if cfg.use_history and h > 0 and query.history:
+        items = []
+        for s, a in query.history[-h:]:
+            if cfg.history_state_chars > 0:
+                first = s.strip().splitlines()[0] if s.strip() else ""
+                items.append(f"{_clip(first, cfg.history_state_chars)} -> {a}")
+            else:
+                items.append(a)
+        parts.append("History: " + " ; ".join(items))
+    state = _clip(query.state, cfg.max_state_chars if state_chars is None else state_chars)
+    parts.append(f"State:\n{state if state.strip() else '(none)'}\nAction: {query.action}")
+    return "\n".join(parts)
+
+
+def build_request(query: Transition, examples: list[Transition], cfg: ExperienceModelConfig,
+                  count_tokens: Callable[[ChatRequest], int] | None = None,
+                  stats: Counter | None = None) -> ChatRequest:
+    """The chat request for `query`, fitted to `cfg.max_prompt_tokens` when `count_tokens` is given: drop
+    examples from the end, then the history, then halve the state until it fits."""
+
+    def make(ex: list[Transition], h: int, sc: int) -> ChatRequest:
+        msgs = [{"role": "system", "content": SYSTEM_PROMPT}] if cfg.system_prompt else []
+        return msgs + [{"role": "user", "content": render_user(query, ex, cfg, history=h, state_chars=sc)}]
+
+    examples = list(examples[: cfg.k]) if cfg.use_retrieval else []
+    h, sc = cfg.history, cfg.max_state_chars
+    req = make(examples, h, sc)
+    if count_tokens is None:
+        return req
+    while count_tokens(req) > cfg.max_prompt_tokens:
+        if examples:
+            examples.pop()
+            what = "examples_dropped"
+        elif h > 0 and query.history and cfg.use_history:
+            h = 0
+            what = "history_dropped"
+        elif sc > 64:
+            sc = min(sc, len(query.state)) // 2
+            what = "state_clipped"
+        else:
+            break
+        if stats is not None:
+            stats[what] += 1
+        req = make(examples, h, sc)
+    return req
+
+
+def format_completion(next_state: str, reward: float, done: bool, reasoning: str | None,
+                      use_reasoning: bool = True) -> str:
+    """The training target in the strict output format (see the module docstring)."""
+    think = f"<think>{' '.join((reasoning or '').split())}</think>\n" if use_reasoning else ""
+    return (f"{think}<state>\n{next_state.strip()}\n</state>\n<reward>{format_reward(reward)}</reward>\n"
+            f"<done>{'true' if done else 'false'}</done>")
+
+
+@dataclass
+class ParsedOutput:
+    """A well-formed output's fields, as written (the state not yet completed by `completed_state`)."""
+
+    next_state: str
+    reward: float
+    done: bool
+    reasoning: str
+
+
+_STATE_RE = re.compile(r"<state>(.*?)(?:</state>|(?=<reward>)|(?=<done>))", re.S | re.I)
+_REWARD_RE = re.compile(r"<reward>\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?|true|false)\s*(?:</reward>)?", re.I)
+_DONE_RE = re.compile(r"<done>\s*(true|false|yes|no|1|0)\b", re.I)
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|(?=<state>))", re.S | re.I)
+
+
+def parse_completion(text: str) -> tuple[ParsedOutput | None, str]:
+    """(parsed, "") for a well-formed output, else (None, reason). Lenient about whitespace, case, a missing
+    </state> or </reward> before the next tag, and text around the tags; strict about the presence of a
+    non-empty state, a reward in [0, 1] and a done flag."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty output"
+    m_state = _STATE_RE.search(text)
+    if not m_state:
+        return None, "no <state> block"
+    state = m_state.group(1).strip("\n").strip()
+    if not state:
+        return None, "empty <state>"
+    tail = text[m_state.end():]
+    m_r = _REWARD_RE.search(tail)
+    if not m_r:
+        return None, "no parseable <reward>"
+    raw = m_r.group(1).lower()
+    reward = 1.0 if raw == "true" else 0.0 if raw == "false" else float(raw)
+    if not (0.0 <= reward <= 1.0) or math.isnan(reward):
+        return None, f"reward {raw} outside [0, 1]"
+    m_d = _DONE_RE.search(tail[m_r.end():]) or _DONE_RE.search(tail)
+    if not m_d:
+        return None, "no parseable <done>"
+    done = m_d.group(1).lower() in ("true", "yes", "1")
+    m_t = _THINK_RE.search(text[: m_state.start()])
+    reasoning = " ".join(m_t.group(1).split()) if m_t else ""
+    return ParsedOutput(next_state=state, reward=reward, done=done, reasoning=reasoning), ""
+
+
+@dataclass
+class Prediction:
+    """The experience model's answer for one query."""
+
+    next_state: str
+    reward: float
+    done: bool
+    reasoning: str = ""
+    failed: bool = False
+    """True when every attempt was malformed: next_state is FAILURE_STATE, reward 0, done True."""
+    error: str = ""
+    """Why the last malformed attempt was rejected (empty when parsed)."""
+    attempts: int = 1
+    """Generations spent on it (0 when an outcome resolver answered without the model)."""
+    text: str = ""
+    """The raw text of the accepted (or last) attempt."""
+    examples: list[Transition] = field(default_factory=list)
+    """The retrieved transitions that were in the prompt."""
+
+
+def query_for(task: Task, state: str, action: str, history: list[tuple[str, str]] | None = None,
+              trajectory_id: str = "", step_index: int = 0, seed: int | None = None) -> Transition:
+    """A query is a Transition whose outcome fields are empty."""
+    return Transition(task=task, history=list(history or []), state=state, action=action, next_state="",
+                      reward=0.0, done=False, trajectory_id=trajectory_id, step_index=step_index, seed=seed)
+

@@ -1,0 +1,200 @@
+"""The experience model M_exp: batched prediction over the LLM seam, with retrieval, retries, the failure state
+and environment shortcuts, and loading a trained checkpoint.
+
+Owns: `ExperienceModel` -- retrieving k examples per query from the replay buffer, one `llm.generate` call per
+batch and one per retry round, parsing, the failure state when an output stays malformed, the `stats` counters,
+and composing an `OutcomeResolver` (`dreamgym.experience.shortcuts`) for the outcomes given without a call.
+Must not know: how prompts and answers are written (`dreamgym.experience.format`), any concrete environment,
+training, trainers of the agent, the replay buffer's storage (it is used through `retrieve`/`transitions`).
+torch and transformers are reached only by `ExperienceModel.load` (through `dreamgym.llm.hf`), so prediction
+through another backend of the LLM seam (and the synthetic environment built on it) never loads them.
+
+Malformed outputs: an output that does not parse, or whose next state the shortcuts reject as contradicting the
+action (`reject_contradictions`), is re-generated `retries` times (sampled at `retry_temperature`, one batched
+call per retry round); one still malformed after that becomes the failure state (`FAILURE_STATE`, reward 0.0,
+done True, `failed=True`) and increments `stats["failures"]`. Nothing here raises on bad output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.experience.checkpoint import checkpoint_model_config, load_checkpoint_model, read_checkpoint_meta
+from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
+                                        completed_state, parse_completion, query_for)
+from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
+from dreamgym.llm.base import LLM, ChatRequest, SamplingParams
+from dreamgym.types import Task, Transition
+
+if TYPE_CHECKING:
+    from dreamgym.buffer import ReplayBuffer
+
+log = logging.getLogger(__name__)
+
+
+class ExperienceModel:
+    """M_exp over any LLM-seam backend, grounded by an optional replay buffer.
+
+    `predict(queries)` retrieves k neighbours for all queries at once (excluding each query's own trajectory),
+    makes one `llm.generate` call for the batch, one more per retry round for the malformed ones, and never
+    raises on bad output. `stats` counts predictions, generate calls, malformed outputs, retries, failures and
+    prompt-fitting events, and what the outcome resolver counts (`hidden_copied`, `determined`); the default
+    resolver holds the same Counter, so reset it with `stats.clear()` rather than by assigning a new one.
+
+    `shortcuts` answers some queries without the model and rejects contradicting answers
+    (`dreamgym.experience.shortcuts`); by default the environment families' shortcuts, switched by `config`.
+    """
+
+    def __init__(self, llm: LLM, buffer: ReplayBuffer | None = None, config: ExperienceModelConfig | None = None,
+                 env: str | None = None, shortcuts: OutcomeResolver | None = None):
+        self.llm = llm
+        self.buffer = buffer
+        self.config = config or ExperienceModelConfig()
+        self.env = env
+        self.stats: Counter[str] = Counter()
+        self.shortcuts: OutcomeResolver = shortcuts if shortcuts is not None else FamilyShortcuts(env, self.stats)
+
+    # Token counting is only possible when the backend exposes its prompt tokenization (HFBackend does).
+    def _count_tokens(self) -> Callable[[ChatRequest], int] | None:
+        fn = getattr(self.llm, "prompt_ids", None)
+        return (lambda req: len(fn(req))) if callable(fn) else None
+
+    def retrieve(self, queries: list[Transition]) -> list[list[Transition]]:
+        cfg = self.config
+        if not (cfg.use_retrieval and cfg.k > 0 and self.buffer is not None and queries):
+            return [[] for _ in queries]
+        try:
+            # Twins from other episodes stay: a synthetic query carries no answer, so training and fidelity
+            # queries (which do) must retrieve exactly what a synthetic step would.
+            return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=cfg.retrieve_real_only,
+                                        mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True,
+                                        exclude_twins=False)
+        except Exception as e:  # noqa: BLE001 - retrieval helps; losing it for one batch must not end a rollout
+            self.stats["retrieval_errors"] += 1
+            log.warning("experience model: retrieval failed (%s: %s); predicting without examples",
+                        type(e).__name__, e)
+            return [[] for _ in queries]
+
+    def requests(self, queries: list[Transition], examples: list[list[Transition]] | None = None) -> list[ChatRequest]:
+        if examples is None:
+            examples = self.retrieve(queries)
+        count = self._count_tokens()
+        return [build_request(q, ex, self.config, count, self.stats) for q, ex in zip(queries, examples)]
+
+    def _params(self, temperature: float, seed: int | None) -> SamplingParams:
+        return SamplingParams(temperature=temperature, top_p=self.config.top_p,
+                              max_tokens=self.config.max_new_tokens, stop=[STOP], seed=seed)
+
+    def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
+                  seeds: list[int] | None = None) -> list[str]:
+        self.stats["generate_calls"] += 1
+        try:
+            # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
+            comps = self.llm.generate(reqs, params) if seeds is None else self.llm.generate(reqs, params, seeds=seeds)
+            texts = [c.text for c in comps]
+            if len(texts) != len(reqs):
+                raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
+            return texts
+        except Exception as e:  # noqa: BLE001 - a backend error is a malformed output for every request in it
+            self.stats["backend_errors"] += 1
+            log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
+            return [""] * len(reqs)
+
+    def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
+                seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
+        """One prediction per query, in order. `examples` overrides retrieval (one list per query); `seed`
+        seeds sampling (used by retries, and by every attempt when `temperature` > 0); `seeds` instead gives
+        each query its own sampling seed (the LLM seam's common random numbers), retries included. With
+        `copy_hidden_outcomes` or `derive_determined_outcomes`, the queries the shortcuts answer are not sent to
+        the model."""
+        if not queries:
+            return []
+        if seeds is not None and len(seeds) != len(queries):
+            raise ValueError("predict: seeds must be one per query")
+        resolved = self.shortcuts.resolve(queries, self.config, self.buffer)
+        if not resolved:
+            return self._predict_model(queries, examples=examples, seed=seed, seeds=seeds)
+        rest = [i for i in range(len(queries)) if i not in resolved]
+        answers = self._predict_model([queries[i] for i in rest],
+                                      examples=None if examples is None else [examples[i] for i in rest],
+                                      seed=seed, seeds=None if seeds is None else [seeds[i] for i in rest])
+        self.stats["predictions"] += len(resolved)
+        out: list[Prediction] = [resolved[i] if i in resolved else None for i in range(len(queries))]  # type: ignore[misc]
+        for i, p in zip(rest, answers):
+            out[i] = p
+        return out
+
+    def _predict_model(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
+                       seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
+        if not queries:
+            return []
+        if examples is None:
+            examples = self.retrieve(queries)
+        reqs = self.requests(queries, examples)
+        base = 0 if seed is None else int(seed)
+        texts = self._generate(reqs, self._params(self.config.temperature, base), seeds)
+        results: list[Prediction | None] = [None] * len(queries)
+        attempts = [1] * len(queries)
+        pending = list(range(len(queries)))
+        errors = [""] * len(queries)
+        for attempt in range(self.config.retries + 1):
+            still = []
+            for i, text in zip(pending, texts):
+                parsed, err = parse_completion(text)
+                state = completed_state(parsed.next_state, queries[i], self.config, self.env) if parsed else ""
+                if parsed is not None and (err := self.shortcuts.contradiction(queries[i], state, self.config)):
+                    self.stats["contradicted"] += 1
+                    parsed = None
+                if parsed is None:
+                    self.stats["malformed"] += 1
+                    errors[i] = err
+                    still.append((i, text))
+                else:
+                    results[i] = Prediction(state, parsed.reward, parsed.done, parsed.reasoning,
+                                            attempts=attempts[i], text=text, examples=examples[i])
+            if not still or attempt == self.config.retries:
+                pending_texts = dict(still)
+                break
+            pending = [i for i, _ in still]
+            self.stats["retries"] += len(pending)
+            for i in pending:
+                attempts[i] += 1
+            shift = 1000 * (attempt + 1)
+            texts = self._generate([reqs[i] for i in pending],
+                                   self._params(self.config.retry_temperature, base + shift),
+                                   None if seeds is None else [seeds[i] + shift for i in pending])
+        else:  # pragma: no cover - the loop always breaks
+            pending_texts = {}
+        for i, r in enumerate(results):
+            if r is None:
+                self.stats["failures"] += 1
+                results[i] = Prediction(FAILURE_STATE, 0.0, True, "", failed=True, error=errors[i],
+                                        attempts=attempts[i], text=pending_texts.get(i, ""), examples=examples[i])
+        self.stats["predictions"] += len(queries)
+        return results  # type: ignore[return-value]
+
+    def initial_states(self, tasks: list[Task], *, seed: int | None = None,
+                       trajectory_ids: list[str] | None = None) -> list[Prediction]:
+        """Model-written initial states: the answer to `[reset]` on the empty state, one per task."""
+        ids = trajectory_ids or [""] * len(tasks)
+        return self.predict([query_for(t, "", RESET_ACTION, trajectory_id=i) for t, i in zip(tasks, ids)],
+                            seed=seed)
+
+    @classmethod
+    def load(cls, path: str | Path, buffer: ReplayBuffer | None = None, *, device: str | None = None,
+             batch_size: int = 32, config_overrides: dict[str, Any] | None = None) -> ExperienceModel:
+        """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `buffer` is used for retrieval as
+        is; `dreamgym.experience.data.checkpoint_buffer` builds the one the checkpoint was trained against."""
+        from dreamgym.llm.hf import HFBackend
+
+        meta = read_checkpoint_meta(path)
+        cfg = dataclasses.replace(checkpoint_model_config(meta), **(config_overrides or {}))
+        model, tokenizer = load_checkpoint_model(path, device=device)
+        return cls(HFBackend(model, tokenizer, batch_size=batch_size), buffer=buffer, config=cfg,
+                   env=meta.get("env"))

@@ -1,0 +1,100 @@
+import dataclasses
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from dreamgym.envs.dial import abstract_state
+from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.format import build_request, format_completion, parse_completion
+from dreamgym.types import Transition
+from em_helpers import DIAL_TASK, dial_query
+
+# ------------------------------------------------------------------------------------------ output format
+
+
+def test_format_and_parse_round_trip():
+    text = format_completion(abstract_state(4), 1.0, True, "The dial  moves\nup.")
+    assert text.startswith("<think>The dial moves up.</think>\n<state>\n[dial] 4")
+    assert text.endswith("<reward>1</reward>\n<done>true</done>")
+    p, err = parse_completion(text)
+    assert err == "" and p.next_state == abstract_state(4) and p.reward == 1.0 and p.done and \
+        p.reasoning == "The dial moves up."
+    no_think = format_completion("s", 0.0, False, "ignored", use_reasoning=False)
+    assert "<think>" not in no_think and parse_completion(no_think)[0].reasoning == ""
+
+
+@pytest.mark.parametrize("text", [
+    "<STATE>[dial] 2</STATE><Reward> 0.0 </Reward><done>False</done>",
+    "junk before <think>x</think><state>\n[dial] 2\n<reward>0<done>no trailing text",
+    "<state>[dial] 2</state>\n<reward>0</reward>\n<done>0</done>",
+])
+def test_parser_is_lenient_about_layout(text):
+    p, err = parse_completion(text)
+    assert err == "" and p.next_state == "[dial] 2" and p.reward == 0.0 and p.done is False
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("", "empty output"),
+    ("the dial turns", "no <state> block"),
+    ("<state>   </state><reward>0</reward><done>true</done>", "empty <state>"),
+    ("<state>x</state><reward>lots</reward><done>true</done>", "no parseable <reward>"),
+    ("<state>x</state><reward>7</reward><done>true</done>", "reward 7 outside [0, 1]"),
+    ("<state>x</state><reward>0</reward><done>maybe</done>", "no parseable <done>"),
+    ("<state>x</state><reward>0</reward>", "no parseable <done>"),
+])
+def test_parser_rejects_malformed_output_with_a_reason(text, reason):
+    p, err = parse_completion(text)
+    assert p is None and err == reason
+
+
+# ------------------------------------------------------------------------------------------------ prompts
+
+
+def test_prompt_has_task_examples_history_state_action_and_ablations_drop_them():
+    ex = Transition(task=DIAL_TASK, history=[], state=abstract_state(7), action="turn down",
+                    next_state=abstract_state(6), reward=0.0, done=False)
+    q = dial_query(3, "turn up", history=[(abstract_state(1), "turn up"), (abstract_state(2), "turn up")])
+    cfg = ExperienceModelConfig(k=2, history=1)
+    user = build_request(q, [ex], cfg)[-1]["content"]
+    assert user.startswith("Task: set the dial to 5")
+    assert "Examples:\n## 1\nState: [dial] 7" in user and "Action: turn down\n<state>\n[dial] 6" in user
+    assert "</state>\n<reward>0</reward>\n<done>false</done>\nHistory" in user
+    assert "History: turn up\n" in user  # only the last H=1 action
+    assert user.endswith("State:\n" + abstract_state(3) + "\nAction: turn up")
+    off = dataclasses.replace(cfg, use_retrieval=False, use_history=False)
+    user_off = build_request(q, [ex], off)[-1]["content"]
+    assert "Examples" not in user_off and "History" not in user_off and user_off.endswith("Action: turn up")
+    assert build_request(q, [], dataclasses.replace(cfg, system_prompt=True))[0]["role"] == "system"
+    # An example with a reasoning trace shows it, so the example reads exactly like an answer; off with the
+    # switch or without reasoning in the output.
+    traced = dataclasses.replace(ex, reasoning="Turning down moves the dial from 7 to 6.")
+    user = build_request(q, [traced], cfg)[-1]["content"]
+    assert "Action: turn down\n<think>Turning down moves the dial from 7 to 6.</think>\n<state>" in user
+    for c in (dataclasses.replace(cfg, example_reasoning=False), dataclasses.replace(cfg, use_reasoning=False)):
+        assert "<think>" not in build_request(q, [traced], c)[-1]["content"]
+
+
+def test_prompt_is_fitted_to_the_token_budget():
+    ex = [Transition(task=DIAL_TASK, history=[], state=abstract_state(i), action="turn up",
+                     next_state=abstract_state(i + 1), reward=0.0, done=False) for i in range(3)]
+    q = dial_query(3, "turn up", history=[(abstract_state(2), "turn up")])
+    words = lambda req: sum(len(m["content"].split()) for m in req)  # noqa: E731 - a simple token counter
+    cfg = ExperienceModelConfig(k=3, max_prompt_tokens=words(build_request(q, ex, ExperienceModelConfig(k=3))) - 1)
+    stats = Counter()
+    req = build_request(q, ex, cfg, words, stats)
+    assert words(req) <= cfg.max_prompt_tokens and req[-1]["content"].count("## ") == 2
+    assert stats == {"examples_dropped": 1}
+    tight = dataclasses.replace(cfg, max_prompt_tokens=12)
+    req = build_request(q, ex, tight, words, stats)
+    assert "Examples" not in req[-1]["content"] and "History" not in req[-1]["content"]
+    assert stats["history_dropped"] == 1 and req[-1]["content"].endswith("Action: turn up")
+
+
+def test_the_format_loads_no_model_library():
+    """Prompts and parsing are needed wherever the model is reached over HTTP: importing them costs no torch."""
+    code = ("import sys, dreamgym.experience.format; "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
