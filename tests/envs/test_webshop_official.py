@@ -7,7 +7,7 @@ import pytest
 
 from dreamgym.env import check_env
 from dreamgym.envs import webshop as ws
-from dreamgym.envs.webshop.official import load_official
+from dreamgym.envs.webshop.catalog import load_official
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "webshop"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dreamgym.envs.webshop.catalog import Product
+from dreamgym.envs.webshop.product import Product
 from dreamgym.envs.webshop.reward import get_reward, normalize_color, title_nouns, type_reward
 
 

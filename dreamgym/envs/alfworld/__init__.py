@@ -18,32 +18,15 @@ from typing import Any
 
 from dreamgym.envs.alfworld import games
 from dreamgym.envs.alfworld.corpus import corpus_text
+from dreamgym.envs.alfworld.games import tasks
 from dreamgym.envs.alfworld.goals import explain, goal_reached, grounded_outcome, parse_goal
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, ALFWorldMissing
 from dreamgym.envs.alfworld.policies import POLICIES, ExpertPolicy, NoisyPolicy, RandomPolicy
 from dreamgym.envs.alfworld.state import (admissible_from_state, canonical_state, complete_state,
                                          determined_outcome, hidden_outcome_key, model_observation, model_state,
                                          noop_state, outcome_contradiction, state_after)
-from dreamgym.types import Task
 
-SPLITS = ("train", "valid_seen", "valid_unseen", "test")
-
-
-def tasks(split: str = "train", n: int | None = None, seed: int = 0) -> list[Task]:
-    """The tasks of a split; each `Task.goal` names its game file (`goal["game_file"]`) and its structured goal
-    (task_type, object, receptacle, toggle). `n` limits the split (train: also how many games it has)."""
-    if split == "test":
-        out = tasks("valid_unseen", seed=seed) + tasks("valid_seen", seed=seed)
-        return out[:n] if n is not None else out
-    if split not in games.SPLITS:
-        raise ValueError(f"unknown ALFWorld split {split!r}; known: {', '.join(SPLITS)}")
-    if games.official_root() is not None:
-        rows = games.official_rows(split)
-        rows = rows[:n] if n is not None else rows
-    else:
-        rows = list(games.split_rows(split, n, seed))
-    return [Task(id=f"alfworld-{r['game_id']}", env="alfworld", instruction=r["instruction"], goal=dict(r["goal"]),
-                 split=split) for r in rows]
+SPLITS = (*games.SPLITS, "test")
 
 
 def make_env(split: str = "train", **kwargs: Any):

@@ -43,12 +43,10 @@ class ALFWorldEnv(TextEnv):
     def __init__(self, split: str = "train", max_steps: int = DEFAULT_MAX_STEPS, n: int | None = None,
                  seed: int = 0, tasks: list[Task] | None = None):
         super().__init__()
-        from dreamgym.envs.alfworld import tasks as family_tasks
-
         self.split = split
         self.max_steps = int(max_steps)
         self.seed = seed
-        self.tasks = list(tasks) if tasks is not None else family_tasks(split, n=n, seed=seed)
+        self.tasks = list(tasks) if tasks is not None else games.tasks(split, n=n, seed=seed)
         if not self.tasks:
             raise ValueError(f"ALFWorld split {split!r} has no games")
         self._engine: Any = None

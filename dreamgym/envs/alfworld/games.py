@@ -3,9 +3,9 @@ that the `alfworld` package ships, confirmed by the engine's planner, cached on 
 
 Owns: the game specification (floor plan, receptacles, object placement, goal), the PDDL problem and game
 file (`game.tw-pddl`: JSON `{pddl_domain, grammar, pddl_problem, solvable, walkthrough}`), the splits
-(train / valid_seen / valid_unseen and their sizes), the solvability check (the planner's plan replayed in
-the engine until `won`), the cache layout and manifests, loading the official files when `ALFWORLD_DATA` is
-set, and `dreamgym alfworld generate`.
+(train / valid_seen / valid_unseen and their sizes) and their tasks (`tasks`; "test" is both valid splits),
+the solvability check (the planner's plan replayed in the engine until `won`), the cache layout and manifests,
+loading the official files when `ALFWORLD_DATA` is set, and `dreamgym alfworld generate`.
 Must not know: the TextEnv contract, abstract states, policies, models, torch.
 
 How a game is made (deterministic in (split, index, seed)):
@@ -54,6 +54,7 @@ from typing import Any, Iterable
 from dreamgym.envs.alfworld.engine import make_engine
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, require, scene_type, tables
 from dreamgym.paths import atomic_write_text, cache_dir
+from dreamgym.types import Task
 
 log = logging.getLogger(__name__)
 
@@ -606,6 +607,23 @@ def split_rows(split: str, n: int | None = None, seed: int = 0) -> tuple[dict[st
     log.info(report.summary())
     man = _load_manifest(split, seed) or {"games": []}
     return tuple(man["games"][:n])
+
+
+def tasks(split: str = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+    """The tasks of a split; each `Task.goal` names its game file (`goal["game_file"]`) and its structured goal
+    (task_type, object, receptacle, toggle). `n` limits the split (train: also how many games it has)."""
+    if split == "test":
+        out = tasks("valid_unseen", seed=seed) + tasks("valid_seen", seed=seed)
+        return out[:n] if n is not None else out
+    if split not in SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}; known: {', '.join((*SPLITS, 'test'))}")
+    if official_root() is not None:
+        rows = official_rows(split)
+        rows = rows[:n] if n is not None else rows
+    else:
+        rows = list(split_rows(split, n, seed))
+    return [Task(id=f"alfworld-{r['game_id']}", env="alfworld", instruction=r["instruction"], goal=dict(r["goal"]),
+                 split=split) for r in rows]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,16 +1,16 @@
 """WebShop: a web-shopping environment family that behaves like Princeton's WebShop on a generated catalog
 (or on the official data files, when a user has them).
 
-Owns: the family surface (see `dreamgym.envs`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
+Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
 `parse_goal`, `explain`, `corpus_text`, `grounded_outcome`, `model_observation`, `state_after`, `noop_state`,
 `hidden_outcome_key`, `determined_outcome`, plus the published mappers `html_to_abstract` /
 `html_to_text`.
 Must not know: models, torch, trainers, storage formats.
 
-Modules: vocab (word lists), catalog (products, generator, cache), search (bm25s), goals (instructions,
-splits, parser), reward (the original formula), pages (page state, HTML, abstract states), env
-(`WebShopEnv`), outcomes (the steps a page or a recorded real step fixes), policies (oracle / noisy /
-random), explain (reasoning traces), official (loader for the official files), server (`dreamgym webshop
+Modules: vocab (word lists), product (the product schema), catalog (generator, catalogs, cache), search
+(bm25s), goals (instructions, splits, parser), reward (the original formula), pages (page state, HTML, abstract
+states), env (`WebShopEnv`), outcomes (the steps a page or a recorded real step fixes), policies (oracle / noisy /
+random), explain (reasoning traces), official (reader of the official files), server (`dreamgym webshop
 serve`).
 
 Catalog settings (`n_products`, `seed`, `official_dir`, `catalog_key`) are accepted by `make_env`, `tasks`

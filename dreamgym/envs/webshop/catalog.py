@@ -1,9 +1,8 @@
-"""The WebShop product catalog: the internal product schema, the seeded generator, and the catalog cache.
+"""The WebShop product catalog: the seeded generator, catalogs, and the catalog cache.
 
-Owns: `Product` (the one schema both generated and official products are mapped to), `generate_products`
-(deterministic for a seed; 100k products take seconds), `Catalog`
-(products + search index + goal splits) and `get_catalog` (process-wide cache, on-disk cache for large
-catalogs under `dreamgym.paths.cache_dir("webshop")`).
+Owns: `generate_products` (deterministic for a seed; 100k products take seconds), `Catalog` (products + search
+index + goal splits), `load_official` (a catalog of the official data files, which `official` reads) and
+`get_catalog` (process-wide cache, on-disk cache for large catalogs under `dreamgym.paths.cache_dir("webshop")`).
 Must not know: pages, actions, the environment, policies, models.
 
 A catalog is named by a key string (`synthetic-n2000-s0`, or `official:<dir>`) so that anything holding only
@@ -15,11 +14,13 @@ from __future__ import annotations
 import pickle
 import random
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dreamgym.envs.webshop import vocab
+from dreamgym.envs.webshop.goals import make_splits
+from dreamgym.envs.webshop.official import read_official
+from dreamgym.envs.webshop.product import Product
 from dreamgym.envs.webshop.reward import title_nouns
 from dreamgym.envs.webshop.search import SearchEngine
 from dreamgym.paths import atomic_write_bytes, cache_dir
@@ -29,35 +30,6 @@ DEFAULT_N_PRODUCTS = 2000
 DEFAULT_SEED = 0
 # Catalogs at least this large are cached on disk (smaller ones rebuild faster than they load).
 DISK_CACHE_MIN = 20_000
-
-
-@dataclass
-class Product:
-    """One product, in the fields the original WebShop engine uses after `load_products`.
-
-    `title_nouns` is what the type reward compares (the original runs spaCy's large English model over the
-    title; see `reward.title_nouns`). `options` maps an option name (size, color, ...) to its values.
-    """
-
-    asin: str
-    title: str
-    query: str
-    category: str
-    product_category: str
-    product_type: str
-    bullets: list[str]
-    description: str
-    attributes: list[str]
-    options: dict[str, list[str]]
-    price: float
-    price_tag: str
-    rating: float | None = None
-    reviews: list[dict[str, Any]] = field(default_factory=list)
-    title_nouns: frozenset[str] = frozenset()
-
-    def search_text(self) -> str:
-        """What the search engine indexes: title, bullet points, description and attributes."""
-        return " ".join([self.title, *self.bullets, self.description, *self.attributes])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -186,7 +158,6 @@ class Catalog:
         """The goal dicts of a split ("train" or "test"; official data also has "valid")."""
         with self._lock:
             if self._goals is None:
-                from dreamgym.envs.webshop.goals import make_splits
                 self._goals = make_splits(self.products, seed=_seed_from_key(self.key))
         if split not in self._goals:
             raise ValueError(f"unknown WebShop split {split!r}; known: {', '.join(self._goals)}")
@@ -194,6 +165,14 @@ class Catalog:
 
     def __len__(self) -> int:
         return len(self.products)
+
+
+def load_official(directory: str | Path, key: str | None = None, num_products: int | None = None,
+                  human_goals: bool | None = None) -> Catalog:
+    """A `Catalog` from a directory holding the official files (see `official.read_official` for what is read
+    and how). `key` defaults to `official:<resolved directory>`."""
+    products, goals = read_official(directory, num_products=num_products, human_goals=human_goals)
+    return Catalog(key or f"official:{Path(directory).resolve()}", products, goals=goals)
 
 
 def synthetic_key(n_products: int = DEFAULT_N_PRODUCTS, seed: int = DEFAULT_SEED) -> str:
@@ -229,7 +208,6 @@ def get_catalog(key: str | None = None, *, n_products: int = DEFAULT_N_PRODUCTS,
 
 def _build(key: str) -> Catalog:
     if key.startswith("official:"):
-        from dreamgym.envs.webshop.official import load_official
         return load_official(key.split(":", 1)[1], key=key)
     if not key.startswith("synthetic-n"):
         raise ValueError(f"unknown WebShop catalog key {key!r}")

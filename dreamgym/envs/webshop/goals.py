@@ -29,7 +29,7 @@ from dreamgym.envs.webshop import vocab
 from dreamgym.envs.webshop.reward import title_nouns
 
 if TYPE_CHECKING:
-    from dreamgym.envs.webshop.catalog import Product
+    from dreamgym.envs.webshop.product import Product
 
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]  # the original's price bounds
 N_TEST = 500

@@ -1,9 +1,9 @@
-"""Loader for the official WebShop data files, mapped unchanged onto the internal `Product` / goal schema.
+"""Reader of the official WebShop data files, mapped unchanged onto the internal `Product` / goal schema.
 
 Owns: reading `items_shuffle*.json` (products), `items_ins_v2*.json` (attributes and synthetic
 instructions) and `items_human_ins*.json` (human instructions), the same cleaning as the original
 `load_products` (asin filter, price parsing, lower-cased options with "/" -> " | "), goals and splits.
-Must not know: pages, the environment, models.
+Must not know: catalogs (`catalog.load_official` makes one of what this reads), pages, the environment, models.
 
 Goals: human instructions when `items_human_ins*.json` is present (as the original's default), else the
 synthetic ones from `items_ins_v2` (one goal per option combination, capped at `MAX_SYNTHETIC_COMBOS` per
@@ -23,8 +23,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from dreamgym.envs.webshop.catalog import Catalog, Product
 from dreamgym.envs.webshop.goals import price_upper_for
+from dreamgym.envs.webshop.product import Product
 from dreamgym.envs.webshop.reward import title_nouns
 
 MAX_SYNTHETIC_COMBOS = 5
@@ -141,9 +141,10 @@ def split_goals(goals: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {"test": order[:n_test], "valid": order[n_test:n_test + n_valid], "train": order[n_test + n_valid:]}
 
 
-def load_official(directory: str | Path, key: str | None = None, num_products: int | None = None,
-                  human_goals: bool | None = None) -> Catalog:
-    """A `Catalog` from a directory holding the official files (the shortest matching name of each is used).
+def read_official(directory: str | Path, num_products: int | None = None,
+                  human_goals: bool | None = None) -> tuple[list[Product], dict[str, list[dict[str, Any]]]]:
+    """The products and the goal splits of a directory holding the official files (the shortest matching name
+    of each is used).
 
     `human_goals=None` uses human instructions when their file exists. Records with a missing or over-long
     asin, or a repeated asin, are skipped as in the original."""
@@ -193,5 +194,4 @@ def load_official(directory: str | Path, key: str | None = None, num_products: i
                 suffix = (" with " + ", and ".join(f"{k}: {v}" for k, v in opts.items())) if opts else ""
                 goals.append(_goal(product, str(meta["instruction"]).strip(".") + suffix,
                                    meta["instruction_attributes"], opts, rng))
-    key = key or f"official:{directory.resolve()}"
-    return Catalog(key, products, goals=split_goals(goals))
+    return products, split_goals(goals)

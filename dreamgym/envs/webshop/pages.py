@@ -39,7 +39,8 @@ from urllib.parse import quote
 import jinja2
 
 if TYPE_CHECKING:
-    from dreamgym.envs.webshop.catalog import Catalog, Product
+    from dreamgym.envs.webshop.catalog import Catalog
+    from dreamgym.envs.webshop.product import Product
 
 PRODUCT_WINDOW = 10          # results per page, as the original
 TITLE_LIMIT = 32             # characters of a result title kept in the abstract state

@@ -16,10 +16,11 @@ import random
 import re
 from typing import Any
 
-from dreamgym.envs.webshop.catalog import Catalog, Product, get_catalog
+from dreamgym.envs.webshop.catalog import Catalog, get_catalog
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.pages import (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW,
                                          SEARCH_PLACEHOLDER, SUB_PAGE_KINDS, SUB_PAGES, norm_label, parse_abstract)
+from dreamgym.envs.webshop.product import Product
 from dreamgym.envs.webshop.reward import get_reward, goal_options_dict, option_matches
 from dreamgym.types import Task
 

@@ -38,7 +38,7 @@ from rapidfuzz import fuzz
 from dreamgym.envs.webshop import vocab
 
 if TYPE_CHECKING:
-    from dreamgym.envs.webshop.catalog import Product
+    from dreamgym.envs.webshop.product import Product
 
 FUZZY_THRESHOLD = 85
 

@@ -1,0 +1,240 @@
+"""The environment-family registry: `EnvFamily`, `family`/`family_names`/`register_family`, families of other
+packages found through the `dreamgym.envs` entry point (a real `importlib.metadata` lookup of a temporary
+`*.dist-info`), the gymnasium ids, and `check_family` on every built-in family and on a broken one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium
+import pytest
+
+import dreamgym.envs
+from dreamgym.collect import collect
+from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyImportError, UnknownFamilyError, check_family, family,
+                           family_names, register_family)
+from dreamgym.envs.dial import ACTIONS, DialEnv
+from dreamgym.envs.registry import ENTRY_POINT_GROUP
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+BUILTIN = ("dial", "webshop", "alfworld", "textworld")
+
+
+def _dist_info(where: Path, entry_points: dict[str, str], name: str = "familypkg") -> None:
+    """What `pip install` of a package declaring these `dreamgym.envs` entry points leaves in site-packages."""
+    info = where / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    lines = "".join(f"{k} = {v}\n" for k, v in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}")
+
+
+@pytest.fixture
+def lamps_installed(tmp_path, monkeypatch):
+    """The fixture package `familypkg` installed as a user's package would be: importable, with its entry point."""
+    _dist_info(tmp_path / "site", {"lamps": "familypkg.lamps"})
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+def _python(code: str, *paths: Path) -> subprocess.CompletedProcess:
+    env_path = ":".join([str(ROOT), *map(str, paths)])
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+# ----------------------------------------------------------------------------------------------- the registry
+
+
+def test_builtin_families_are_listed_first_and_load_as_env_families():
+    assert family_names()[:4] == BUILTIN
+    dial = family("dial")
+    assert isinstance(dial, EnvFamily) and dial is family("dial") and dial.name == "dial"
+    assert {t.env for t in dial.tasks("train")} == {"dial"} and dial.make_env("test").tasks == dial.tasks("test")
+    assert set(dial.POLICIES) >= {"oracle", "noisy", "random"}
+
+
+def test_an_env_family_answers_like_its_module():
+    """Absent hooks are no attributes (hasattr False, getattr default), present ones are the module's functions."""
+    dial, ws = family("dial"), family("webshop")
+    assert not hasattr(dial, "corpus_text") and getattr(dial, "noop_state", None) is None
+    from dreamgym.envs import webshop
+
+    assert ws.noop_state is webshop.noop_state and ws.hooks["grounded_outcome"] is webshop.grounded_outcome
+    assert "corpus_text" in dir(ws) and "canonical_state" not in ws.hooks
+    with pytest.raises(AttributeError, match="'dial' has no 'noop_state'"):
+        dial.noop_state  # noqa: B018
+
+
+def test_env_family_rejects_unknown_hooks_and_is_immutable():
+    dial = family("dial")
+    fields = {f.name: getattr(dial, f.name) for f in dataclasses.fields(dial) if f.name != "hooks"}
+    with pytest.raises(ValueError, match="unknown hooks \\['noop_sate'\\]"):
+        EnvFamily(**fields, hooks={"noop_sate": len})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dial.tasks = None
+    with pytest.raises(TypeError):
+        dial.hooks["noop_state"] = len
+
+
+def test_unknown_name_and_conflicting_registrations_are_errors():
+    with pytest.raises(UnknownFamilyError, match="unknown environment family 'nope'; known: dial, webshop") as e:
+        family("nope")
+    assert isinstance(e.value, ValueError)  # what callers that skip unknown families catch
+    register_family("dial", "dreamgym.envs.dial")  # the same registration again: nothing happens
+    with pytest.raises(ValueError, match="'dial' is already registered"):
+        register_family("dial", "somewhere.else")
+    with pytest.raises(ValueError, match="env_entry_point needs a gym_id"):
+        register_family("orphan", "somewhere.else", env_entry_point="somewhere.else:Env")
+    with pytest.raises(ValueError, match="identifier"):
+        register_family("not a name", "somewhere.else")
+    assert "orphan" not in family_names()
+
+
+def test_families_is_deprecated_and_lists_the_names():
+    with pytest.warns(DeprecationWarning, match="family_names"):
+        names = dreamgym.envs.FAMILIES
+    assert tuple(names)[:4] == BUILTIN
+
+
+# ----------------------------------------------------------------------------- a family from another package
+
+
+def test_a_package_adds_a_family_through_its_entry_point(lamps_installed):
+    assert "lamps" in family_names()
+    lamps = family("lamps")
+    assert lamps.name == "lamps" and sorted(lamps.hooks) == ["grounded_outcome", "noop_state"]
+    check_family("lamps")
+    env = gymnasium.make("dreamgym/lamps-v0", split="test")  # the id it got when it was discovered
+    obs, info = env.reset(seed=0)
+    assert info["task"].split == "test" and obs.startswith("Your task is to: light only the")
+
+
+def test_collect_plays_a_family_of_another_package(lamps_installed, tmp_path):
+    out = tmp_path / "lamps.jsonl"
+    summary = collect("lamps", {"oracle": 0.5, "noisy": 0.25, "random": 0.25}, episodes=12, out_path=out,
+                      progress=False)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 12 and {r["task"]["env"] for r in records} == {"lamps"}
+    assert summary["per_policy"]["oracle"]["success_rate"] == 1.0
+    assert all(1 <= len(r["steps"]) <= 6 for r in records)
+
+
+def test_a_family_that_fails_to_import_is_named_never_skipped(tmp_path):
+    _dist_info(tmp_path, {"broken": "familypkg.does_not_exist", "lamps": "familypkg.lamps"})
+    run = _python("""
+        from dreamgym.envs import FamilyImportError, family, family_names
+        assert family_names()[-2:] == ("broken", "lamps"), family_names()  # listing imports nothing
+        try:
+            family("broken")
+        except FamilyImportError as e:
+            assert isinstance(e, ImportError) and isinstance(e.__cause__, ModuleNotFoundError)
+            print(e)
+        assert family("lamps").name == "lamps"  # a broken neighbour does not hide the others
+    """, tmp_path, FIXTURES)
+    assert run.returncode == 0, run.stderr
+    assert "environment family 'broken' (familypkg.does_not_exist) failed to import: ModuleNotFoundError" in run.stdout
+    assert FamilyImportError.__mro__[1] is ImportError
+
+
+def test_an_entry_point_taking_a_builtin_name_is_an_error(tmp_path):
+    _dist_info(tmp_path, {"dial": "familypkg.lamps"})
+    run = _python("from dreamgym.envs import family_names; family_names()", tmp_path, FIXTURES)
+    assert run.returncode != 0 and "'dial' is already registered" in run.stderr and "of familypkg" in run.stderr
+
+
+# ------------------------------------------------------------------------------------- gymnasium, import cost
+
+
+def test_import_dreamgym_registers_the_gym_ids_and_imports_no_family():
+    run = _python("""
+        import sys
+        import gymnasium
+        import dreamgym
+        heavy = [m for m in sys.modules if m.startswith(("dreamgym.envs.webshop", "dreamgym.envs.alfworld",
+                 "dreamgym.envs.dial", "dreamgym.envs.textworld_env", "torch", "transformers"))]
+        assert not heavy, heavy
+        assert {"dreamgym/Dial-v0", "dreamgym/WebShop-v0", "dreamgym/ALFWorld-v0", "dreamgym/TextWorld-v0"} <= \\
+            set(gymnasium.registry)
+        env = gymnasium.make("dreamgym/Dial-v0")
+        print(env.reset(seed=3)[0])
+    """)
+    assert run.returncode == 0, run.stderr
+    assert "The dial shows" in run.stdout
+
+
+def test_gymnasium_make_with_the_module_prefix_needs_no_import():
+    """gymnasium >= 1.0 has no plugin entry points; "module:id" makes it import the module that registers the id."""
+    run = _python("""
+        import sys
+        import gymnasium
+        assert "dreamgym" not in sys.modules
+        env = gymnasium.make("dreamgym:dreamgym/Dial-v0")
+        print(type(env.unwrapped).__name__, env.reset(seed=3)[0])
+    """)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("DialEnv ") and "The dial shows" in run.stdout
+
+
+# ----------------------------------------------------------------------------------------------- check_family
+
+
+def test_check_family_dial_and_webshop():
+    check_family("dial")
+    check_family(family("webshop"))
+
+
+def test_check_family_alfworld():
+    pytest.importorskip("alfworld")
+    # Its "test" split is both valid splits in full (274 planner-checked games on first use); valid_unseen is
+    # the same code on 6 of them.
+    check_family("alfworld", splits=("train", "valid_unseen"), task_kwargs={"n": 6}, env_kwargs={"n": 6})
+
+
+def test_check_family_textworld():
+    pytest.importorskip("textworld")
+    check_family("textworld", task_kwargs={"n": 2}, env_kwargs={"n": 2})
+
+
+@pytest.mark.parametrize("change, rule", [
+    (dict(tasks=lambda split, **kw: []), "tasks('train') must be a non-empty list"),
+    (dict(POLICIES={}), "POLICIES must be a non-empty mapping"),
+    (dict(explain=lambda tr: None), "explain must return a str"),
+    (dict(admissible_from_state=lambda s: "done"), "admissible_from_state must return a list of str"),
+    (dict(hooks={"noop_state": lambda s, a: None}), "noop_state must return a str"),
+    (dict(hooks={"grounded_outcome": lambda *a: 1.0}), "grounded_outcome must return (reward, terminated) or None"),
+    (dict(hooks={"model_state": lambda s: s}), "hooks model_state and complete_state come together"),
+])
+def test_check_family_names_the_broken_rule(change, rule):
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from familypkg import lamps
+    finally:
+        sys.path.remove(str(FIXTURES))
+    good = EnvFamily.from_module("lamps", lamps)
+    check_family(good)
+    with pytest.raises(CheckFamilyError, match=f"environment family 'lamps': {rule}".replace("(", "\\(")
+                       .replace(")", "\\)").replace("[", "\\[")):
+        check_family(dataclasses.replace(good, **change))
+
+
+def test_check_family_runs_check_env_on_make_env():
+    dial = family("dial")
+    with pytest.raises(CheckFamilyError, match=r"'dial': make_env\('train'\) fails check_env: .*step\('xyzzy plugh'\) "
+                                               r"raised ValueError"):
+        check_family(dataclasses.replace(dial, make_env=lambda split, **kw: _StrictDial(split)))
+
+
+class _StrictDial(DialEnv):
+    """Breaks the TextEnv contract: an action it cannot carry out raises instead of getting an observation."""
+
+    def _step(self, action: str):
+        if action not in ACTIONS:
+            raise ValueError(f"no such action {action!r}")
+        return super()._step(action)
