@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym.config import ConfigError
-from dreamgym.curriculum import draw_tasks
+from dreamgym.curriculum import draw_tasks, informative_task_ids
 from dreamgym.env import TextEnv
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
@@ -113,7 +113,6 @@ def task_pool(tasks: Sequence[Task], source: str | Path, *, name: str, env: str,
 
     Fewer than `fall_back_below` kept: all of `tasks`, so S2R never narrows to a handful by accident. Otherwise none
     kept is a `ConfigError` naming `name`, the config field `source` came from."""
-    from dreamgym.curriculum import informative_task_ids
     from dreamgym.data import tasks_played_in
 
     if str(source) in ("", "all"):

@@ -52,9 +52,10 @@ class Recipe:
     data, the SFT demonstrations, experience models (full and ablated), the SFT policy every RL method starts
     from, and `run_method` which trains and evaluates one row of the results table.
 
-    Every evaluation runs the policy greedily on the same held-out real test tasks; `results[name]` records
-    success with its Wilson 95% interval, mean reward and steps, the real steps the method itself took, its real
-    data in the paper's sense (see `real_data`), wall time and the learning curve."""
+    Every evaluation runs the policy at `eval_temperature` on the same held-out real test tasks, seeds and
+    sampling seed; `results[name]` records success with its Wilson 95% interval, mean reward and steps, the real
+    steps the method itself took, its real data in the paper's sense (see `real_data`), wall time and the
+    learning curve."""
 
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
                  eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
@@ -76,6 +77,7 @@ class Recipe:
         self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
                                                     *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
         self.em_overrides = [f"threads={threads}", *ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
+        # One evaluation for every row and every point of its curve: the same tasks, seeds and sampling seed.
         self.evaluate = Evaluation(self.family, "test", self.test_tasks, self.eval_seeds, EvalConfig(
             temperature=eval_temperature, sample_seed=seed, agent=self.base.agent, rollout=self.base.rollout))
         self.results: dict[str, dict[str, Any]] = {}
