@@ -12,7 +12,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "quickstart": ("dreamgym.pipeline:quickstart_main",
+    "quickstart": ("dreamgym.recipe:quickstart_main",
                    "the full recipe on one environment with the tiny preset (the README's main job)"),
     "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
     "train-em": ("dreamgym.experience.train:main", "train the reasoning experience model (SFT)"),

@@ -1,7 +1,7 @@
 """`dreamgym table`: the shape of the paper's Table 1 (and its ablations) at a scale 2 CPU cores can run.
 
 Owns: `TableConfig` (the budget B, iteration counts, model preset choice), the list of rows and how each is
-trained (through `dreamgym.pipeline.Recipe`), `results.md` and the PNG learning curves.
+trained (through `dreamgym.recipe.Recipe`), `results.md` and the PNG learning curves.
 Must not know: trainer or experience-model internals, concrete environments.
 
 Rows (every RL row starts from the same SFT policy; every evaluation is greedy on the same held-out real tasks):
@@ -22,8 +22,9 @@ from typing import Any
 
 from dreamgym.config import ConfigError, describe, load_config
 from dreamgym.curriculum import CurriculumConfig
+from dreamgym.dream import DreamConfig
 from dreamgym.paths import atomic_write_text
-from dreamgym.pipeline import DreamConfig, Recipe
+from dreamgym.recipe import Recipe
 
 
 @dataclass
@@ -148,7 +149,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
         if f"DreamGym {A}" in rows or f"DreamGym-S2R {A}" in rows:
             r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream_iterations=t.dream_iterations, **common)
         if f"DreamGym-S2R {A}" in rows:
-            r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="real", from_method=f"DreamGym {A}", budget=s2r_budget,
+            r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="s2r", from_method=f"DreamGym {A}", budget=s2r_budget,
                          real_iterations=t.s2r_iterations, **common)
     ablations = {
         "DreamGym GRPO (no replay)": (em, DreamConfig(em_overrides={"use_retrieval": False})),

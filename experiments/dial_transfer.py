@@ -35,11 +35,13 @@ import torch
 
 from dreamgym.config import load_config
 from dreamgym.data import load_trajectories
+from dreamgym.dream import DreamConfig, DreamWorld, train_dream
 from dreamgym.envs import dial
 from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
-from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld, train_dream
+from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer, train_real
+from dreamgym.recipe import ENV_DEFAULTS
 from dreamgym.rollout import RealStepBudget
-from dreamgym.train import TrainConfig, build_backend, build_trainer, train_real
+from dreamgym.train import TrainConfig
 
 
 def main() -> None:
@@ -67,7 +69,7 @@ def main() -> None:
     # 1. SFT until the measured start success (real check episodes are counted).
     t0 = time.time()
     backend = build_backend(cfg)
-    sft = build_trainer("sft", backend, cfg, admissible_fn=dial.admissible_from_state)
+    sft = build_offline_trainer(backend, cfg, cfg.sft, admissible_fn=dial.admissible_from_state)
     examples, _ = sft.examples(load_trajectories(run / "demos.jsonl"))
     rng = random.Random(args.seed)
     check_budget = RealStepBudget(None)  # counts the real steps the success checks take
@@ -94,7 +96,7 @@ def main() -> None:
     t0 = time.time()
     gcfg = load_config(TrainConfig, None, [*rl, "mode=dream", f"dream.em={run / 'em'}"])
     be = build_backend(gcfg, str(out / "start"))
-    trainer = build_trainer("grpo", be, gcfg, budget=RealStepBudget(0))
+    trainer = build_online_trainer(be, gcfg, gcfg.grpo, budget=RealStepBudget(0))
     world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={run / 'em'}"]), out / "dream", args.seed)
     train_dream(trainer, world, iterations=args.iterations, tasks_per_iteration=8, algo="grpo",
                 run_dir=out / "dream", logger=None, progress=False)
@@ -106,8 +108,9 @@ def main() -> None:
     t0 = time.time()
     rcfg = load_config(TrainConfig, None, [*rl, f"iterations={args.iterations}", "save_every=0"])
     be = build_backend(rcfg, str(out / "start"))
-    trainer = build_trainer("grpo", be, rcfg, budget=RealStepBudget(None))
-    train_real(trainer, dial, rcfg, out / "real", logger=None, progress=False)
+    trainer = build_online_trainer(be, rcfg, rcfg.grpo, budget=RealStepBudget(None))
+    train_real(trainer, dial, dial.tasks("train"), iterations=rcfg.iterations,
+               tasks_per_iteration=rcfg.grpo.tasks_per_iteration, seed=rcfg.seed, label="real grpo", progress=False)
     trainer.save(out / "real" / "final")
     results["real"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)

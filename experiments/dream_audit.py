@@ -36,11 +36,13 @@ import torch
 
 from dreamgym.config import load_config, parse_overrides
 from dreamgym.data import played_tasks
+from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
 from dreamgym.fidelity import token_f1
-from dreamgym.pipeline import ENV_DEFAULTS, DreamConfig, DreamWorld
+from dreamgym.loops import build_backend
+from dreamgym.recipe import ENV_DEFAULTS
 from dreamgym.rollout import rollout_metrics, run_rollouts
-from dreamgym.train import TrainConfig, build_backend
+from dreamgym.train import TrainConfig
 
 
 def main() -> None:

@@ -39,9 +39,9 @@ import torch
 
 from dreamgym.config import parse_overrides
 from dreamgym.data import played_tasks
+from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
 from dreamgym.fidelity import action_kind
-from dreamgym.pipeline import DreamConfig, DreamWorld
 from dreamgym.synthetic_env import SyntheticEnv
 
 

@@ -147,18 +147,36 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     assert all(resumed["stats"][k] >= v for k, v in state["stats"].items())
 
 
+def test_s2r_mode_from_the_command_line_dreams_then_spends_its_budget_in_the_real_env(tmp_path, capsys):
+    """`dreamgym train mode=s2r`: the dream phase (tagged dream-it<N>, no real step), then the real phase on the
+    train tasks the dream left mixed (tagged s2r-it<N>, counted from its own start) under the real-step budget."""
+    from em_helpers import trained_dial_model
+
+    run = tmp_path / "s2r"
+    assert train_main(["--algo", "grpo", "--env", "dial", "mode=s2r", f"dream.em={trained_dial_model()}",
+                       f"run_dir={run}", "dream.iterations=1", "dream.s2r_iterations=2", "dream.curriculum.n_seeds=1",
+                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_every=2", "eval_at_start=false",
+                       "real_step_budget=100", "save_every=1", "rollout.on_invalid_action=pass", *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "s2r: " in out  # the real phase says which train tasks it draws from
+    tags = [json.loads(line)["tag"] for line in (run / "eval.jsonl").open()]
+    assert tags == ["s2r-it3"]  # the real phase's 2nd iteration; the final evaluation is that one, not repeated
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["iterations"] == 3 and 0 < summary["real_steps_used"] <= 100
+
+
 def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsys):
     """Real RL on the games an offline file played (the games a dream.task_pool=data run plays)."""
     from em_helpers import dial_trajectories
 
     from dreamgym.data import write_jsonl
-    from dreamgym.train import TrainConfig, real_tasks
+    from dreamgym.loops import task_pool
 
     data = tmp_path / "played.jsonl"
     trajs = dial_trajectories(5)
     write_jsonl(data, trajs)
     fam = family("dial")
-    pool = real_tasks(fam, TrainConfig(env="dial", algo="grpo", real_task_pool=str(data)))
+    pool = task_pool(fam.tasks("train"), str(data), name="real_task_pool", env="dial")
     assert {t.id for t in pool} == {t.task.id for t in trajs} and len(pool) < len(fam.tasks("train"))
     run = tmp_path / "grpo"
     assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={data}",
@@ -178,8 +196,7 @@ def test_real_task_pool_from_a_dream_run_keeps_its_tasks_with_mixed_outcomes(tmp
     """S2R from a dream policy: real RL draws only the train tasks whose latest dream group had mixed rewards."""
     from dreamgym.curriculum import Curriculum, CurriculumConfig
     from dreamgym.envs.dial import parse_goal
-    from dreamgym.pipeline import DREAM_VARIANCE_LOG
-    from dreamgym.train import TrainConfig, real_tasks
+    from dreamgym.loops import DREAM_VARIANCE_LOG, task_pool
 
     fam = family("dial")
     train = fam.tasks("train")
@@ -187,7 +204,7 @@ def test_real_task_pool_from_a_dream_run_keeps_its_tasks_with_mixed_outcomes(tmp
     cur = Curriculum(train, parse_goal, None, CurriculumConfig(enabled=False), log_path=dream / DREAM_VARIANCE_LOG)
     cur.update(0, {train[0].id: [1, 0], train[1].id: [0, 0], train[2].id: [0, 1], "generated~g0.0": [1, 0]},
                {t.id: t for t in train})
-    pool = real_tasks(fam, TrainConfig(env="dial", algo="grpo", real_task_pool=str(dream)))
+    pool = task_pool(fam.tasks("train"), str(dream), name="real_task_pool", env="dial")
     assert [t.id for t in pool] == [train[0].id, train[2].id]  # a generated task is not a real train task
     run = tmp_path / "s2r"
     assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={dream}",

@@ -8,7 +8,7 @@ import torch
 
 from dreamgym.envs import dial
 from dreamgym.evaluate import two_proportion_z_test
-from dreamgym.train import iteration_tasks
+from dreamgym.loops import iteration_tasks
 from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
 
 

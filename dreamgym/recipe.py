@@ -1,12 +1,12 @@
-"""DreamGym end to end: RL inside the experience model (dream), sim-to-real (s2r), and the quickstart recipe.
+"""Recipes: the comparisons DreamGym is judged by, each artefact built once and reused from disk, and the
+quickstart that runs the whole recipe on one environment.
 
-Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `train_dream` (the paper's loop: curriculum tasks
-→ agent rollouts inside `SyntheticEnv` → GRPO/PPO update → the buffer grows with the synthetic transitions →
-curriculum step), `train_s2r_real` (the real phase of S2R under a hard real-step budget), the accounting of
-every real transition a method used, and `quickstart_main` (collect → train the experience model → SFT → dream
-GRPO → S2R → compare with SFT and real GRPO at the same budget).
-Must not know: trainers' internals (only `train_iteration`/`save`/`load`), concrete environments (families are
-reached through `dreamgym.envs.family`), how the experience model formats prompts.
+Owns: `ENV_DEFAULTS` (each environment's small-scale settings), `Recipe` (offline real data, experience models,
+the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R), the results
+table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and `quickstart_main`
+(collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget).
+Must not know: trainers' internals, how the loops run (`dreamgym.loops`, `dreamgym.dream`), concrete environments
+(families are reached through `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
@@ -16,268 +16,21 @@ import dataclasses
 import json
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dreamgym.config import ConfigError, describe, load_config, to_dict
-from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
+from dreamgym.config import ConfigError, describe, load_config
+from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
+from dreamgym.evaluate import EvalConfig, EvalResult
+from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
-from dreamgym.types import Task
+from dreamgym.rollout import RealStepBudget
+from dreamgym.train import TrainConfig
+from dreamgym.trainers.protocols import OnlineTrainer
 
-DREAM_STATE_FILE = "dream_state.json"
-"""The curriculum's state (generated tasks, counters, RNG) at the checkpoint's iteration, in the run folder."""
-DREAM_VARIANCE_LOG = "curriculum.jsonl"
-"""The curriculum's log in the run folder: per iteration, its stats, new tasks and each task's reward variance."""
-
-
-@dataclass
-class DreamConfig:
-    em: str = ""
-    """Experience-model checkpoint directory (from `dreamgym train-em`); required for mode=dream and mode=s2r."""
-    em_data: str = ""
-    """Offline real trajectories that seed the replay buffer (default: the experience model's training data)."""
-    iterations: int = 20
-    """RL iterations inside the synthetic environment."""
-    s2r_iterations: int = 10
-    """mode=s2r: most real-environment iterations after the dream phase (the real-step budget may end it first)."""
-    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
-    """Curriculum task generator (curriculum.enabled=false is the no-task-generation ablation)."""
-    max_steps: int = 0
-    """Step limit of a synthetic episode (0: the real environment's own limit)."""
-    initial_state: str = "auto"
-    """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task,
-    else the model's), 'real' or 'model'."""
-    clusters: int = 8
-    """PPO has one rollout per task: the curriculum groups tasks into this many embedding clusters."""
-    reward_from: str = "auto"
-    """Where a synthetic step's reward and end come from: 'model' (the experience model's `<reward>` and done, the
-    paper's design), 'state' (the family's own reward rule on the states the model wrote, `grounded_outcome`) or
-    'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model
-    credited wins that its own final state contradicted (README, section 5)."""
-    shared_noise: bool = True
-    """With a sampled experience model, the members of a GRPO group (same task and reset seed) draw the model's
-    sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
-    the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
-    task_pool: str = "all"
-    """The dream's base tasks: 'all' (every train task of the family), 'data' (only the train tasks the
-    offline real data played, whose outcomes the replay buffer holds) or a trajectory file (JSONL/Parquet: the
-    train tasks its episodes played, e.g. a fixed set that real RL also trains on with `real_task_pool`). Why
-    'data': on ALFWorld the model can copy a game's receptacle contents only from that game's real steps; on the
-    other games every content is a guess (README, section 9). Curriculum variants are added to any pool."""
-    em_overrides: dict[str, Any] = field(default_factory=dict)
-    """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
-
-    def validate(self) -> None:
-        if self.initial_state not in ("auto", "real", "model"):
-            raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
-        if self.reward_from not in ("auto", "model", "state"):
-            raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
-        if self.task_pool not in ("all", "data") and not Path(self.task_pool).is_file():
-            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all, data or a trajectory file")
-        if self.iterations < 0 or self.s2r_iterations < 0:
-            raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
-
-
-def count_real_transitions(paths: Sequence[str | Path]) -> int:
-    """Real environment steps stored in trajectory files (how the paper reports a method's "real data")."""
-    from dreamgym.data import load_trajectories
-
-    seen: set[str] = set()
-    n = 0
-    for p in paths:
-        if not p or str(p) in seen:
-            continue
-        seen.add(str(p))
-        n += sum(len(t.steps) for t in load_trajectories(p) if t.source == "real")
-    return n
-
-
-def _rewards_by_task(episodes: Sequence[Any]) -> tuple[dict[str, list[float]], dict[str, Task]]:
-    rewards: dict[str, list[float]] = defaultdict(list)
-    tasks: dict[str, Task] = {}
-    for e in episodes:
-        if e.trainable:
-            rewards[e.task.id].append(float(e.reward))
-            tasks[e.task.id] = e.task
-    return dict(rewards), tasks
-
-
-def dream_tasks(train_tasks: list[Task], buffer: Any, env_name: str, pool: str) -> list[Task]:
-    """The dream's base task pool (`DreamConfig.task_pool`): all train tasks, those with real data in `buffer`, or
-    those a trajectory file played."""
-    from dreamgym.data import tasks_played_in
-
-    if pool == "all":
-        return train_tasks
-    if pool == "data":
-        played = {tr.task.id for tr in buffer.transitions(env=env_name, real_only=True)}
-        tasks, n_there = [t for t in train_tasks if t.id in played], len(played)
-        where = "has real data in the replay buffer"
-    else:
-        (tasks, n_there), where = tasks_played_in(train_tasks, pool), f"was played in {pool}"
-    if not tasks:
-        raise ConfigError(f"dream.task_pool={pool}: none of the {len(train_tasks)} {env_name} train tasks "
-                          f"{where} ({n_there} tasks there)")
-    return tasks
-
-
-class DreamWorld:
-    """The synthetic side of a run: the experience model, its co-evolving replay buffer, the curriculum and a
-    `SyntheticEnv` factory. Built once per run; the trainer only ever sees `env_factory`."""
-
-    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
-        from dreamgym.envs import family
-        from dreamgym.experience_model import ExperienceModel, checkpoint_buffer
-
-        if not dream.em:
-            raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (dreamgym train-em)")
-        self.family_name = env_name
-        self.family = family(env_name)
-        self.config = dream
-        self.buffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
-        self.model = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
-                                          config_overrides=dict(dream.em_overrides))
-        self.base_tasks = dream_tasks(list(self.family.tasks("train")), self.buffer, env_name, dream.task_pool)
-        # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
-        self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
-                                     seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG)
-        self.policy_version = ""
-
-    def env_factory(self) -> Callable[[], Any]:
-        from dreamgym.synthetic_env import SyntheticEnv
-
-        def make() -> Any:
-            return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
-                                max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
-                                policy_version=self.policy_version, reward_from=self.config.reward_from,
-                                shared_noise=self.config.shared_noise)
-        return make
-
-    def curriculum_step(self, iteration: int, episodes: Sequence[Any], algo: str) -> dict[str, float]:
-        rewards, tasks = _rewards_by_task(episodes)
-        if algo == "ppo" and rewards:
-            # One rollout per task: V_τ over an embedding cluster of similar tasks (DESIGN §1).
-            ids = list(rewards)
-            emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
-            rewards = cluster_groups(ids, [rewards[i][0] for i in ids], emb, self.config.clusters, seed=iteration)
-        return self.curriculum.update(iteration, rewards, tasks)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"generated": [t.to_dict() for t in self.curriculum.generated],
-                "stats": dataclasses.asdict(self.curriculum.stats), "rng": self.curriculum.rng.getstate()}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        from dreamgym.curriculum import CurriculumStats
-
-        self.curriculum.generated = [Task.from_dict(t) for t in d["generated"]]
-        self.curriculum.stats = CurriculumStats(**d["stats"])
-        rng = d["rng"]
-        self.curriculum.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
-        self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
-
-
-def train_dream(trainer: Any, world: DreamWorld, *, iterations: int, tasks_per_iteration: int, algo: str,
-                run_dir: Path, logger: MetricsLogger | None, evaluate: Callable[[str, int], Any] | None = None,
-                eval_every: int = 0, save_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
-    """RL inside the experience model for `iterations` iterations (counted by `trainer.iteration`, so a resumed
-    trainer continues where it stopped). Zero real steps: the trainer's real-step budget is untouched."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    history = []
-    # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the end-of-run
-    # save did, so a finished run's curriculum state was lost and `--resume` restarted the curriculum from scratch.
-    state_file = run_dir / DREAM_STATE_FILE
-    if trainer.iteration and state_file.is_file():
-        state = json.loads(state_file.read_text())
-        if state.get("iteration") != trainer.iteration:
-            print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
-                  f"{trainer.iteration}; the curriculum continues from the older state")
-        world.load_state_dict(state)
-
-    def save_state() -> None:
-        atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
-    factory = world.env_factory()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not progress) as bar:
-        job = bar.add_task(f"dream {algo}", total=iterations, completed=trainer.iteration)
-        while trainer.iteration < iterations:
-            world.policy_version = trainer.policy_version()
-            tasks = world.curriculum.sample(tasks_per_iteration)
-            episodes, m = trainer.train_iteration(tasks, factory)
-            cm = world.curriculum_step(trainer.iteration - 1, episodes, algo)
-            em_stats = {f"em/{k}": float(v) for k, v in world.model.stats.items()}
-            row = {**m, **cm, **em_stats, "buffer/size": float(len(world.buffer))}
-            if logger is not None:
-                logger.log(trainer.iteration, {**cm, **em_stats, "buffer/size": row["buffer/size"]}, prefix="dream/")
-            history.append(row)
-            bar.update(job, completed=trainer.iteration,
-                       description=f"dream {algo} synthetic success {m['success_rate']:.2f}")
-            if save_every and trainer.iteration % save_every == 0:
-                trainer.save(run_dir / "checkpoint")
-                save_state()
-            if evaluate is not None and eval_every and trainer.iteration % eval_every == 0:
-                evaluate(f"dream-it{trainer.iteration}", trainer.iteration)
-    if history:
-        # Only the state: `dreamgym train` saves the checkpoint of this last iteration right after, so saving the
-        # weights here as well would write them twice when the iteration is not a multiple of save_every.
-        save_state()
-    return history
-
-
-def s2r_task_pool(fam: Any, dream_dir: str | Path, tasks_per_iteration: int) -> list[Task]:
-    """The real train tasks the real phase of S2R draws from: those whose latest group in the dream run at
-    `dream_dir` had mixed outcomes (`curriculum.informative_task_ids`). A group whose rewards are all equal has zero
-    GRPO advantage, so a small real budget spent on it trains nothing (ALFWorld, README section 18: uniform draws gave
-    0 of 7 mixed groups, this pool 5 of 8). All train tasks when the dream run has no log or fewer such tasks than
-    one iteration draws, so the phase never narrows to a handful of tasks by accident."""
-    from dreamgym.curriculum import informative_task_ids
-
-    pool = list(fam.tasks("train"))
-    log = Path(dream_dir) / DREAM_VARIANCE_LOG
-    wanted = set(informative_task_ids(log)) if log.is_file() else set()
-    kept = [t for t in pool if t.id in wanted]
-    if len(kept) < tasks_per_iteration:
-        print(f"s2r: {len(kept)} train tasks had mixed dream outcomes (< {tasks_per_iteration} per iteration); "
-              f"drawing from all {len(pool)}")
-        return pool
-    print(f"s2r: drawing from the {len(kept)} of {len(pool)} train tasks with mixed dream outcomes")
-    return kept
-
-
-def train_s2r_real(trainer: Any, fam: Any, *, iterations: int, tasks_per_iteration: int, seed: int,
-                   evaluate: Callable[[str, int], Any] | None = None, eval_every: int = 0,
-                   progress: bool = True, pool: Sequence[Task] | None = None) -> list[dict[str, Any]]:
-    """The real phase of S2R: continue RL in the real environment until `iterations` more iterations ran or the
-    trainer's real-step budget (a hard cap enforced by the rollout engine) is spent. Tasks are drawn from `pool`
-    (`s2r_task_pool` after a dream phase), all train tasks when None."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from dreamgym.train import real_iteration_tasks
-
-    pool = list(pool) if pool is not None else fam.tasks("train")
-    start = trainer.iteration
-    history = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not progress) as bar:
-        job = bar.add_task("s2r real", total=iterations)
-        while trainer.iteration - start < iterations and not trainer.budget.exhausted:
-            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed)
-            if not tasks:  # the rest of the budget cannot finish one group: spending it would train nothing
-                break
-            _, m = trainer.train_iteration(tasks, lambda: fam.make_env("train"))
-            history.append(m)
-            bar.update(job, completed=trainer.iteration - start,
-                       description=f"s2r real success {m['success_rate']:.2f} real steps {trainer.budget.used}")
-            if evaluate is not None and eval_every and (trainer.iteration - start) % eval_every == 0:
-                evaluate(f"s2r-it{trainer.iteration}", trainer.iteration)
-    return history
-
-
-# ------------------------------------------------------------------------------------------------ recipe
 ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
     # the tiny policy's prompts short (the trainers' learning tests use the same settings).
@@ -293,20 +46,21 @@ ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
 }
 """Settings each environment's small-scale runs start from (before the caller's own overrides)."""
 
+
 class Recipe:
     """The artefacts one environment's comparison shares, built once each and reused from disk: offline real
     data, the SFT demonstrations, experience models (full and ablated), the SFT policy every RL method starts
     from, and `run_method` which trains and evaluates one row of the results table.
 
-    Every evaluation runs the policy greedily on the same held-out real test tasks; `results[name]` records
-    success with its Wilson 95% interval, mean reward and steps, the real steps the method itself took, its real
-    data in the paper's sense (see `real_data`), wall time and the learning curve."""
+    Every evaluation runs the policy at `eval_temperature` on the same held-out real test tasks, seeds and
+    sampling seed; `results[name]` records success with its Wilson 95% interval, mean reward and steps, the real
+    steps the method itself took, its real data in the paper's sense (see `real_data`), wall time and the
+    learning curve."""
 
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
                  eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
                  train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = (), threads: int = 2):
         from dreamgym.envs import family
-        from dreamgym.train import TrainConfig
 
         # One thread count for every stage, set here and given to the experience model, whose training used to set
         # it as a side effect: a resumed recipe (experience model on disk) then ran SFT at the torch default and a
@@ -318,11 +72,14 @@ class Recipe:
         self.run.mkdir(parents=True, exist_ok=True)
         self.family = family(env)
         self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
-        self.eval_seeds, self.eval_temperature = list(eval_seeds), eval_temperature
+        self.eval_seeds = list(eval_seeds)
         # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
         self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
                                                     *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
         self.em_overrides = [f"threads={threads}", *ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
+        # One evaluation for every row and every point of its curve: the same tasks, seeds and sampling seed.
+        self.evaluate = Evaluation(self.family, "test", self.test_tasks, self.eval_seeds, EvalConfig(
+            temperature=eval_temperature, sample_seed=seed, agent=self.base.agent, rollout=self.base.rollout))
         self.results: dict[str, dict[str, Any]] = {}
         self.timings: dict[str, float] = {}
         self.offline_path = self.run / "offline.jsonl"
@@ -362,14 +119,7 @@ class Recipe:
             done()
         return out
 
-    def evaluate(self, backend: Any) -> Any:
-        from dreamgym.evaluate import EvalConfig, evaluate_policy
-
-        ecfg = EvalConfig(temperature=self.eval_temperature, sample_seed=self.seed, agent=self.base.agent,
-                          rollout=self.base.rollout)
-        return evaluate_policy(backend, lambda: self.family.make_env("test"), self.test_tasks, self.eval_seeds, ecfg)
-
-    def record(self, name: str, res: Any, *, real_steps: int, real_data: int, wall: float,
+    def record(self, name: str, res: EvalResult, *, real_steps: int, real_data: int, wall: float,
                curve: list[tuple[int, float]] | None = None) -> None:
         self.results[name] = {**res.to_dict(), "real_steps": real_steps, "real_data": real_data,
                               "wall_time_s": wall, "curve": curve or []}
@@ -377,8 +127,6 @@ class Recipe:
 
     def sft(self, epochs: int = 3, lr: float = 1e-3, batch_size: int | None = None) -> Path:
         """The SFT baseline on the oracle demonstrations; every RL method starts from it."""
-        from dreamgym.train import build_backend, build_trainer
-
         out = self.run / "sft" / "final"
         done = self.stage("SFT policy on the demonstrations")
         t0 = time.time()
@@ -392,7 +140,8 @@ class Recipe:
 
             backend = build_backend(cfg)
             lg = MetricsLogger(self.run / "sft", tensorboard=False)
-            trainer = build_trainer("sft", backend, cfg, logger=lg, admissible_fn=self.family.admissible_from_state)
+            trainer = build_offline_trainer(backend, cfg, cfg.sft, logger=lg,
+                                            admissible_fn=self.family.admissible_from_state)
             trainer.fit(load_trajectories(self.demos_path), progress=self.progress)
             trainer.save(out)
             lg.close()
@@ -403,7 +152,6 @@ class Recipe:
     def dpo(self, epochs: int = 2, lr: float = 1e-4) -> None:
         """DPO from the SFT policy on (won, failed) pairs of the same task from the offline data."""
         from dreamgym.data import load_trajectories
-        from dreamgym.train import build_backend, build_trainer
 
         done = self.stage("DPO from SFT on success/failure pairs")
         t0 = time.time()
@@ -412,7 +160,8 @@ class Recipe:
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
         backend = build_backend(cfg, cfg.init)
         lg = MetricsLogger(self.run / "dpo", tensorboard=False)
-        trainer = build_trainer("dpo", backend, cfg, logger=lg, admissible_fn=self.family.admissible_from_state)
+        trainer = build_offline_trainer(backend, cfg, cfg.dpo, logger=lg,
+                                        admissible_fn=self.family.admissible_from_state)
         trainer.fit(load_trajectories(self.offline_path), progress=self.progress)
         lg.close()
         self.record("DPO", self.evaluate(backend), real_steps=0, real_data=self.real_offline, wall=time.time() - t0)
@@ -422,14 +171,15 @@ class Recipe:
     def run_method(self, name: str, *, algo: str, mode: str, budget: int = 0, dream_iterations: int = 0,
                    real_iterations: int = 0, em: Path | None = None, dream: DreamConfig | None = None,
                    tasks_per_iteration: int = 8, group_size: int = 4, lr: float = 1e-4, eval_every: int = 0,
-                   from_method: str | None = None) -> Any:
-        """Train `algo` in `mode` (real | dream | s2r) and evaluate it. It starts from the SFT policy, or from
-        the final policy of the earlier row `from_method` (whose real data and wall time it then inherits: S2R
-        continuing a dream run). Real phases stop at `real_iterations` or when the hard real-step `budget` is
-        spent, whichever comes first."""
-        from dreamgym.rollout import RealStepBudget
-        from dreamgym.train import build_backend, build_trainer
-
+                   from_method: str | None = None) -> OnlineTrainer:
+        """Train `algo` (grpo or ppo) in `mode` and evaluate it: 'real' (RL in the real environment on all train
+        tasks), 'dream' (RL inside the experience model `em` only) or 's2r' (sim-to-real: a dream, then real RL on
+        the train tasks the dream left with mixed outcomes, `dreamgym.dream.train_s2r`). It starts from the SFT
+        policy, or from the final policy of the earlier row `from_method` (whose real data and wall time it then
+        inherits); an S2R row continuing a dream row runs only the real phase, on that row's dream log. Real phases
+        stop at `real_iterations` or when the hard real-step `budget` is spent, whichever comes first."""
+        if mode not in ("real", "dream", "s2r"):
+            raise ValueError(f"run_method: mode {mode!r} is not real, dream or s2r")
         done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
         t0 = time.time()
         init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
@@ -442,7 +192,8 @@ class Recipe:
         method_dir = self.run / self._slug(name)
         lg = MetricsLogger(method_dir, tensorboard=False)
         budget_obj = RealStepBudget(0 if mode == "dream" else budget)
-        trainer = build_trainer(algo, build_backend(cfg, cfg.init), cfg, logger=lg, budget=budget_obj)
+        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(), logger=lg,
+                                       budget=budget_obj)
         curve: list[tuple[int, float]] = []
 
         def evaluate(tag: str, step: int) -> None:
@@ -453,20 +204,23 @@ class Recipe:
         if eval_every:
             evaluate("start", 0)
         world = None
-        if mode in ("dream", "s2r"):
+        loop = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
+                    progress=self.progress)
+        if mode == "real":
+            train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations, seed=self.seed,
+                       label=f"real {algo}", **loop)
+        elif mode == "s2r" and from_method:
+            train_s2r_real(trainer, self.family, self.run / self._slug(from_method), env=self.env,
+                           iterations=real_iterations, seed=self.seed, **loop)
+        else:
             dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
             world = DreamWorld(self.env, dcfg, method_dir, self.seed)
-            train_dream(trainer, world, iterations=dream_iterations, tasks_per_iteration=tasks_per_iteration,
-                        algo=algo, run_dir=method_dir, logger=lg, evaluate=evaluate, eval_every=eval_every,
-                        progress=self.progress)
-        if mode in ("real", "s2r"):
-            # S2R (a real phase after a dream, here or in the row it continues) aims its budget at the tasks that
-            # were still mixed in the dream; plain real GRPO draws from all train tasks.
-            dream_dir = method_dir if mode == "s2r" else (self.run / self._slug(from_method) if from_method else None)
-            pool = s2r_task_pool(self.family, dream_dir, tasks_per_iteration) if dream_dir is not None else None
-            train_s2r_real(trainer, self.family, iterations=real_iterations, tasks_per_iteration=tasks_per_iteration,
-                           seed=self.seed, evaluate=evaluate, eval_every=eval_every, progress=self.progress,
-                           pool=pool)
+            if mode == "dream":
+                train_dream(trainer, world, iterations=dream_iterations, algo=algo, run_dir=method_dir, logger=lg,
+                            **loop)
+            else:
+                train_s2r(trainer, world, dream_iterations=dream_iterations, real_iterations=real_iterations,
+                          algo=algo, seed=self.seed, run_dir=method_dir, logger=lg, **loop)
         trainer.save(method_dir / "final")
         res = self.evaluate(trainer.backend)
         if eval_every and (not curve or curve[-1][0] != trainer.iteration):
@@ -592,7 +346,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size)
     rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
-    r.run_method("DreamGym-S2R GRPO", mode="real", from_method="DreamGym GRPO", budget=q.budget,
+    r.run_method("DreamGym-S2R GRPO", mode="s2r", from_method="DreamGym GRPO", budget=q.budget,
                  real_iterations=q.real_iterations, **rl)
     r.run_method("GRPO real", mode="real", budget=q.budget, real_iterations=q.real_iterations, **rl)
     wall = time.time() - t0

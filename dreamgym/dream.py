@@ -1,0 +1,228 @@
+"""Training inside the experience model: the dream loop and sim-to-real (S2R).
+
+Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (the experience model, its
+co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run), `train_dream` (the paper's
+loop: curriculum tasks -> agent rollouts inside `SyntheticEnv` -> GRPO/PPO update -> the buffer grows with the
+synthetic transitions -> curriculum step) and the one way to run S2R: `train_s2r` (the dream phase, then
+`train_s2r_real`, the real loop of `dreamgym.loops` on the train tasks the dream left undecided, under the
+trainer's hard real-step budget).
+Must not know: trainers' internals (only `dreamgym.trainers.protocols`), concrete environments (families are
+reached through `dreamgym.envs.family`), how the experience model formats prompts, recipes and command lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.config import ConfigError
+from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
+from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, PeriodicEvaluation, task_pool, train_real
+from dreamgym.metrics import MetricsLogger
+from dreamgym.paths import atomic_write_text
+from dreamgym.rollout import Episode
+from dreamgym.trainers.protocols import OnlineTrainer
+from dreamgym.types import Task
+
+if TYPE_CHECKING:
+    from dreamgym.buffer import ReplayBuffer
+    from dreamgym.experience_model import ExperienceModel
+    from dreamgym.synthetic_env import SyntheticEnv
+
+DREAM_STATE_FILE = "dream_state.json"
+"""The curriculum's state (generated tasks, counters, RNG) at the checkpoint's iteration, in the run folder."""
+
+
+@dataclass
+class DreamConfig:
+    em: str = ""
+    """Experience-model checkpoint directory (from `dreamgym train-em`); required for mode=dream and mode=s2r."""
+    em_data: str = ""
+    """Offline real trajectories that seed the replay buffer (default: the experience model's training data)."""
+    iterations: int = 20
+    """RL iterations inside the synthetic environment."""
+    s2r_iterations: int = 10
+    """mode=s2r: most real-environment iterations after the dream phase (the real-step budget may end it first)."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Curriculum task generator (curriculum.enabled=false is the no-task-generation ablation)."""
+    max_steps: int = 0
+    """Step limit of a synthetic episode (0: the real environment's own limit)."""
+    initial_state: str = "auto"
+    """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task,
+    else the model's), 'real' or 'model'."""
+    clusters: int = 8
+    """PPO has one rollout per task: the curriculum groups tasks into this many embedding clusters."""
+    reward_from: str = "auto"
+    """Where a synthetic step's reward and end come from: 'model' (the experience model's `<reward>` and done, the
+    paper's design), 'state' (the family's own reward rule on the states the model wrote, `grounded_outcome`) or
+    'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model
+    credited wins that its own final state contradicted (README, section 5)."""
+    shared_noise: bool = True
+    """With a sampled experience model, the members of a GRPO group (same task and reset seed) draw the model's
+    sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
+    the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
+    task_pool: str = "all"
+    """The dream's base tasks: 'all' (every train task of the family), 'data' (only the train tasks the
+    offline real data played, whose outcomes the replay buffer holds) or a trajectory file (JSONL/Parquet: the
+    train tasks its episodes played, e.g. a fixed set that real RL also trains on with `real_task_pool`). Why
+    'data': on ALFWorld the model can copy a game's receptacle contents only from that game's real steps; on the
+    other games every content is a guess (README, section 9). Curriculum variants are added to any pool."""
+    em_overrides: dict[str, Any] = field(default_factory=dict)
+    """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
+
+    def validate(self) -> None:
+        if self.initial_state not in ("auto", "real", "model"):
+            raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
+        if self.reward_from not in ("auto", "model", "state"):
+            raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
+        if self.task_pool not in ("all", "data") and not Path(self.task_pool).is_file():
+            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all, data or a trajectory file")
+        if self.iterations < 0 or self.s2r_iterations < 0:
+            raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
+
+
+def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]], dict[str, Task]]:
+    rewards: dict[str, list[float]] = defaultdict(list)
+    tasks: dict[str, Task] = {}
+    for e in episodes:
+        if e.trainable:
+            rewards[e.task.id].append(float(e.reward))
+            tasks[e.task.id] = e.task
+    return dict(rewards), tasks
+
+
+class DreamWorld:
+    """The synthetic side of a run: the experience model, its co-evolving replay buffer, the curriculum and a
+    `SyntheticEnv` factory. Built once per run; the trainer only ever sees `env_factory`."""
+
+    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
+        from dreamgym.envs import family
+        from dreamgym.experience_model import ExperienceModel, checkpoint_buffer
+
+        if not dream.em:
+            raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (dreamgym train-em)")
+        self.family_name = env_name
+        self.family: EnvFamily = family(env_name)
+        self.config = dream
+        self.buffer: ReplayBuffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
+        self.model: ExperienceModel = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
+                                                           config_overrides=dict(dream.em_overrides))
+        self.base_tasks = task_pool(self.family.tasks("train"), dream.task_pool, name="dream.task_pool", env=env_name,
+                                    buffer=self.buffer)
+        # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
+        self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
+                                     seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG)
+        self.policy_version = ""
+
+    def env_factory(self) -> Callable[[], SyntheticEnv]:
+        from dreamgym.synthetic_env import SyntheticEnv
+
+        def make() -> SyntheticEnv:
+            return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
+                                max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
+                                policy_version=self.policy_version, reward_from=self.config.reward_from,
+                                shared_noise=self.config.shared_noise)
+        return make
+
+    def curriculum_step(self, iteration: int, episodes: Sequence[Episode], algo: str) -> dict[str, float]:
+        rewards, tasks = _rewards_by_task(episodes)
+        if algo == "ppo" and rewards:
+            # One rollout per task: V_τ over an embedding cluster of similar tasks (DESIGN §1).
+            ids = list(rewards)
+            emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
+            rewards = cluster_groups(ids, [rewards[i][0] for i in ids], emb, self.config.clusters, seed=iteration)
+        return self.curriculum.update(iteration, rewards, tasks)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generated": [t.to_dict() for t in self.curriculum.generated],
+                "stats": dataclasses.asdict(self.curriculum.stats), "rng": self.curriculum.rng.getstate()}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        from dreamgym.curriculum import CurriculumStats
+
+        self.curriculum.generated = [Task.from_dict(t) for t in d["generated"]]
+        self.curriculum.stats = CurriculumStats(**d["stats"])
+        rng = d["rng"]
+        self.curriculum.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+        self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
+
+
+def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, tasks_per_iteration: int, algo: str,
+                run_dir: Path, logger: MetricsLogger | None, evaluate: PeriodicEvaluation | None = None,
+                eval_every: int = 0, save_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
+    """RL inside the experience model for `iterations` iterations (counted by `trainer.iteration`, so a resumed
+    trainer continues where it stopped). Zero real steps: the trainer's real-step budget is untouched."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    history = []
+    # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the end-of-run
+    # save did, so a finished run's curriculum state was lost and `--resume` restarted the curriculum from scratch.
+    state_file = run_dir / DREAM_STATE_FILE
+    if trainer.iteration and state_file.is_file():
+        state = json.loads(state_file.read_text())
+        if state.get("iteration") != trainer.iteration:
+            print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
+                  f"{trainer.iteration}; the curriculum continues from the older state")
+        world.load_state_dict(state)
+
+    def save_state() -> None:
+        atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
+    factory = world.env_factory()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not progress) as bar:
+        job = bar.add_task(f"dream {algo}", total=iterations, completed=trainer.iteration)
+        while trainer.iteration < iterations:
+            world.policy_version = trainer.policy_version()
+            tasks = world.curriculum.sample(tasks_per_iteration)
+            episodes, m = trainer.train_iteration(tasks, factory)
+            cm = world.curriculum_step(trainer.iteration - 1, episodes, algo)
+            em_stats = {f"em/{k}": float(v) for k, v in world.model.stats.items()}
+            row = {**m, **cm, **em_stats, "buffer/size": float(len(world.buffer))}
+            if logger is not None:
+                logger.log(trainer.iteration, {**cm, **em_stats, "buffer/size": row["buffer/size"]}, prefix="dream/")
+            history.append(row)
+            bar.update(job, completed=trainer.iteration,
+                       description=f"dream {algo} synthetic success {m['success_rate']:.2f}")
+            if save_every and trainer.iteration % save_every == 0:
+                trainer.save(run_dir / "checkpoint")
+                save_state()
+            if evaluate is not None and eval_every and trainer.iteration % eval_every == 0:
+                evaluate(f"dream-it{trainer.iteration}", trainer.iteration)
+    if history:
+        # Only the state: `dreamgym train` saves the checkpoint of this last iteration right after, so saving the
+        # weights here as well would write them twice when the iteration is not a multiple of save_every.
+        save_state()
+    return history
+
+
+def train_s2r_real(trainer: OnlineTrainer, family: EnvFamily, dream_dir: Path, *, env: str, iterations: int,
+                   tasks_per_iteration: int, seed: int, evaluate: PeriodicEvaluation | None = None,
+                   eval_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
+    """The real phase of S2R: the policy a dream at `dream_dir` trained continues RL in the real environment for
+    `iterations` more iterations, or until the trainer's real-step budget (a hard cap enforced by the rollout
+    engine) is spent, on the train tasks whose latest dream group had mixed outcomes (all train tasks when the
+    dream left fewer than one iteration's worth). Evaluations are tagged s2r-it<N>; no checkpoint is written (the
+    caller saves the end)."""
+    pool = task_pool(family.tasks("train"), dream_dir, name="s2r", env=env, fall_back_below=tasks_per_iteration)
+    return train_real(trainer, family, pool, iterations=iterations, tasks_per_iteration=tasks_per_iteration,
+                      seed=seed, label="s2r real", counted_from=trainer.iteration, evaluate=evaluate,
+                      eval_every=eval_every, eval_tag="s2r-it", progress=progress)
+
+
+def train_s2r(trainer: OnlineTrainer, world: DreamWorld, *, dream_iterations: int, real_iterations: int,
+              tasks_per_iteration: int, algo: str, seed: int, run_dir: Path, logger: MetricsLogger | None,
+              evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, save_every: int = 0,
+              progress: bool = True) -> None:
+    """Sim-to-real: `train_dream` in `world` (saving every `save_every` iterations), then `train_s2r_real` from the
+    dream's own log in `run_dir`. The budget is the trainer's: the dream spends none of it."""
+    train_dream(trainer, world, iterations=dream_iterations, tasks_per_iteration=tasks_per_iteration, algo=algo,
+                run_dir=run_dir, logger=logger, evaluate=evaluate, eval_every=eval_every, save_every=save_every,
+                progress=progress)
+    train_s2r_real(trainer, world.family, run_dir, env=world.family_name, iterations=real_iterations,
+                   tasks_per_iteration=tasks_per_iteration, seed=seed, evaluate=evaluate, eval_every=eval_every,
+                   progress=progress)

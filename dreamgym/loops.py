@@ -1,0 +1,244 @@
+"""The training-loop layer every way of training goes through: `dreamgym train`, the dream and S2R runs
+(`dreamgym.dream`) and the recipe's rows (`dreamgym.recipe`).
+
+Owns: building a policy backend and a trainer of either kind (`build_backend`, `build_online_trainer`,
+`build_offline_trainer`), the one real-environment RL loop (`train_real`: real GRPO/PPO, the real phase of S2R
+and the recipe's real rows, each under its own label), the offline loop (`train_offline`), the one evaluation
+path (`Evaluation`), which train tasks a run draws from (`task_pool`) and how one iteration draws them
+(`iteration_tasks`, `real_iteration_tasks`).
+Must not know: trainers' internals (only the `dreamgym.trainers.protocols` surface), the synthetic environment or
+the experience model, concrete environments (a family is reached through the `EnvFamily` surface).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dreamgym.config import ConfigError
+from dreamgym.curriculum import draw_tasks, informative_task_ids
+from dreamgym.env import TextEnv
+from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
+from dreamgym.metrics import MetricsLogger
+from dreamgym.rollout import PolicyBackend, RealStepBudget
+from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.trainers.protocols import OfflineTrainer, OnlineTrainer
+from dreamgym.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from dreamgym.buffer import ReplayBuffer
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.trainers.dpo import DPOConfig
+    from dreamgym.trainers.grpo import GRPOConfig
+    from dreamgym.trainers.ppo import PPOConfig
+    from dreamgym.trainers.sft import SFTConfig
+
+DREAM_VARIANCE_LOG = "curriculum.jsonl"
+"""A dream run's curriculum log (in its run folder): per iteration its stats, new tasks and each task's reward
+variance. Named here because `task_pool` reads it to aim real RL at the tasks a dream left undecided."""
+
+PeriodicEvaluation = Callable[[str, int], object]
+"""`evaluate(tag, iteration)`: what a loop calls every `eval_every` iterations (tags it<N>, dream-it<N>, s2r-it<N>)."""
+
+
+class EnvFamily(Protocol):
+    """The part of an environment family (`dreamgym.envs.family(name)`) the loops, the dream and the recipe use."""
+
+    def make_env(self, split: str = "train") -> TextEnv: ...
+
+    def tasks(self, split: str = "train") -> list[Task]: ...
+
+    def admissible_from_state(self, state: str) -> list[str]: ...
+
+    def parse_goal(self, instruction: str) -> dict[str, Any] | None: ...
+
+
+# ------------------------------------------------------------------------------------------------ building
+def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None) -> HFBackend:
+    """The policy backend: `init` (a checkpoint or model dir) when given, else the preset, on CUDA when present."""
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok, meta = load_policy(init or cfg.model.preset, device=device)
+    if meta.get("kind") == "lora" and cfg.model.lora is not False:
+        # Continue training the same adapters (the PEFT model loads them frozen by default).
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.requires_grad_(True)
+    elif meta.get("kind") == "lora":
+        model = model.merge_and_unload()
+    return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
+
+
+def build_online_trainer(backend: HFBackend, cfg: TrainerConfig, algo: GRPOConfig | PPOConfig, *,
+                         logger: MetricsLogger | None = None, budget: RealStepBudget | None = None) -> OnlineTrainer:
+    """A GRPO or PPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings
+    `cfg`; `budget` caps its real steps (default: `cfg.real_step_budget`)."""
+    from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
+    from dreamgym.trainers.ppo import PPOTrainer
+
+    if isinstance(algo, GRPOConfig):
+        return GRPOTrainer(backend, algo, cfg, logger=logger, budget=budget)
+    return PPOTrainer(backend, algo, cfg, logger=logger, budget=budget)
+
+
+def build_offline_trainer(backend: HFBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,
+                          logger: MetricsLogger | None = None,
+                          admissible_fn: Callable[[str], list[str]] | None = None) -> OfflineTrainer:
+    """An SFT or DPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings
+    `cfg`; `admissible_fn` lists the actions a stored state offers, for the demonstrations' prompts."""
+    from dreamgym.trainers.dpo import DPOTrainer
+    from dreamgym.trainers.sft import SFTConfig, SFTTrainer
+
+    if isinstance(algo, SFTConfig):
+        return SFTTrainer(backend, algo, cfg, logger=logger, admissible_fn=admissible_fn)
+    return DPOTrainer(backend, algo, cfg, logger=logger, admissible_fn=admissible_fn)
+
+
+# ------------------------------------------------------------------------------------------------ tasks
+def task_pool(tasks: Sequence[Task], source: str | Path, *, name: str, env: str,
+              buffer: ReplayBuffer | None = None, fall_back_below: int = 0) -> list[Task]:
+    """The tasks of `tasks` (in their order) a run draws from, by `source`:
+
+    - "" or "all": all of them;
+    - "data", with `buffer`: those with real transitions in the replay buffer (`dream.task_pool=data`);
+    - a dream run's folder: those whose latest dream group had mixed outcomes (its `curriculum.jsonl`, none
+      without one). A group whose rewards are all equal has zero GRPO advantage, so a small real budget spent on
+      it trains nothing (ALFWorld, README section 18: uniform draws gave 0 of 7 mixed groups, this pool 5 of 8);
+    - a trajectory file: those its episodes played (a fixed set real and dream RL can share).
+
+    Fewer than `fall_back_below` kept: all of `tasks`, so S2R never narrows to a handful by accident. Otherwise none
+    kept is a `ConfigError` naming `name`, the config field `source` came from."""
+    from dreamgym.data import tasks_played_in
+
+    if str(source) in ("", "all"):
+        return list(tasks)
+    src = Path(source)
+    if buffer is not None and str(source) == "data":
+        played = {tr.task.id for tr in buffer.transitions(env=env, real_only=True)}
+        kept, n_there, what = [t for t in tasks if t.id in played], len(played), "have real data in the replay buffer"
+    elif src.is_dir():
+        log = src / DREAM_VARIANCE_LOG
+        wanted = set(informative_task_ids(log)) if log.is_file() else set()
+        kept, n_there, what = [t for t in tasks if t.id in wanted], len(wanted), f"had mixed dream outcomes in {src}"
+    else:
+        (kept, n_there), what = tasks_played_in(tasks, src), f"were played in {src}"
+    if fall_back_below and len(kept) < fall_back_below:
+        print(f"{name}: {len(kept)} train tasks {what} (< {fall_back_below} per iteration); drawing from all "
+              f"{len(tasks)}")
+        return list(tasks)
+    if not kept:
+        raise ConfigError(f"{name}={source}: none of the {len(tasks)} {env} train tasks {what} "
+                          f"({n_there} tasks there)")
+    print(f"{name}: {len(kept)} of {len(tasks)} train tasks {what}")
+    return kept
+
+
+def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> list[Task]:
+    """The tasks of one iteration: a seeded sample without replacement (with it when the pool is smaller)."""
+    return draw_tasks(random.Random(mix_seed(seed, iteration, 11)), pool, n)
+
+
+def real_iteration_tasks(trainer: OnlineTrainer, pool: Sequence[Task], n_tasks: int, seed: int) -> list[Task]:
+    """One real iteration's tasks: `iteration_tasks` over as many of `n_tasks` as the remaining real-step budget can
+    finish (`affordable_tasks`). Empty, with a message, when not even one task's episodes fit: the caller stops."""
+    affordable = trainer.affordable_tasks(n_tasks)
+    if affordable == 0:
+        print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need at "
+              f"rollout.max_turns; stopping after {trainer.iteration} iterations")
+        return []
+    return iteration_tasks(pool, affordable, seed, trainer.iteration)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+@dataclass
+class Evaluation:
+    """One evaluation protocol, fixed for a whole run so that its evaluations compare: a policy plays `tasks` of
+    `split` once per seed in `seeds`, sampled as `config` says. With `log` (a run's eval.jsonl) each evaluation
+    is appended there under its tag and printed; with `logger` its numbers also go to the metrics as eval/*."""
+
+    family: EnvFamily
+    split: str
+    tasks: list[Task]
+    seeds: list[int]
+    config: EvalConfig
+    log: Path | None = None
+    logger: MetricsLogger | None = None
+
+    def __call__(self, backend: PolicyBackend, tag: str = "", step: int = 0) -> EvalResult:
+        res = evaluate_policy(backend, lambda: self.family.make_env(self.split), self.tasks, self.seeds, self.config)
+        if self.log is not None:
+            with open(self.log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"tag": tag, "step": step, **res.to_dict()}) + "\n")
+        if self.logger is not None:
+            self.logger.log(step, res.to_dict(), prefix="eval/")
+        if self.log is not None:
+            print(f"[eval {tag}] {res}")
+        return res
+
+    def recorded_at(self, step: int) -> EvalResult | None:
+        """The periodic evaluation `log` already holds for iteration `step`, if the last one was there: the same
+        policy on the same tasks, seeds and sampling seed, so evaluating again would repeat it exactly (an ALFWorld
+        evaluation of 120 episodes costs ~8 minutes of one core). None when there is none, or it covered other
+        tasks."""
+        if self.log is None or not self.log.is_file():
+            return None
+        rows = [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not rows or rows[-1].get("step") != step or rows[-1].get("tag") == "start" or \
+                rows[-1].get("n", 0) + rows[-1].get("n_failed", 0) != len(self.tasks) * len(self.seeds):
+            return None
+        names = {f.name for f in dataclasses.fields(EvalResult)} - {"episodes"}
+        print(f"[eval final] = [eval {rows[-1]['tag']}], the evaluation at this iteration")
+        return EvalResult(**{k: v for k, v in rows[-1].items() if k in names})
+
+
+# ------------------------------------------------------------------------------------------------ loops
+def train_real(trainer: OnlineTrainer, family: EnvFamily, pool: Sequence[Task], *, iterations: int,
+               tasks_per_iteration: int, seed: int, label: str, counted_from: int = 0,
+               evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, eval_tag: str = "it",
+               save_every: int = 0, checkpoint: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Online RL in the real environment: per iteration a seeded sample of `pool` (as many tasks as the real-step
+    budget can finish), one `train_iteration`, then every `save_every` iterations a save to `checkpoint` and every
+    `eval_every` an `evaluate(f"{eval_tag}<iteration>", iteration)`. Runs until `trainer.iteration` reaches
+    `counted_from + iterations`, or the budget is spent or cannot finish one task's episodes. Periods and the
+    progress bar count from `counted_from`: 0 for a run of its own (a resumed one continues its count), the
+    trainer's iteration at the start for a phase that continues another (S2R after the dream). Task draws always
+    use the trainer's own iteration. Returns each iteration's metrics."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    history: list[dict[str, Any]] = []
+    env_factory = lambda: family.make_env("train")  # noqa: E731
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not progress) as bar:
+        job = bar.add_task(label, total=iterations, completed=trainer.iteration - counted_from)
+        while trainer.iteration - counted_from < iterations:
+            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed)
+            if not tasks:  # the rest of the budget cannot finish one group: spending it would train nothing
+                break
+            _, m = trainer.train_iteration(tasks, env_factory)
+            history.append(m)
+            done = trainer.iteration - counted_from
+            bar.update(job, completed=done, description=f"{label} success {m['success_rate']:.2f} loss "
+                                                         f"{m.get('loss', 0):.3f} real steps {trainer.budget.used}")
+            if save_every and checkpoint is not None and done % save_every == 0:
+                trainer.save(checkpoint)
+            if evaluate is not None and eval_every and done % eval_every == 0:
+                evaluate(f"{eval_tag}{trainer.iteration}", trainer.iteration)
+            if m.get("budget_exhausted"):
+                break
+    return history
+
+
+def train_offline(trainer: OfflineTrainer, data: Sequence[Trajectory], *, save_every: int = 0,
+                  checkpoint: Path | None = None, progress: bool = True) -> dict[str, float]:
+    """SFT/DPO over `data`, saving to `checkpoint` every `save_every` x 10 optimiser steps."""
+    def on_step(step: int) -> bool:
+        if save_every and checkpoint is not None and step % (save_every * 10) == 0:
+            trainer.save(checkpoint)
+        return False
+
+    return trainer.fit(data, progress=progress, on_step=on_step)
