@@ -31,7 +31,7 @@ from typing import Any
 
 import dreamgym
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
-from dreamgym.envs import FAMILIES, family
+from dreamgym.envs import family, family_names
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Step, Task, Trajectory, _jsonable
 
@@ -432,7 +432,7 @@ def _kv(text: str) -> tuple[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dreamgym collect", description=(
         "Write offline real trajectories of scripted policies (with provenance) to a JSONL or Parquet file."))
-    ap.add_argument("--env", required=True, choices=sorted(FAMILIES), help="environment family")
+    ap.add_argument("--env", required=True, choices=sorted(family_names()), help="environment family")
     ap.add_argument("--policy", default="oracle:0.5,noisy:0.3,random:0.2",
                     help="policy mix as name:weight,... (default: %(default)s)")
     ap.add_argument("--episodes", type=int, required=True, help="number of episodes")

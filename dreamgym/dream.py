@@ -31,7 +31,7 @@ from dreamgym.types import Task
 
 if TYPE_CHECKING:
     from dreamgym.buffer import ReplayBuffer
-    from dreamgym.experience_model import ExperienceModel
+    from dreamgym.experience import ExperienceModel
     from dreamgym.synthetic_env import SyntheticEnv
 
 DREAM_STATE_FILE = "dream_state.json"
@@ -102,7 +102,7 @@ class DreamWorld:
 
     def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
         from dreamgym.envs import family
-        from dreamgym.experience_model import ExperienceModel, checkpoint_buffer
+        from dreamgym.experience import ExperienceModel, checkpoint_buffer
 
         if not dream.em:
             raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (dreamgym train-em)")

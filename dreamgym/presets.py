@@ -171,7 +171,7 @@ def tokenizer_corpus() -> tuple[str, ...]:
     # a model) pulls in no environment code; only building the tiny tokenizer reads environment text.
     envs = importlib.import_module("dreamgym.envs")
     texts: list[str] = []
-    for name in envs.FAMILIES:
+    for name in envs.family_names():
         try:
             fam = envs.family(name)
             if hasattr(fam, "corpus_text"):

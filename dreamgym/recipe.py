@@ -107,15 +107,16 @@ class Recipe:
         done()
 
     def experience_model(self, name: str = "em", epochs: float = 3, overrides: Sequence[str] = ()) -> Path:
-        from dreamgym import experience_model
+        from dreamgym.experience import EM_CONFIG_FILE
+        from dreamgym.experience.train import TrainEMConfig, train
 
         out = self.run / name
-        if not (out / experience_model.EM_CONFIG_FILE).is_file():
+        if not (out / EM_CONFIG_FILE).is_file():
             done = self.stage(f"train the experience model {name} (tiny, from scratch)")
-            cfg = load_config(experience_model.TrainEMConfig, None,
+            cfg = load_config(TrainEMConfig, None,
                               [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",
                                f"epochs={epochs}", f"seed={self.seed}", *self.em_overrides, *overrides])
-            experience_model.train(cfg)
+            train(cfg)
             done()
         return out
 

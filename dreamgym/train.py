@@ -54,7 +54,7 @@ class TrainConfig(TrainerConfig):
     dream: DreamConfig = field(default_factory=DreamConfig)
     """Experience model, curriculum and iteration counts for mode=dream/s2r (dreamgym.dream)."""
     env: str = "dial"
-    """Environment family (see dreamgym.envs.FAMILIES)."""
+    """Environment family (`dreamgym.envs.family_names()`)."""
     run_dir: str = ""
     """Output directory (default: runs/<algo>-<env>-seed<seed>)."""
     init: str = ""

@@ -14,7 +14,6 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-import dreamgym.envs
 from dreamgym.collect import collect
 from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyImportError, UnknownFamilyError, check_family, family,
                            family_names, register_family)
@@ -95,12 +94,6 @@ def test_unknown_name_and_conflicting_registrations_are_errors():
     with pytest.raises(ValueError, match="identifier"):
         register_family("not a name", "somewhere.else")
     assert "orphan" not in family_names()
-
-
-def test_families_is_deprecated_and_lists_the_names():
-    with pytest.warns(DeprecationWarning, match="family_names"):
-        names = dreamgym.envs.FAMILIES
-    assert tuple(names)[:4] == BUILTIN
 
 
 # ----------------------------------------------------------------------------- a family from another package

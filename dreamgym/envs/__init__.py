@@ -10,7 +10,6 @@ documented there); `family(name)` finds one, `family_names()` lists them, `regis
 (`dreamgym.envs.check`).
 """
 
-import warnings
 
 from dreamgym.envs.check import CheckFamilyError, check_family
 from dreamgym.envs.family import OPTIONAL_HOOKS, EnvFamily, OptionalHooks, ScriptedPolicy
@@ -25,16 +24,6 @@ _BUILTIN = (
 )
 for _name, _module, _gym_id, _env_class in _BUILTIN:
     register_family(_name, _module, gym_id=_gym_id, env_entry_point=_env_class)
-
-
-def __getattr__(name: str) -> object:
-    # `FAMILIES` (a dict of the built-in families) became `family_names()`, which also lists installed packages'
-    # families; the name is kept until its last users (dreamgym.collect, dreamgym.presets) move over.
-    if name == "FAMILIES":
-        warnings.warn("dreamgym.envs.FAMILIES is deprecated; use dreamgym.envs.family_names()", DeprecationWarning,
-                      stacklevel=2)
-        return family_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CheckFamilyError", "EnvFamily", "FamilyImportError", "OPTIONAL_HOOKS", "OptionalHooks", "ScriptedPolicy",

@@ -14,10 +14,16 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import bm25s
 import numpy as np
+
+from dreamgym.bm25 import import_bm25s
+
+if TYPE_CHECKING:
+    import bm25s
+else:
+    bm25s = import_bm25s()  # not a plain import: bm25s would start jax on the GPU (dreamgym.bm25)
 
 SEARCH_RETURN_N = 50   # the original returns at most 50 results
 MAX_QUERY_TOKENS = 64  # longer queries are cut: BM25 cost grows with query length, relevance does not
@@ -69,7 +75,7 @@ class SearchEngine:
         self._lock = threading.Lock()
 
     @classmethod
-    def build(cls, texts: list[str], ids: list[str]) -> "SearchEngine":
+    def build(cls, texts: list[str], ids: list[str]) -> SearchEngine:
         if len(texts) != len(ids):
             raise ValueError("one text per id")
         retriever = bm25s.BM25()  # Lucene-style BM25, k1=1.5, b=0.75 (Lucene's defaults are 0.9/0.4)
@@ -81,7 +87,7 @@ class SearchEngine:
         return {"retriever": self.retriever, "ids": self.ids}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "SearchEngine":
+    def from_state(cls, state: dict[str, Any]) -> SearchEngine:
         return cls(state["retriever"], state["ids"])
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
