@@ -231,3 +231,40 @@ class _StrictDial(DialEnv):
         if action not in ACTIONS:
             raise ValueError(f"no such action {action!r}")
         return super()._step(action)
+
+
+@pytest.mark.slow
+def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo_iteration(lamps_installed, tmp_path):
+    """The whole method on a family that lives outside `dreamgym/`: real data, an experience model trained on it,
+    and a GRPO iteration inside that model, with no edit to the package (the family arrives by entry point)."""
+    from dreamgym.experience import EM_CONFIG_FILE
+    from dreamgym.experience.train import main as train_em_main
+    from dreamgym.train import main as train_main
+
+    data = tmp_path / "lamps.jsonl"
+    collect("lamps", {"oracle": 0.5, "noisy": 0.3, "random": 0.2}, episodes=24, out_path=data, split="train", seed=0,
+            progress=False)
+    em = tmp_path / "em"
+    assert train_em_main(["--env", "lamps", "--data", str(data), "--out", str(em), "max_steps=30", "batch_size=4",
+                          "model.embedder=hashing", "model.max_new_tokens=96", "task_writing=0", "threads=1",
+                          "save_every=30", "log_every=10"]) == 0
+    assert (em / EM_CONFIG_FILE).is_file()
+    # A policy that writes actions, so that the dream's episodes reach the experience model (a random-init policy's
+    # text parses as no action, and such an episode ends before its first synthetic step).
+    agent = ["agent.history=0", "rollout.max_turns=4", "rollout.max_new_tokens=12", "rollout.temperature=0.3",
+             "tensorboard=false"]
+    sft = tmp_path / "sft"
+    assert train_main(["--algo", "sft", "--env", "lamps", "--no-progress", f"run_dir={sft}", f"data={data}",
+                       "sft.epochs=6", "optim.lr=1e-3", "eval_at_start=false", "eval_max_tasks=2", *agent]) == 0
+    run = tmp_path / "dream"
+    assert train_main(["--algo", "grpo", "--env", "lamps", "--no-progress", f"run_dir={run}", f"init={sft / 'final'}",
+                       "mode=dream",
+                       f"dream.em={em}", "dream.iterations=1", "dream.curriculum.enabled=false",
+                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_at_start=false", "eval_max_tasks=2",
+                       *agent]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["real_steps_used"] == 0  # a dream iteration takes no real step
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    dream = next(r for r in rows if "dream/buffer/size" in r)
+    assert dream["dream/em/generate_calls"] >= 1  # the experience model answered the policy's actions
+    assert (run / "final").is_dir()
