@@ -299,6 +299,7 @@ class ReplayBuffer:
         self._load_generation()
 
     def _load_generation(self) -> None:
+        assert self.path is not None  # only a persistent buffer has generations
         lines_p, emb_p, ev_p = (self._gen / "transitions.jsonl", self._gen / "embeddings.f32",
                                 self._gen / "evicted.log")
         for p in (lines_p, emb_p, ev_p):
@@ -382,7 +383,7 @@ class ReplayBuffer:
             os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = None
 
-    def __enter__(self) -> "ReplayBuffer":
+    def __enter__(self) -> ReplayBuffer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -414,7 +415,8 @@ class ReplayBuffer:
     def _encode(self, trs: Sequence[Transition]) -> np.ndarray:
         x = np.asarray(self.embedder.encode([text_of(t) for t in trs]), dtype=np.float32)
         if x.shape != (len(trs), self.index.dim):
-            raise ValueError(f"embedder {self.embedder.name} returned {x.shape}, expected ({len(trs)}, {self.index.dim})")
+            raise ValueError(f"embedder {self.embedder.name} returned {x.shape}, "
+                             f"expected ({len(trs)}, {self.index.dim})")
         if not np.isfinite(x).all():
             raise ValueError(f"embedder {self.embedder.name} returned non-finite values")
         norms = np.linalg.norm(x, axis=1, keepdims=True)  # cosine needs unit rows whatever the embedder did
@@ -512,7 +514,7 @@ class ReplayBuffer:
         """Drop dead rows: rebuild in memory and, for a persistent buffer, write a new generation and switch
         CURRENT atomically (a crash before the switch leaves the old generation intact)."""
         keep = np.flatnonzero(self._alive.view)
-        rows = [(self._trs[r], self._hash[r], bool(self._seed.a[r])) for r in keep]
+        rows = [(self._live_tr(int(r)), self._hash[r], bool(self._seed.a[r])) for r in keep]
         vecs = self.index.vectors[keep].copy()
         if self.path is not None:
             self._close_fds()
@@ -537,7 +539,7 @@ class ReplayBuffer:
         # Rebuild the in-memory state from the survivors, in their original order.
         self.__init_state()
         for tr, h, seed in rows:
-            self._append_row(tr, h, seed)  # type: ignore[arg-type]
+            self._append_row(tr, h, seed)
         self.index.reset(vecs)
         self.counters["compactions"] += 1
         if self.path is not None:
@@ -558,6 +560,12 @@ class ReplayBuffer:
         self._live = 0
 
     # ------------------------------------------------------------------------------------- retrieval
+    def _live_tr(self, row: int) -> Transition:
+        """The transition of a live row (evicted rows hold None until compaction)."""
+        tr = self._trs[row]
+        assert tr is not None, f"row {row} was evicted"
+        return tr
+
     def _allowed(self, env: str | None, real_only: bool) -> np.ndarray | None:
         key = (env, real_only)
         if key not in self._mask_cache:
@@ -604,7 +612,7 @@ class ReplayBuffer:
             if mmr_lambda is not None and len(r) > k:
                 pick = mmr_select(q[b], self.index.vectors[r], k, mmr_lambda)
                 r, s = r[pick], s[pick]
-            out.append([(self._trs[int(i)], float(v)) for i, v in zip(r[:k], s[:k])])
+            out.append([(self._live_tr(int(i)), float(v)) for i, v in zip(r[:k], s[:k])])
         return out
 
     def retrieve(self, queries: Sequence[Transition], k: int = 4, *, env: str | None = None,
@@ -633,7 +641,7 @@ class ReplayBuffer:
         """The live transitions in insertion order (optionally filtered)."""
         mask = self._allowed(env, real_only)
         rows = np.flatnonzero(self._alive.view if mask is None else mask)
-        return [self._trs[int(r)] for r in rows]  # type: ignore[misc]
+        return [self._live_tr(int(r)) for r in rows]
 
     def stats(self) -> dict[str, Any]:
         alive = self._alive.view

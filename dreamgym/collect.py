@@ -24,7 +24,8 @@ import random
 import sys
 import time
 import traceback
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,7 @@ class _Tally:
     def __init__(self) -> None:
         self.episodes: Counter[str] = Counter()
         self.wins: Counter[str] = Counter()
-        self.reward: Counter[str] = Counter()
+        self.reward: defaultdict[str, float] = defaultdict(float)
         self.steps: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.failures: list[dict[str, Any]] = []
@@ -288,7 +289,8 @@ def _check_written_by(path: Path, keys: dict[str, tuple[Any, Any, Any]], specs: 
         if key != planned[traj_id]:
             raise ResumeRefused(f"{path} holds episode {traj_id!r} with (seed, policy, task) {key}, but this "
                                 f"collection schedules {planned[traj_id]} (another --policy, --episodes or "
-                                "--episodes-per-task?); resume with the settings that wrote it, or choose another --out")
+                                "--episodes-per-task?); resume with the settings that wrote it, or choose another "
+                                "--out")
 
 
 def resume_ids(out: Path, jsonl: Path, specs: list[EpisodeSpec]) -> set[str]:
@@ -358,8 +360,14 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
     tally = _Tally()
     t0 = time.perf_counter()
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     console = Console(stderr=True)
     columns = [TextColumn("[bold]collect {task.fields[env]}"), BarColumn(), MofNCompleteColumn(),
@@ -368,6 +376,7 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
     with JsonlWriter(jsonl) as writer, Progress(*columns, console=console, disable=not progress) as bar:
         job = bar.add_task("collect", total=len(todo), env=env_name, success="-", failed=0)
         pool = None
+        results: Iterator[tuple[EpisodeSpec, Trajectory | None, str | None]]
         try:
             if workers > 1 and len(todo) > 1:
                 import multiprocessing as mp

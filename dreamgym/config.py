@@ -36,7 +36,7 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:] + [None]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) \
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) \
                     and isinstance(nxt.value.value, str):
                 docs[node.target.id] = " ".join(nxt.value.value.split())
             else:
@@ -66,7 +66,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if value not in args:
             raise ConfigError(f"{name}: {value!r} is not one of {list(args)}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # an annotation: a class, never an instance
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -186,10 +186,10 @@ def describe(cls: type, prefix: str = "") -> str:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             lines.append(describe(tp, prefix + f.name + "."))
             continue
         default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")  # type: ignore[misc]
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
         lines.append(f"  {prefix}{f.name}={default!r}  {docs.get(f.name, '')}")
     return "\n".join(lines)

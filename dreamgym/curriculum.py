@@ -19,7 +19,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,10 @@ def cluster_groups(task_ids: list[str], rewards: list[float] | list[list[float]]
     out: dict[str, list[float]] = {}
     for c in range(k):
         members = [i for i in range(n) if labels[i] == c]
-        rs = [float(r) for i in members for r in (rewards[i] if isinstance(rewards[i], (list, tuple)) else [rewards[i]])]
+        rs: list[float] = []
+        for i in members:
+            ri = rewards[i]
+            rs.extend(float(r) for r in (ri if isinstance(ri, (list, tuple)) else [ri]))
         for i in members:
             out.setdefault(task_ids[i], []).extend(rs)
     return out
@@ -317,7 +320,7 @@ class Curriculum:
                     choice[i] = j
                 else:
                     self.stats.selection_fallbacks += 1
-        added = []
+        added: list[Task] = []
         for i, j in choice.items():
             text, goal = valid_per_seed[i][j]
             if text.strip().lower() in self._known:  # another seed's selected variant in this same round
@@ -340,7 +343,8 @@ class Curriculum:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"iteration": iteration, "stats": vars(self.stats) | {"valid_share": self.stats.valid_share},
+            fh.write(json.dumps({"iteration": iteration,
+                                 "stats": vars(self.stats) | {"valid_share": self.stats.valid_share},
                                  "lineage": [{"id": t.id, "parent": t.parent_id, "iteration": t.iteration,
                                               "instruction": t.instruction} for t in self.generated
                                              if t.iteration == iteration],

@@ -35,10 +35,10 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dreamgym.paths import atomic_write_bytes, crash_point
-from dreamgym.types import Step, Task, Trajectory, _jsonable
+from dreamgym.types import Source, Step, Task, Trajectory, _jsonable
 
 DEFAULT_SYSTEM_PROMPT = ("You are an agent acting in a text environment. Each user turn shows the current "
                          "state; answer with exactly one action.")
@@ -160,7 +160,9 @@ class JsonlWriter:
         self._repair_tail()
 
     def _repair_tail(self) -> None:
-        size = os.fstat(self._fd).st_size
+        fd = self._fd
+        assert fd is not None, "_repair_tail runs right after open"
+        size = os.fstat(fd).st_size
         if size == 0:
             return
         with open(self.path, "rb") as fh:
@@ -180,7 +182,7 @@ class JsonlWriter:
         torn = tail[cut:]
         try:
             json.loads(torn)
-            _write_all(self._fd, b"\n")
+            _write_all(fd, b"\n")
             return
         except ValueError:
             pass
@@ -188,8 +190,8 @@ class JsonlWriter:
             side.write(torn + b"\n")
             side.flush()
             os.fsync(side.fileno())
-        os.ftruncate(self._fd, size - len(torn))
-        os.fsync(self._fd)
+        os.ftruncate(fd, size - len(torn))
+        os.fsync(fd)
 
     def write(self, traj: Trajectory) -> None:
         if self._fd is None:
@@ -212,7 +214,7 @@ class JsonlWriter:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "JsonlWriter":
+    def __enter__(self) -> JsonlWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -474,8 +476,9 @@ def from_sharegpt(record: dict[str, Any], env: str | None = None, source: str = 
     task = Task(id=f"{env}-{rid}", env=env, instruction=instruction, goal=goal)
     if source not in ("real", "synthetic"):
         raise ValueError(f"source must be 'real' or 'synthetic', got {source!r}")
-    return Trajectory(task=task, steps=steps, source=source, policy=str(record.get("model", "sharegpt")),
-                      initial_state=steps[0].state, won=won, start_time=0.0, id=rid)  # type: ignore[arg-type]
+    return Trajectory(task=task, steps=steps, source=cast(Source, source),  # validated just above
+                      policy=str(record.get("model", "sharegpt")), initial_state=steps[0].state, won=won,
+                      start_time=0.0, id=rid)
 
 
 def read_sharegpt(path: str | Path, env: str | None = None) -> Iterator[Trajectory]:

@@ -35,8 +35,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dreamgym.experience import (RESET_ACTION, ExperienceModel, Prediction, em_transitions, query_for,
-                                 read_checkpoint_meta)
+from dreamgym.experience import (
+    RESET_ACTION,
+    ExperienceModel,
+    Prediction,
+    em_transitions,
+    query_for,
+    read_checkpoint_meta,
+)
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
 from dreamgym.types import Trajectory, Transition
@@ -222,51 +228,62 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
     return res
 
 
+@dataclasses.dataclass
+class _Replay:
+    """One episode being replayed inside the model by `free_running`."""
+    traj: Trajectory
+    id: str
+    state: str
+    past: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    t: int = 0
+    live: bool = True
+    success: bool = False
+    contradictions: list[str] = dataclasses.field(default_factory=list)
+    failed: bool = False
+
+
 def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: str,
                  batch_size: int = 32) -> dict[str, Any]:
     """Whole-episode replays inside the model, all episodes stepped together (see the module docstring)."""
     checks = checkers_for(env)
     h = model.config.history
-    eps = []
-    for n, traj in enumerate(trajectories):
-        if traj.steps:
-            eps.append({"traj": traj, "id": f"eval-{traj.id or n}", "state": traj.initial_state or traj.steps[0].state,
-                        "past": [], "t": 0, "live": True, "success": False, "contradictions": [], "failed": False})
+    eps = [_Replay(traj=traj, id=f"eval-{traj.id or n}", state=traj.initial_state or traj.steps[0].state)
+           for n, traj in enumerate(trajectories) if traj.steps]
     steps_predicted = 0
     while True:
-        live = [e for e in eps if e["live"]]
+        live = [e for e in eps if e.live]
         if not live:
             break
         for i in range(0, len(live), batch_size):
             chunk = live[i:i + batch_size]
-            qs = [query_for(e["traj"].task, e["state"], e["traj"].steps[e["t"]].action,
-                            history=e["past"][-h:] if h else [], trajectory_id=e["id"], step_index=e["t"])
+            qs = [query_for(e.traj.task, e.state, e.traj.steps[e.t].action,
+                            history=e.past[-h:] if h else [], trajectory_id=e.id, step_index=e.t)
                   for e in chunk]
             preds = model.predict(qs, seed=steps_predicted)
             for e, q, p in zip(chunk, qs, preds):
                 steps_predicted += 1
                 if p.failed:
-                    e["failed"], e["live"] = True, False
+                    e.failed, e.live = True, False
                     continue
                 for c in checks:
-                    e["contradictions"] += c(e["past"], e["state"], q.action, p.next_state)
-                e["past"].append((e["state"], q.action))
-                e["state"] = p.next_state
-                e["t"] += 1
+                    e.contradictions += c(e.past, e.state, q.action, p.next_state)
+                e.past.append((e.state, q.action))
+                e.state = p.next_state
+                e.t += 1
                 if p.reward >= 1.0:
-                    e["success"] = True
-                if p.done or e["t"] >= len(e["traj"].steps):
-                    e["live"] = False
-    failed_real = [e for e in eps if not e["traj"].won]
+                    e.success = True
+                if p.done or e.t >= len(e.traj.steps):
+                    e.live = False
+    failed_real = [e for e in eps if not e.traj.won]
     n = max(1, len(eps))
     return {
         "episodes": len(eps),
-        "false_success": (sum(e["success"] for e in failed_real) / len(failed_real)) if failed_real else None,
-        "outcome_acc": sum(e["success"] == bool(e["traj"].won) for e in eps) / n,
-        "contradiction_rate": sum(bool(e["contradictions"]) for e in eps) / n,
-        "contradictions_per_step": sum(len(e["contradictions"]) for e in eps) / max(1, steps_predicted),
-        "episode_failure_rate": sum(e["failed"] for e in eps) / n,
-        "examples": [c for e in eps for c in e["contradictions"]][:10],
+        "false_success": (sum(e.success for e in failed_real) / len(failed_real)) if failed_real else None,
+        "outcome_acc": sum(e.success == bool(e.traj.won) for e in eps) / n,
+        "contradiction_rate": sum(bool(e.contradictions) for e in eps) / n,
+        "contradictions_per_step": sum(len(e.contradictions) for e in eps) / max(1, steps_predicted),
+        "episode_failure_rate": sum(e.failed for e in eps) / n,
+        "examples": [c for e in eps for c in e.contradictions][:10],
     }
 
 

@@ -39,7 +39,9 @@ class MetricsLogger:
         self._cut_torn_tail()
 
     def _cut_torn_tail(self) -> None:
-        size = os.fstat(self._fd).st_size
+        fd = self._fd
+        assert fd is not None, "_cut_torn_tail runs right after open"
+        size = os.fstat(fd).st_size
         with open(self.path, "rb") as fh:
             pos, tail = size, b""
             while pos > 0 and b"\n" not in tail:  # back in blocks to the last newline
@@ -52,10 +54,10 @@ class MetricsLogger:
         torn = tail[tail.rfind(b"\n") + 1:]
         try:
             json.loads(torn)
-            _write_all(self._fd, b"\n")  # a whole row that only lacks its newline (written by another tool)
+            _write_all(fd, b"\n")  # a whole row that only lacks its newline (written by another tool)
         except ValueError:
-            os.ftruncate(self._fd, size - len(torn))
-        os.fsync(self._fd)
+            os.ftruncate(fd, size - len(torn))
+        os.fsync(fd)
 
     def _summary_writer(self, purge_step: int | None) -> Any:
         try:

@@ -42,7 +42,7 @@ PRESETS: dict[str, str] = {
 # Bump when the tiny recipe changes in a way the hashed spec below does not capture.
 TINY_RECIPE_VERSION = 2
 TINY_SEED = 0
-TINY_MODEL = dict(
+TINY_MODEL: dict[str, Any] = dict(
     vocab_size=4096, hidden_size=192, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
     num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
     tie_word_embeddings=True, initializer_range=0.02, bos_token_id=0, eos_token_id=2, pad_token_id=3,
@@ -394,7 +394,9 @@ def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> t
                     f"Face id available offline; download it first (e.g. `huggingface-cli download {name}` with "
                     f"network access) or pass a local path")
         raise PresetError(f"cannot load model {name!r}: {hint}. ({type(e).__name__}: {e})") from e
-    model.to(device)
+    # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to); mypy then sees the unbound
+    # signature and takes `device` for `self`.
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 

@@ -254,7 +254,7 @@ def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]],
     out: list[tuple[str, Any, float]] = [("timeout", None, 0.0)] * len(fns)
     pending = set(futs)
     while pending:
-        deadlines = [starts[i] + timeouts[i] for i in (futs[f] for f in pending) if starts[i] is not None]
+        deadlines = [began + timeouts[i] for i in (futs[f] for f in pending) if (began := starts[i]) is not None]
         now = time.monotonic()
         wait_s = max(0.0, min(deadlines) - now) + 1e-3 if deadlines else 0.05
         done, pending = wait(pending, timeout=wait_s, return_when=FIRST_COMPLETED)
@@ -264,10 +264,11 @@ def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]],
             exc = f.exception()
             out[i] = ("error", exc, ran) if exc is not None else ("ok", f.result(), ran)
         now = time.monotonic()
-        expired = {f for f in pending if starts[futs[f]] is not None and now - starts[futs[f]] > timeouts[futs[f]]}
-        for f in expired:  # the thread is abandoned
-            out[futs[f]] = ("timeout", None, now - starts[futs[f]])
-        pending -= expired
+        expired = {f: began for f in pending
+                   if (began := starts[futs[f]]) is not None and now - began > timeouts[futs[f]]}
+        for f, began in expired.items():  # the thread is abandoned
+            out[futs[f]] = ("timeout", None, now - began)
+        pending -= set(expired)
     return out
 
 
@@ -284,6 +285,12 @@ class _Slot:
     state: str = ""
     admissible: list[str] | None = None
     abandoned: bool = False
+
+    @property
+    def live_env(self) -> TextEnv:
+        """`env` of a slot still running: a constructor that failed closed its slot, so a live one has its env."""
+        assert self.env is not None, "a live slot has an environment"
+        return self.env
 
 
 # ------------------------------------------------------------------------------------------------ the engine
@@ -366,7 +373,7 @@ def _close(s: _Slot, reason: str, error: str | None = None) -> None:
 
 def _reset_all(pool: ThreadPoolExecutor, slots: list[_Slot], cfg: RolloutConfig, st: dict[str, float]) -> None:
     def reset(s: _Slot) -> Callable[[], Any]:
-        return lambda: s.env.reset(seed=s.ep.seed, options={"task": s.ep.task})
+        return lambda: s.live_env.reset(seed=s.ep.seed, options={"task": s.ep.task})
 
     t0 = time.monotonic()
     ready = [s for s in slots if not s.ep.done]  # constructed without error
@@ -479,15 +486,15 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
     if not ready:
         return
     t0 = time.monotonic()
-    batched: dict[type, list[tuple[_Slot, str]]] = {}
+    batched: dict[type[TextEnv], list[tuple[_Slot, str]]] = {}
     single: list[tuple[_Slot, str]] = []
     for s, a in ready:
-        cls = type(s.env)
+        cls = type(s.live_env)
         (batched.setdefault(cls, []) if getattr(cls, "batched_step", False) else single).append((s, a))
 
-    calls: list[Callable[[], Any]] = [(lambda s=s, a=a: s.env.step(a)) for s, a in single]  # type: ignore[union-attr]
+    calls: list[Callable[[], Any]] = [_stepper(s, a) for s, a in single]
     groups = list(batched.items())
-    calls += [(lambda cls=cls, g=g: cls.step_batch([s.env for s, _ in g], [a for _, a in g])) for cls, g in groups]
+    calls += [_batch_stepper(cls, g) for cls, g in groups]
     # A batched call makes len(g) steps at once, so it gets len(g) steps' time (a dream batch of 128 episodes on
     # a CPU takes minutes, and one step's timeout would end every episode in it); each episode is charged its share.
     timeouts = [cfg.step_timeout_s] * len(single) + [cfg.step_timeout_s * len(g) for _, g in groups]
@@ -497,7 +504,7 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
         s.ep.env_time_s += ran
         _settle(s, status, value, cfg)
     retry: list[tuple[_Slot, str]] = []
-    for (cls, g), (status, value, ran) in zip(groups, results[len(single):]):
+    for (_cls, g), (status, value, ran) in zip(groups, results[len(single):]):
         for s, _ in g:
             s.ep.env_time_s += ran / len(g)
         if status == "ok":
@@ -509,11 +516,19 @@ def _env_turn(pool: ThreadPoolExecutor, to_step: list[tuple[_Slot, str]], cfg: R
         else:
             retry += g  # one bad episode must not sink the batch: step each alone to find it
     if retry:
-        alone = [(lambda s=s, a=a: s.env.step(a)) for s, a in retry]  # type: ignore[union-attr]
+        alone = [_stepper(s, a) for s, a in retry]
         for (s, _), (status, value, ran) in zip(retry, _call_all(pool, alone, [cfg.step_timeout_s] * len(retry))):
             s.ep.env_time_s += ran
             _settle(s, status, value, cfg)
     st["env_time_s"] += time.monotonic() - t0
+
+
+def _stepper(s: _Slot, action: str) -> Callable[[], Any]:
+    return lambda: s.live_env.step(action)
+
+
+def _batch_stepper(cls: type[TextEnv], g: list[tuple[_Slot, str]]) -> Callable[[], Any]:
+    return lambda: cls.step_batch([s.live_env for s, _ in g], [a for _, a in g])
 
 
 def _settle(s: _Slot, status: str, value: Any, cfg: RolloutConfig) -> None:

@@ -261,11 +261,14 @@ class SyntheticEnv(TextEnv):
         return self.state, 0.0, False, True, self._info(em_failure=True, em_error=reason)
 
     @classmethod
-    def _step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    def _step_batch(cls, envs: list[TextEnv],
+                    actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
         results: list[Any] = [None] * len(envs)
         by_model: dict[tuple[int, bool], list[int]] = {}
+        synth: list[SyntheticEnv] = []
         for i, (e, a) in enumerate(zip(envs, actions)):
             assert isinstance(e, SyntheticEnv)
+            synth.append(e)
             if e._init_failed:
                 results[i] = e._failure_end("no initial state")
             elif e.invalid_action == "noop" and not is_admissible(a, e.family.admissible_from_state(e.state)):
@@ -273,12 +276,12 @@ class SyntheticEnv(TextEnv):
             else:
                 by_model.setdefault((id(e.model), e.shared_noise), []).append(i)
         for idx in by_model.values():
-            batch = [envs[i] for i in idx]
-            model = batch[0].model  # type: ignore[attr-defined]
+            batch = [synth[i] for i in idx]
+            model = batch[0].model
             h = int(getattr(getattr(model, "config", None), "history", 4))
-            queries = [Transition(task=e.task, history=list(e.history[-h:]) if h else [], state=e.state, action=actions[i],
-                                  next_state="", reward=0.0, done=False, source="synthetic", seed=e.seed_value,
-                                  trajectory_id=e.episode_id, step_index=e.t)
+            queries = [Transition(task=e.task, history=list(e.history[-h:]) if h else [], state=e.state,
+                                  action=actions[i], next_state="", reward=0.0, done=False, source="synthetic",
+                                  seed=e.seed_value, trajectory_id=e.episode_id, step_index=e.t)
                        for e, i in zip(batch, idx)]
             if batch[0].shared_noise:
                 preds = model.predict(queries, seeds=[noise_seed(q.trajectory_id, q.action) for q in queries])

@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,10 +169,11 @@ def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
         for p in model.parameters():
             p.requires_grad_(True)
     if cfg.gradient_checkpointing:
-        base = model.get_base_model() if is_peft(model) else model
-        base.gradient_checkpointing_enable()
+        # PEFT / transformers methods: nn.Module.__getattr__ types them as Tensor | Module.
+        base = model.get_base_model() if is_peft(model) else model  # type: ignore[operator]
+        base.gradient_checkpointing_enable()  # type: ignore[operator]
         if is_peft(model):
-            model.enable_input_require_grads()
+            model.enable_input_require_grads()  # type: ignore[operator]
     return model
 
 
@@ -213,7 +213,8 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: Sequence[nn.Paramete
     if cfg.max_grad_norm > 0 and grads:
         norm = float(torch.nn.utils.clip_grad_norm_(grads, cfg.max_grad_norm, foreach=False))
     else:
-        norm = float(torch.norm(torch.stack([p.grad.detach().float().norm() for p in grads]))) if grads else 0.0
+        norms = [g.detach().float().norm() for p in grads if (g := p.grad) is not None]  # all of `grads` have one
+        norm = float(torch.norm(torch.stack(norms))) if grads else 0.0
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
@@ -314,7 +315,7 @@ class ForwardOut:
 def _split_lm(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """(decoder trunk, output embedding) when the logits are a plain linear map of the trunk's output; None for
     models that post-process logits (soft-capping, logit scale), which then take the full forward path."""
-    base = model.get_base_model() if is_peft(model) else model
+    base = model.get_base_model() if is_peft(model) else model  # type: ignore[operator]  # PEFT method
     cfg = getattr(base, "config", None)
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
         return None
@@ -384,11 +385,12 @@ META_FILE = "trainer_state.json"
 def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path) -> str:
     """Write the policy: a PEFT adapter folder (`adapter/`) or a full Hugging Face model (`model/`), with the
     tokenizer beside it. Returns the kind ("lora" or "full")."""
+    # save_pretrained is a PEFT / transformers method: nn.Module.__getattr__ types it as Tensor | Module.
     if is_peft(model):
-        model.save_pretrained(directory / "adapter")
+        model.save_pretrained(directory / "adapter")  # type: ignore[operator]
         tokenizer.save_pretrained(directory / "adapter")
         return "lora"
-    model.save_pretrained(directory / "model")
+    model.save_pretrained(directory / "model")  # type: ignore[operator]
     tokenizer.save_pretrained(directory / "model")
     return "full"
 
@@ -400,8 +402,8 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
     if is_peft(model):
         from peft import set_peft_model_state_dict
 
-        sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
-        set_peft_model_state_dict(model, sd)
+        adapter_sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
+        set_peft_model_state_dict(model, adapter_sd)
         return
     files = sorted((directory / "model").glob("*.safetensors"))
     if not files:
@@ -414,7 +416,7 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint mismatch: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
     if tied:
-        model.tie_weights()
+        model.tie_weights()  # type: ignore[operator]  # a transformers method
 
 
 class CheckpointError(RuntimeError):
@@ -536,6 +538,8 @@ class BaseTrainer:
     extend `_extra_state` / `_load_extra_state` / `_extra_modules`."""
 
     algo = "base"
+    config: Any
+    """The algorithm's config dataclass; each subclass sets (and types) it."""
 
     def __init__(self, backend: Any, common: TrainerConfig, *, logger: MetricsLogger | None = None,
                  budget: RealStepBudget | None = None):
@@ -554,6 +558,12 @@ class BaseTrainer:
         self.iteration = 0  # completed train_iteration calls / epochs
         self.global_step = 0  # optimiser steps
         self.optimizer: torch.optim.Optimizer | None = None  # built by the subclass once its modules exist
+
+    @property
+    def _opt(self) -> torch.optim.Optimizer:
+        """`optimizer`, which every subclass builds in its `__init__`."""
+        assert self.optimizer is not None, "the subclass builds the optimiser in __init__"
+        return self.optimizer
 
     # -- helpers
     def _build_optimizer(self, extra: Sequence[nn.Module | None] = (), extra_lr: float | None = None) -> None:
@@ -613,7 +623,8 @@ class BaseTrainer:
         remaining = self.budget.remaining
         if remaining is None:
             return n_tasks
-        per_task = getattr(self.config, "group_size", None) or getattr(self.config, "episodes_per_task", 1)
+        group_size: int | None = getattr(self.config, "group_size", None)  # GRPO; PPO has episodes_per_task
+        per_task = group_size or int(getattr(self.config, "episodes_per_task", 1))
         return min(n_tasks, remaining // (per_task * self.common.rollout.max_turns))
 
     # -- checkpoints

@@ -24,8 +24,7 @@ import torch
 
 from dreamgym import algos
 from dreamgym.metrics import MetricsLogger
-from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward,
-                                      set_lr)
+from dreamgym.trainers.common import BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward, set_lr
 from dreamgym.trainers.sft import AdmissibleFn, Example, _progress, turn_examples
 from dreamgym.types import Trajectory
 
@@ -84,7 +83,7 @@ class DPOTrainer(BaseTrainer):
     def __init__(self, backend: Any, config: DPOConfig, common: TrainerConfig, *,
                  logger: MetricsLogger | None = None, admissible_fn: AdmissibleFn | None = None):
         super().__init__(backend, common, logger=logger)
-        self.config = config
+        self.config: DPOConfig = config
         self.admissible_fn = admissible_fn
         self.batch_pos = 0
         self.ref_logps: torch.Tensor | None = None  # [P, 2] reference (chosen, rejected) log-probs
@@ -172,7 +171,7 @@ class DPOTrainer(BaseTrainer):
         opt_cfg = self.common.optim
         self.model.train()
         t0 = time.perf_counter()
-        lr = set_lr(self.optimizer, opt_cfg, self.global_step)
+        lr = set_lr(self._opt, opt_cfg, self.global_step)
         sums: dict[str, float] = {}
         for i, p in enumerate(pairs):
             pol = self.sequence_logps([p])  # [1, 2]
@@ -183,7 +182,7 @@ class DPOTrainer(BaseTrainer):
             sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / len(pairs)
             for k, v in st.items():
                 sums[k] = sums.get(k, 0.0) + float(v) / len(pairs)
-        sums["grad_norm"] = clip_and_step(self.optimizer, self.params, opt_cfg)
+        sums["grad_norm"] = clip_and_step(self._opt, self.params, opt_cfg)
         sums["lr"] = lr
         self.global_step += 1
         self.model.eval()

@@ -44,8 +44,17 @@ from dreamgym import algos
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
-from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, micro_batches, mix_seed, pack,
-                                      per_token, policy_forward, set_lr)
+from dreamgym.trainers.common import (
+    BaseTrainer,
+    TrainerConfig,
+    clip_and_step,
+    micro_batches,
+    mix_seed,
+    pack,
+    per_token,
+    policy_forward,
+    set_lr,
+)
 from dreamgym.types import Task
 
 
@@ -131,7 +140,7 @@ class GRPOTrainer(BaseTrainer):
     def __init__(self, backend: Any, config: GRPOConfig, common: TrainerConfig, *,
                  logger: MetricsLogger | None = None, budget: RealStepBudget | None = None):
         super().__init__(backend, common, logger=logger, budget=budget)
-        self.config = config
+        self.config: GRPOConfig = config
         self.reference = self._frozen_copy() if config.kl_coef > 0 else None
         self._build_optimizer()
         self._kept: list[TurnSample] = []  # samples of deferred updates (`min_groups`)
@@ -205,7 +214,7 @@ class GRPOTrainer(BaseTrainer):
             order = torch.randperm(len(samples), generator=gen).tolist()
             for mb in _split(order, cfg.minibatches):
                 mb_samples = [samples[i] for i in mb]
-                set_lr(self.optimizer, opt_cfg, self.global_step)
+                set_lr(self._opt, opt_cfg, self.global_step)
                 # The step's loss is the weighted token mean; its total weight is the token count under "token".
                 w_step = sum(len(s.completion_ids) * s.weight for s in mb_samples)
                 # Sort by length inside the step so micro-batches carry little padding (the sum is order-free).
@@ -219,7 +228,7 @@ class GRPOTrainer(BaseTrainer):
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v * w
                     weight += w
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + clip_and_step(self.optimizer, self.params, opt_cfg)
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + clip_and_step(self._opt, self.params, opt_cfg)
                 self.global_step += 1
         n_steps = cfg.epochs * len(_split(list(range(len(samples))), cfg.minibatches))
         out = {k: v / weight for k, v in sums.items() if k != "grad_norm"}
@@ -236,6 +245,7 @@ class GRPOTrainer(BaseTrainer):
         old = per_token(packed, [s.old_logprobs for s in part])
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)
         out = policy_forward(self.model, packed, entropy=True)
+        assert out.entropy is not None  # asked for above
         # A float mask makes every masked mean below a weighted mean: [B, L] = loss mask x per-row token weight.
         row_w = torch.tensor([s.weight for s in part], dtype=torch.float32, device=self.device)
         mask = packed.loss_mask.float() * row_w[:, None]

@@ -28,8 +28,19 @@ from dreamgym import algos
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
-from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, ValueHead, clip_and_step, micro_batches,
-                                      mix_seed, pack, per_token, policy_forward, set_lr, state_hidden_only)
+from dreamgym.trainers.common import (
+    BaseTrainer,
+    TrainerConfig,
+    ValueHead,
+    clip_and_step,
+    micro_batches,
+    mix_seed,
+    pack,
+    per_token,
+    policy_forward,
+    set_lr,
+    state_hidden_only,
+)
 from dreamgym.trainers.grpo import _split
 from dreamgym.types import Task
 
@@ -86,11 +97,13 @@ class PPOTrainer(BaseTrainer):
     def __init__(self, backend: Any, config: PPOConfig, common: TrainerConfig, *,
                  logger: MetricsLogger | None = None, budget: RealStepBudget | None = None):
         super().__init__(backend, common, logger=logger, budget=budget)
-        self.config = config
-        hidden = self.model.config.hidden_size
+        self.config: PPOConfig = config
+        model_config: Any = self.model.config  # a transformers config (nn.Module types attributes as Tensor | Module)
+        hidden = model_config.hidden_size
         self.critic: nn.Module | None = None
         if config.critic == "separate":
-            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            # get_base_model is a PEFT method: nn.Module.__getattr__ types it as Tensor | Module.
+            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # type: ignore[operator]
             self.critic = copy.deepcopy(base)
             for p in self.critic.parameters():
                 p.requires_grad_(True)
@@ -191,7 +204,7 @@ class PPOTrainer(BaseTrainer):
             order = torch.randperm(len(samples), generator=gen).tolist()
             for mb in _split(order, cfg.minibatches):
                 part_all = sorted((samples[i] for i in mb), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-                set_lr(self.optimizer, opt_cfg, self.global_step)
+                set_lr(self._opt, opt_cfg, self.global_step)
                 n_tok_step = sum(len(s.completion_ids) for s in part_all)
                 for chunk in micro_batches([len(s.prompt_ids) + len(s.completion_ids) for s in part_all],
                                            opt_cfg.micro_batch_tokens):
@@ -202,7 +215,7 @@ class PPOTrainer(BaseTrainer):
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v * w
                     weight += w
-                norm_sum += clip_and_step(self.optimizer, self.params, opt_cfg)
+                norm_sum += clip_and_step(self._opt, self.params, opt_cfg)
                 self.global_step += 1
                 n_steps += 1
         self.model.eval()
@@ -226,6 +239,7 @@ class PPOTrainer(BaseTrainer):
         mask = packed.loss_mask
         out = policy_forward(self.model, packed, entropy=True, entropy_grad=cfg.ent_coef > 0,
                              state_hidden=self.critic is None)
+        assert out.entropy is not None  # asked for above
         if self.critic is None:
             v = self.value_head(out.state_hidden)
         else:

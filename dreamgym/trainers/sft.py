@@ -27,8 +27,16 @@ import torch
 from dreamgym import algos
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.metrics import MetricsLogger
-from dreamgym.trainers.common import (BaseTrainer, TrainerConfig, clip_and_step, micro_batches, mix_seed, pack,
-                                      policy_forward, set_lr)
+from dreamgym.trainers.common import (
+    BaseTrainer,
+    TrainerConfig,
+    clip_and_step,
+    micro_batches,
+    mix_seed,
+    pack,
+    policy_forward,
+    set_lr,
+)
 from dreamgym.types import Trajectory
 
 AdmissibleFn = Callable[[str], list[str]]
@@ -86,7 +94,7 @@ class SFTTrainer(BaseTrainer):
     def __init__(self, backend: Any, config: SFTConfig, common: TrainerConfig, *,
                  logger: MetricsLogger | None = None, admissible_fn: AdmissibleFn | None = None):
         super().__init__(backend, common, logger=logger)
-        self.config = config
+        self.config: SFTConfig = config
         self.admissible_fn = admissible_fn
         self.batch_pos = 0  # optimiser steps done inside the current epoch (for mid-epoch resume)
         self._build_optimizer()
@@ -153,7 +161,7 @@ class SFTTrainer(BaseTrainer):
         opt_cfg = self.common.optim
         self.model.train()
         t0 = time.perf_counter()
-        lr = set_lr(self.optimizer, opt_cfg, self.global_step)
+        lr = set_lr(self._opt, opt_cfg, self.global_step)
         batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.target_ids))
         n_trained = sum(len(e.target_ids) for e in batch)
         loss_sum, ent_sum, n_tok = 0.0, 0.0, 0
@@ -161,13 +169,14 @@ class SFTTrainer(BaseTrainer):
             part = [batch[i] for i in chunk]
             packed = pack([e.prompt_ids for e in part], [e.target_ids for e in part], self.pad_id, self.device)
             out = policy_forward(self.model, packed, entropy=True)
+            assert out.entropy is not None  # asked for above
             loss = -algos.masked_mean(out.logp, packed.loss_mask)
             share = packed.n_trained / n_trained
             (loss * share).backward()
             loss_sum += float(loss.detach()) * share
             ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
             n_tok += packed.n_tokens
-        norm = clip_and_step(self.optimizer, self.params, opt_cfg)
+        norm = clip_and_step(self._opt, self.params, opt_cfg)
         self.global_step += 1
         self.model.eval()
         dt = time.perf_counter() - t0
