@@ -115,11 +115,11 @@ class TextEnv(gymnasium.Env[str, str]):
     batched_step: bool = False
 
     @classmethod
-    def _step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    def _step_batch(cls, envs: list[TextEnv], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
         return [e._step(a) for e, a in zip(envs, actions)]
 
     @classmethod
-    def step_batch(cls, envs: list["TextEnv"], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    def step_batch(cls, envs: list[TextEnv], actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
         """Step many environments of this class at once; same results as calling `step` on each."""
         if len(envs) != len(actions):
             raise ValueError(f"step_batch: {len(envs)} envs but {len(actions)} actions")

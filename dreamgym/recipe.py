@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dreamgym.config import ConfigError, describe, load_config
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
@@ -169,7 +169,8 @@ class Recipe:
         done()
 
     # -- one RL row -----------------------------------------------------------------------------------
-    def run_method(self, name: str, *, algo: str, mode: str, budget: int = 0, dream_iterations: int = 0,
+    def run_method(self, name: str, *, algo: Literal["grpo", "ppo"], mode: str, budget: int = 0,
+                   dream_iterations: int = 0,
                    real_iterations: int = 0, em: Path | None = None, dream: DreamConfig | None = None,
                    tasks_per_iteration: int = 8, group_size: int = 4, lr: float = 1e-4, eval_every: int = 0,
                    from_method: str | None = None) -> OnlineTrainer:
@@ -205,7 +206,7 @@ class Recipe:
         if eval_every:
             evaluate("start", 0)
         world = None
-        loop = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
+        loop: dict[str, Any] = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
                     progress=self.progress)
         if mode == "real":
             train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations, seed=self.seed,
@@ -345,7 +346,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
     em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size)
-    rl = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
+    rl: dict[str, Any] = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
     r.run_method("DreamGym-S2R GRPO", mode="s2r", from_method="DreamGym GRPO", budget=q.budget,
                  real_iterations=q.real_iterations, **rl)

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dreamgym.config import ConfigError, describe, load_config
 from dreamgym.curriculum import CurriculumConfig
@@ -138,14 +138,17 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     # The experience model is the costly artefact on CPU: trained only when a row dreams.
     em = r.experience_model("em", epochs=t.em_epochs) if any("DreamGym" in row for row in rows) else None
     r.sft(epochs=t.sft_epochs)
-    common = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr, eval_every=t.eval_every)
+    common: dict[str, Any] = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr,
+                                  eval_every=t.eval_every)
     s2r_budget = t.budget // 16
     if "DPO" in rows:
         r.dpo()
-    for algo in ("grpo", "ppo"):
+    algos: tuple[Literal["grpo", "ppo"], ...] = ("grpo", "ppo")
+    for algo in algos:
         A = algo.upper()
         if f"{A} real" in rows:
-            r.run_method(f"{A} real", algo=algo, mode="real", budget=t.budget, real_iterations=t.real_iterations, **common)
+            r.run_method(f"{A} real", algo=algo, mode="real", budget=t.budget, real_iterations=t.real_iterations,
+                         **common)
         if f"DreamGym {A}" in rows or f"DreamGym-S2R {A}" in rows:
             r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream_iterations=t.dream_iterations, **common)
         if f"DreamGym-S2R {A}" in rows:

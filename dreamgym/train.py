@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r
@@ -158,7 +158,8 @@ def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg:
             trainer.save(run_dir / tag)
         evaluation(trainer.backend, tag, step)
 
-    loop = dict(tasks_per_iteration=n_tasks, evaluate=periodic, eval_every=cfg.eval_every, progress=progress)
+    loop: dict[str, Any] = dict(tasks_per_iteration=n_tasks, evaluate=periodic, eval_every=cfg.eval_every,
+                                progress=progress)
     if cfg.mode == "real":
         history = train_real(trainer, fam, pool, iterations=cfg.iterations, seed=cfg.seed, label=f"real {cfg.algo}",
                              save_every=cfg.save_every, checkpoint=run_dir / "checkpoint", **loop)

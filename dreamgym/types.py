@@ -49,7 +49,7 @@ class Task:
         return _jsonable(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Task":
+    def from_dict(cls, d: dict[str, Any]) -> Task:
         missing = [k for k in ("id", "env", "instruction") if k not in d]
         if missing:  # a silent default would turn a broken record into a task with id {}
             raise KeyError(f"task record lacks required field(s) {', '.join(missing)}")
@@ -74,7 +74,7 @@ class Step:
         return _jsonable(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Step":
+    def from_dict(cls, d: dict[str, Any]) -> Step:
         return cls(state=d["state"], action=d["action"], reward=float(d["reward"]),
                    terminated=bool(d["terminated"]), truncated=bool(d["truncated"]),
                    next_state=d.get("next_state", ""), info=dict(d.get("info") or {}),
@@ -107,7 +107,7 @@ class Trajectory:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         if d.get("source", "real") not in ("real", "synthetic"):
             raise ValueError(f"trajectory source must be 'real' or 'synthetic', got {d.get('source')!r}")
         return cls(task=Task.from_dict(d["task"]), steps=[Step.from_dict(s) for s in d["steps"]],
@@ -116,7 +116,7 @@ class Trajectory:
                    won=bool(d.get("won", False)), start_time=float(d.get("start_time", 0.0)),
                    wall_time_s=float(d.get("wall_time_s", 0.0)), id=d.get("id", ""))
 
-    def transitions(self, history: int = 4) -> list["Transition"]:
+    def transitions(self, history: int = 4) -> list[Transition]:
         """Split into experience-model transitions, each carrying the last `history` (state, action) pairs."""
         out: list[Transition] = []
         for i, s in enumerate(self.steps):
@@ -154,7 +154,7 @@ class Transition:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Transition":
+    def from_dict(cls, d: dict[str, Any]) -> Transition:
         return cls(task=Task.from_dict(d["task"]), history=[(h[0], h[1]) for h in d.get("history", [])],
                    state=d["state"], action=d["action"], next_state=d["next_state"],
                    reward=float(d["reward"]), done=bool(d["done"]), reasoning=d.get("reasoning"),

@@ -116,7 +116,7 @@ def main() -> None:
     print("real:", json.dumps(results["real"]), flush=True)
 
     s = results["start"]
-    print(f"\n| policy | real steps in RL | test success [95% CI] | z vs start (p) |\n|---|---:|---|---|")
+    print("\n| policy | real steps in RL | test success [95% CI] | z vs start (p) |\n|---|---:|---|---|")
     for name in ("start", "dream", "real"):
         r = results[name]
         z, p = two_proportion_z_test(s["n_success"], s["n"], r["n_success"], r["n"])

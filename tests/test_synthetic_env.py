@@ -157,7 +157,7 @@ def test_shared_noise_gives_group_members_the_same_sampled_world_on_the_tiny_mod
     texts = [info["reasoning"] + obs for obs, *_, info in out]
     assert len(set(texts[:4])) == 1 and len(set(texts[4:])) == 1
     unshared = [SyntheticEnv(model, shared_noise=False) for _ in range(8)]
-    for i, e in enumerate(unshared):
+    for e in unshared:
         e.reset(seed=3)
     texts = [info["reasoning"] + obs for obs, *_, info in SyntheticEnv.step_batch(unshared, ["turn up"] * 8)]
     assert len(set(texts)) > 1

@@ -160,7 +160,7 @@ class RandomPolicy(ExpertPolicy):
 POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "random": RandomPolicy}
 
 
-def explain(tr: "Transition") -> str:
+def explain(tr: Transition) -> str:
     """Environment-grounded reasoning trace: what the action does to the dial and why the reward is what it is."""
     before, after = parse_state(tr.state), parse_state(tr.next_state)
     target = tr.task.goal.get("target")

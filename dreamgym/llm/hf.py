@@ -77,7 +77,7 @@ class HFBackend:
 
     @classmethod
     def from_preset(cls, name: str, *, device: str | None = None, batch_size: int = 32,
-                    dtype: Any = None) -> "HFBackend":
+                    dtype: Any = None) -> HFBackend:
         """A backend over `dreamgym.presets.load_preset(name)` (preset name, local path or HF id)."""
         from dreamgym.presets import load_preset
 

@@ -113,7 +113,7 @@ class OpenAIHTTPBackend:
         self._pool.shutdown(wait=False)
         self._client.close()
 
-    def __enter__(self) -> "OpenAIHTTPBackend":
+    def __enter__(self) -> OpenAIHTTPBackend:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -221,7 +221,7 @@ class ServerHandle:
         self._thread.join(timeout=30)
         self._app.state.batcher.stop()
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:

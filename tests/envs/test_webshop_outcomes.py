@@ -14,7 +14,7 @@ from dreamgym.envs.webshop import outcomes as O
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig
 from dreamgym.experience.format import format_completion
 from dreamgym.llm.fake import FakeLLM
-from dreamgym.types import Task, Transition
+from dreamgym.types import Transition
 
 PLAYS = (("oracle", 0), ("noisy", 0), ("noisy", 5), ("shopper", 0), ("random", 0), ("random", 3))
 
@@ -75,7 +75,7 @@ def test_a_determined_outcome_is_the_page_the_environment_draws(steps):
 
 def test_steps_the_page_does_not_fix_are_left_to_the_model(steps):
     left = collections.Counter()
-    for task, state, action, after in steps:
+    for task, state, action, _after in steps:
         if O.hidden_outcome_key(task, state, action) is None and O.determined_outcome(task, state, action) is None:
             page = ws.parse_abstract(state)["page"]
             left[f"{page}:{action if action in ('click[< Prev]', 'click[Buy Now]') else 'other'}"] += 1

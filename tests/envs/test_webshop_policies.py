@@ -9,7 +9,7 @@ def _success(name, tasks, env):
         pol = ws.POLICIES[name](i)
         obs, info = env.reset(options={"task": task})
         pol.reset(task, obs, info)
-        for n in range(1, 100):
+        for n in range(1, 100):  # noqa: B007 - the step count is read after the loop
             obs, r, term, trunc, info = env.step(pol.act(obs, info))
             if term or trunc:
                 break

@@ -31,7 +31,7 @@ from dreamgym.envs.alfworld.knowledge import require
 _PATCHED = False
 _WRAPPED = False
 _MEMO = False
-_SAS_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
+_SAS_CACHE: OrderedDict[tuple, Any] = OrderedDict()
 ENGINE_LOCK = threading.RLock()  # one engine call at a time per process (see the module docstring)
 SAS_CACHE_SIZE = 16  # translations kept per process (a kitchen's is ~1 MB of text plus the parsed task)
 
@@ -62,7 +62,7 @@ def _wrap_translator() -> None:
                 _SAS_CACHE.popitem(last=False)
         return out
 
-    fd.pddl2sas = pddl2sas
+    fd.pddl2sas = pddl2sas  # type: ignore[attr-defined]  # patching the engine's module, untyped
     _WRAPPED = True
 
 
@@ -77,8 +77,9 @@ def speed_up_engine() -> None:
     if hasattr(logic, "Rule") and hasattr(textgen, "_parse_and_convert"):
         _MEMO = True
         parse_query = logic.Rule.parse_conjunctive_query.__func__
-        logic.Rule.parse_conjunctive_query = classmethod(functools.lru_cache(maxsize=4096)(parse_query))
-        textgen._parse_and_convert_original = textgen._parse_and_convert
+        memo = functools.lru_cache(maxsize=4096)(parse_query)
+        logic.Rule.parse_conjunctive_query = classmethod(memo)  # type: ignore[arg-type]  # lru_cache keeps the call
+        textgen._parse_and_convert_original = textgen._parse_and_convert  # type: ignore[attr-defined]  # patch
         parse_symbols = functools.lru_cache(maxsize=4096)(
             lambda text, rule_name, trace: textgen._parse_and_convert_original(text, rule_name=rule_name, trace=trace))
 
@@ -87,7 +88,7 @@ def speed_up_engine() -> None:
                 return textgen._parse_and_convert_original(text, rule_name=rule_name, trace=trace, **kw)
             return copy.deepcopy(parse_symbols(text, rule_name, trace))
 
-        textgen._parse_and_convert = parse_and_convert
+        textgen._parse_and_convert = parse_and_convert  # type: ignore[attr-defined]  # patching the engine
     _PATCHED = True
 
 

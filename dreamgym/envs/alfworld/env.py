@@ -89,7 +89,7 @@ class ALFWorldEnv(TextEnv):
                 self.skipped_games[task.id] = row["reason"]
                 return None
             return row["goal"]["game_file"]
-        if not Path(path).exists():
+        if path is None or not Path(path).exists():
             self.skipped_games[task.id] = f"game file missing: {path}"
             return None
         return path

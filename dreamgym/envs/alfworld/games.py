@@ -49,7 +49,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from dreamgym.envs.alfworld.engine import make_engine
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, require, scene_type, tables
@@ -112,7 +113,7 @@ def _parse_xyz(alfred_id: str) -> tuple[float, float, float]:
     return tuple(float(p) for p in parts)  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def floorplan(number: int) -> dict[str, Any]:
     """The receptacles (ALFRED id, type) and object types of one floor plan, from the shipped layout files."""
     base = _alfworld_file("gen", "layouts")
@@ -255,7 +256,7 @@ def _goal_candidates(task_type: str, plan: dict[str, Any]) -> list[tuple[str, st
             return []
         objs = [o for o in objs if o in need[1]]
     excluded = EXCLUDED_TARGETS.get(task_type, set())
-    out = []
+    out: list[tuple[str, str | None, str | None]] = []
     for o in objs:
         for r in rtypes:
             if r in excluded or o not in holds[r]:
@@ -657,7 +658,7 @@ def official_rows(split: str) -> list[dict[str, Any]]:
     d = base / OFFICIAL_SPLIT_DIRS[split]
     if not d.is_dir():
         raise FileNotFoundError(f"ALFWorld official split directory missing: {d}")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for game in sorted(d.rglob("game.tw-pddl")):
         if "movable" in str(game) or "Sliced" in str(game):
             continue

@@ -75,7 +75,7 @@ def parse_goal(instruction: str) -> dict[str, Any] | None:
             goal["toggle"] = toggle
         else:
             recep = groups.get("recep")
-            if recep not in receps or obj not in can_contain().get(recep, ()):
+            if recep is None or recep not in receps or obj not in can_contain().get(recep, ()):
                 return None
             if recep in EXCLUDED_TARGETS.get(task_type, ()):
                 return None

@@ -76,7 +76,7 @@ def tables() -> dict[str, Any]:
 
 
 # Lower-case views (the engine prints "sinkbasin 1", "alarmclock 2").
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lower_set(key: str) -> frozenset[str]:
     return frozenset(x.lower() for x in tables()[key])
 
@@ -101,7 +101,7 @@ def type_of(name: str) -> str:
     return m.group(1) if m else name.strip().split(" ")[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scene_type(floorplan: int) -> str:
     for kind, numbers in tables()["scene_type"].items():
         if floorplan in numbers:

@@ -105,7 +105,7 @@ def _make_product(rng: random.Random, asin: str, ptype: vocab.ProductType) -> Pr
     description = " ".join((rng.choice(_DESC_OPENERS).format(brand=brand, display=ptype.display),
                             rng.choice(_DESC_MIDDLE).format(a1=a1, a2=a2),
                             rng.choice(_DESC_CLOSERS)))
-    reviews = []
+    reviews: list[dict[str, Any]] = []
     for _ in range(rng.choice((0, 1, 1, 2, 2, 3))):
         score = rng.choice(_REVIEW_SCORES)
         reviews.append({"score": score, "title": rng.choice(_REVIEW_TITLES[score]),

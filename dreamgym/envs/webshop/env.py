@@ -140,6 +140,7 @@ class WebShopEnv(TextEnv):
         if notice:
             new_state = self.state.with_notice(notice)
         elif new_state.kind == "done":
+            assert new_state.purchase is not None  # a done page is the page after a purchase
             reward, terminated = float(new_state.purchase["reward"]), True
         self.state = new_state
         obs, info = self._observe()

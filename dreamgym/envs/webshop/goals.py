@@ -108,7 +108,7 @@ def price_upper_for(price: float, rng: random.Random) -> float | None:
     return max(rng.sample(candidates, 2))
 
 
-def make_goal(product: "Product", rng: random.Random) -> dict[str, Any]:
+def make_goal(product: Product, rng: random.Random) -> dict[str, Any]:
     """A goal whose target is `product`: 1-3 of its attributes, a value per option group, a price bound."""
     n_attr = rng.choices((1, 2, 3), weights=(0.35, 0.45, 0.2))[0]
     attributes = rng.sample(product.attributes, min(n_attr, len(product.attributes)))
@@ -123,7 +123,7 @@ def make_goal(product: "Product", rng: random.Random) -> dict[str, Any]:
             "goal_options": goal_options, "price_upper": upper, "instruction_text": instruction}
 
 
-def make_splits(products: list["Product"], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+def make_splits(products: list[Product], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     """Fixed splits: a 500-goal test set (one goal per held-out target product; fewer for tiny catalogs)
     and a training pool (two goals per remaining product, at most `MAX_TRAIN_GOALS`). No training
     instruction equals a test one."""

@@ -152,6 +152,7 @@ def read_official(directory: str | Path, num_products: int | None = None,
     products_path = _find(directory, "items_shuffle*.json", required=True)
     ins_path = _find(directory, "items_ins_v2*.json", required=False)
     human_path = _find(directory, "items_human_ins*.json", required=False)
+    assert products_path is not None  # required=True raised otherwise
     raw = _load_json(products_path)
     if not isinstance(raw, list):
         raise ValueError(f"{products_path} must hold a JSON list of products")

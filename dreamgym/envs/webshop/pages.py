@@ -76,7 +76,7 @@ class PageState:
     def selected_dict(self) -> dict[str, str]:
         return dict(self.selected)
 
-    def with_notice(self, notice: str) -> "PageState":
+    def with_notice(self, notice: str) -> PageState:
         return replace(self, notice=notice)
 
 
@@ -113,7 +113,7 @@ def page_text(state: PageState) -> str:
     return state.kind
 
 
-def render_html(state: PageState, catalog: "Catalog", instruction: str) -> str:
+def render_html(state: PageState, catalog: Catalog, instruction: str) -> str:
     """The page as HTML; links are relative `act?a=<action>` URLs so a server can serve it unchanged."""
     j = _jinja()
     ctx: dict[str, Any] = {"instruction": instruction, "notice": state.notice, "page_text": page_text(state)}
@@ -134,7 +134,7 @@ def render_html(state: PageState, catalog: "Catalog", instruction: str) -> str:
     return j.get_template("subpage.html").render(ctx, product=product, kind=state.kind)
 
 
-def clickables(state: PageState, product: "Product | None") -> list[tuple[str, tuple[str, ...]]]:
+def clickables(state: PageState, product: Product | None) -> list[tuple[str, tuple[str, ...]]]:
     """The clickable elements of a page in page order: (visible text, effect). Effects: ("search",),
     ("page", n), ("item", asin), ("option", name, value), ("sub", kind), ("item_back",), ("results_back",),
     ("buy",)."""
@@ -380,4 +380,9 @@ def admissible_from_state(state: str) -> list[str]:
     acts.extend(f"click[{o['value']}]" for o in parsed["options"])
     acts.extend(f"click[{b}]" for b in tail)
     seen: set[str] = set()
-    return [a for a in acts if not (a.lower() in seen or seen.add(a.lower()))]
+    unique = []
+    for a in acts:
+        if a.lower() not in seen:
+            seen.add(a.lower())
+            unique.append(a)
+    return unique

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
 
 from rapidfuzz import fuzz
 
@@ -105,7 +106,7 @@ def is_size_option(name: str, value: str) -> bool:
     return name.startswith("option") and bool(_SIZE_WORDS.match(_norm(value)))
 
 
-def type_reward(product: "Product", goal: dict[str, Any]) -> dict[str, Any]:
+def type_reward(product: Product, goal: dict[str, Any]) -> dict[str, Any]:
     """r_type with its evidence: query match, shared category levels, title-noun overlap."""
     query_match = _norm(product.query) == _norm(goal.get("query", ""))
     p_cat = {x.strip() for x in product.product_category.split("›")}
@@ -128,12 +129,12 @@ def type_reward(product: "Product", goal: dict[str, Any]) -> dict[str, Any]:
             "title_score": title_score}
 
 
-def _in_text(needle: str, product: "Product") -> bool:
+def _in_text(needle: str, product: Product) -> bool:
     return (needle in product.title.lower() or needle in " ".join(product.bullets).lower()
             or needle in product.description.lower())
 
 
-def attribute_matches(product: "Product", goal_attrs: list[str]) -> list[bool]:
+def attribute_matches(product: Product, goal_attrs: list[str]) -> list[bool]:
     """Per goal attribute: fuzzy match (> 85) with a product attribute, else substring of the product text."""
     out = []
     for g in goal_attrs:
@@ -143,7 +144,7 @@ def attribute_matches(product: "Product", goal_attrs: list[str]) -> list[bool]:
     return out
 
 
-def option_matches(product: "Product", goal_options: dict[str, str], chosen: dict[str, str]) -> list[bool]:
+def option_matches(product: Product, goal_options: dict[str, str], chosen: dict[str, str]) -> list[bool]:
     """Per goal option: exact for sizes; fuzzy (> 85, colours normalised) else substring of the product text."""
     chosen_vals = [_norm(v) for v in chosen.values()]
     out = []
@@ -166,7 +167,7 @@ def goal_options_dict(goal: dict[str, Any]) -> dict[str, str]:
     return {f"option{i}": str(v) for i, v in enumerate(opts)}
 
 
-def get_reward(product: "Product", goal: dict[str, Any], price: float | None = None,
+def get_reward(product: Product, goal: dict[str, Any], price: float | None = None,
                options: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
     """The purchase reward in [0, 1] and its parts (r_type, r_attr, r_option, r_price and the counts)."""
     price = product.price if price is None else float(price)

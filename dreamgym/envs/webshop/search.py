@@ -103,9 +103,9 @@ class SearchEngine:
         scores = np.asarray(self.retriever.get_scores(list(toks)))
         n = min(max(k, SEARCH_RETURN_N), len(scores))
         top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
-        top = [int(i) for i in top if scores[i] > 0]
-        top.sort(key=lambda i: (-float(scores[i]), i))  # deterministic tie-break by catalog order
-        result = [self.ids[i] for i in top]
+        hits = [int(i) for i in top if scores[i] > 0]
+        hits.sort(key=lambda i: (-float(scores[i]), i))  # deterministic tie-break by catalog order
+        result = [self.ids[i] for i in hits]
         with self._lock:
             self._cache[toks] = result
             if len(self._cache) > 4096:

@@ -152,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(303, "", headers={"Location": f"/s/{sid}/"})
         m = _SESSION_PATH.match(url.path)
         sess = self.server.session(m.group(1)) if m else None
-        if sess is None:
+        if sess is None or m is None:
             return self._send(404, '<p>No such session. <a href="/">Start shopping</a>.</p>')
         route = m.group(2)
         if route == "act":
@@ -180,9 +180,10 @@ class _Handler(BaseHTTPRequestHandler):
             with sess.lock:
                 return self._json(200, sess.state_json(sid))
         m = _SESSION_PATH.match(url.path)
-        sess = self.server.session(m.group(1)) if m and m.group(2) == "step" else None
-        if sess is None:
+        step_sess = self.server.session(m.group(1)) if m and m.group(2) == "step" else None
+        if step_sess is None or m is None:
             return self._json(404, {"error": "no such session"})
+        sess = step_sess
         action = body.get("action")
         if not isinstance(action, str):
             return self._json(400, {"error": "'action' must be a string"})
@@ -219,6 +220,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         print(f"dreamgym webshop serve: {e}", file=sys.stderr)
         return 2
     host, port = server.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     print(f"WebShop serving on http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
     try:
         server.serve_forever()
