@@ -32,7 +32,7 @@ from dreamgym.loops import (DREAM_VARIANCE_LOG, EnvFamily, Evaluation, build_bac
                             build_online_trainer, task_pool, train_offline, train_real)
 from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
-from dreamgym.trainers.common import TrainerConfig
+from dreamgym.trainers.common import CheckpointError, TrainerConfig, resumable_checkpoint
 from dreamgym.trainers.dpo import DPOConfig
 from dreamgym.trainers.grpo import GRPOConfig
 from dreamgym.trainers.ppo import PPOConfig
@@ -197,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         # A bad real_task_pool fails here, at start-up.
         pool = task_pool(fam.tasks("train"), cfg.real_task_pool, name="real_task_pool", env=cfg.env) \
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
-    except (ConfigError, ValueError, OSError, ImportError) as e:
+        # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
+        # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
+        ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint") if args.resume else None
+    except (ConfigError, ValueError, OSError, ImportError, CheckpointError) as e:
         print(f"dreamgym train: {e}", file=sys.stderr)
         return 2
     run_dir = cfg.resolved_run_dir()
@@ -226,9 +229,14 @@ def main(argv: list[str] | None = None) -> int:
             trainer, fit = offline, lambda: train_offline(offline, _demonstrations(cfg, run_dir),
                                                           save_every=cfg.save_every,
                                                           checkpoint=run_dir / "checkpoint", progress=progress)
-        if args.resume and (run_dir / "checkpoint" / "trainer_state.json").is_file():
-            trainer.load(run_dir / "checkpoint")
-            print(f"resumed from {run_dir / 'checkpoint'} at iteration {trainer.iteration}, step {trainer.global_step}")
+        if ckpt is not None:
+            trainer.load(ckpt)
+            print(f"resumed from {ckpt} at iteration {trainer.iteration}, step {trainer.global_step}")
+        if args.resume:
+            # Rows logged after the checkpoint are redone now: drop them (online trainers log per iteration, offline
+            # ones per optimiser step).
+            logger.resume(None if ckpt is None else
+                          trainer.iteration if cfg.algo in ONLINE_ALGOS else trainer.global_step)
         before = evaluation(backend, "start", trainer.iteration) \
             if cfg.eval_at_start and trainer.iteration == 0 and trainer.global_step == 0 else None
         fit()

@@ -47,6 +47,20 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "success_rate" in r]
     assert [r["step"] for r in rows] == [1, 2, 3] and all("real_steps_used" in r for r in rows)
 
+    # A kill between the two renames of a checkpoint switch leaves the good one as .checkpoint.old and a row of an
+    # iteration the checkpoint does not hold in metrics.jsonl: --resume recovers the first and drops the second.
+    (grpo_dir / "checkpoint").rename(grpo_dir / ".checkpoint.old")
+    with open(grpo_dir / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"step": 4, "success_rate": 0.5}) + "\n")
+    assert train_main(args + ["iterations=4", "--resume", "eval_at_start=false"]) == 0
+    assert "resumed from" in capsys.readouterr().out and not (grpo_dir / ".checkpoint.old").exists()
+    rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "success_rate" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all("loss" in r for r in rows)  # the stray row is gone
+    # A checkpoint that cannot be loaded is refused before any model loads, never restarted from iteration 0.
+    (grpo_dir / "checkpoint" / "trainer_state.pt").unlink()
+    assert train_main(args + ["iterations=5", "--resume"]) == 2
+    assert "trainer_state.pt" in capsys.readouterr().err
+
     out = tmp_path / "eval.json"
     assert eval_main(["--env", "dial", "--policy", str(grpo_dir / "final"), "--max-tasks", "3", "--seeds", "0,1",
                       "--json", str(out)]) == 0

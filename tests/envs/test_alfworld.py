@@ -196,7 +196,7 @@ def test_searcher_wins_each_task_type_from_the_state_alone(env, six):
         obs, info = env.reset(options={"task": task})
         pol.reset(task, obs, info)
         won, n = False, 0
-        for _ in range(1, 51):
+        for n in range(1, 51):  # noqa: B007 - the step count is read after the loop
             # Only the state text a policy model is shown, and the admissible list: no walkthrough, no engine.
             seen = {"abstract_state": info["abstract_state"], "admissible_actions": info["admissible_actions"]}
             obs, r, term, trunc, info = env.step(pol.act(obs, seen))
