@@ -19,7 +19,7 @@ def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffe
     from dreamgym.config import load_config
     from dreamgym.data import read_jsonl, write_jsonl
     from dreamgym.dream import DreamConfig
-    from dreamgym.experience_model import buffer_for, em_transitions
+    from dreamgym.experience import buffer_for, em_transitions
 
     def dream_tasks(tasks, buf, env, pool):  # how DreamWorld picks its base tasks (`dream.task_pool`)
         return task_pool(tasks, pool, name="dream.task_pool", env=env, buffer=buf)
