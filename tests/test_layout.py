@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from import_graph import cycles, import_graph
 
 ROOT = Path(__file__).resolve().parents[1] / "dreamgym"
 HEAVY = ("torch", "transformers", "peft", "sentence_transformers", "accelerate", "trl")
@@ -121,63 +122,15 @@ def test_scripts_parse_open_with_a_docstring_and_import_only_the_package(path):
                     importlib.import_module(f"{node.module}.{alias.name}")
 
 
-def _all_imports(name: str) -> set[str]:
-    """The dreamgym modules `name` imports anywhere in its source, inside functions too: a lazy import defers a
-    cycle to run time, it does not remove it. `from pkg import sub` counts as importing the submodule."""
-    path = MODULES[name]
-    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            mods = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = pkg.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            mods = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-        else:
-            continue
-        out.update(m for m in mods if m in MODULES and m != name)
-    return out
-
-
-def _cycles() -> list[list[str]]:
-    """Every strongly connected component of more than one module in the import graph (Tarjan's algorithm)."""
-    graph = {m: _all_imports(m) for m in MODULES}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for m in sorted(graph):
-        if m not in index:
-            visit(m)
-    return found
-
-
 def test_no_import_cycle_inside_the_package():
     """A module that needs another which needs it back cannot be read, tested or replaced on its own."""
-    assert _cycles() == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in _cycles())
+    found = cycles(import_graph())
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_import_reader_sees_lazy_and_type_checking_imports_and_finds_a_cycle():
+    graph = import_graph()
+    assert "dreamgym.envs.webshop.product" in graph["dreamgym.envs.webshop.goals"]  # under TYPE_CHECKING
+    assert "dreamgym.envs.webshop.product" in graph["dreamgym.envs.webshop.reward"]
+    assert "dreamgym.envs.alfworld.env" in graph["dreamgym.envs.alfworld"]  # inside make_env
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
