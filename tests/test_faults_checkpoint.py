@@ -7,18 +7,16 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from crash import run_python
 import torch
 
-from dreamgym.paths import CRASH_ENV, atomic_write_text
+from dreamgym.paths import atomic_write_text
 from dreamgym.trainers.common import (META_FILE, STATE_FILE, BaseTrainer, CheckpointError, TrainerConfig,
                                       atomic_dir, read_meta, resumable_checkpoint)
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Saves iteration 1, then iteration 2 with changed weights; each crash point is armed at its pass inside the second
 # save, when a good checkpoint is already on disk (the swap point is only passed when there is one to move aside).
@@ -38,14 +36,6 @@ with torch.no_grad():
 trainer.iteration = 2
 trainer.save(sys.argv[1])
 """
-
-
-def _run(code: str, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(CRASH_ENV, None)
-    if crash:
-        env[CRASH_ENV] = crash
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +67,7 @@ def _trainer(tiny_backend) -> BaseTrainer:
 ])
 def test_a_kill_at_any_point_of_a_save_leaves_a_loadable_checkpoint(tmp_path, tiny_backend, point, survivor):
     ckpt = tmp_path / "run" / "checkpoint"
-    proc = _run(SAVE_TWICE, str(ckpt), crash=point)
+    proc = run_python(SAVE_TWICE, str(ckpt), crash=point)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     found = resumable_checkpoint(ckpt)
     assert found == ckpt and read_meta(ckpt)["iteration"] == survivor
@@ -163,7 +153,7 @@ def test_atomic_dir_is_never_left_without_a_whole_folder(tmp_path, point, surviv
     final = tmp_path / "d"
     with atomic_dir(final) as tmp:
         (tmp / "v").write_text("old")
-    assert _run(ATOMIC_DIR, str(final), "new", crash=point).returncode == -signal.SIGKILL
+    assert run_python(ATOMIC_DIR, str(final), "new", crash=point).returncode == -signal.SIGKILL
     with atomic_dir(final) as tmp:  # the next switch recovers first, then works as usual
         assert (final / "v").read_text() == survivor
         (tmp / "v").write_text("newer")
@@ -181,7 +171,7 @@ atomic_write_text(sys.argv[1], sys.argv[2])
 def test_atomic_write_killed_at_each_point_keeps_the_old_file(tmp_path, point):
     target = tmp_path / "summary.json"
     atomic_write_text(target, "old")
-    assert _run(ATOMIC_WRITE, str(target), "new" * 1000, crash=point).returncode == -signal.SIGKILL
+    assert run_python(ATOMIC_WRITE, str(target), "new" * 1000, crash=point).returncode == -signal.SIGKILL
     assert target.read_text() == "old"
     atomic_write_text(target, "new")
     assert target.read_text() == "new"

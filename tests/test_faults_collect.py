@@ -5,19 +5,15 @@ stream holding more) is kept untouched and named in the error, not overwritten."
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from crash import run_python
 
 from dreamgym import collect as C
 from dreamgym.data import load_trajectories, read_jsonl
-from dreamgym.paths import CRASH_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--env", "dial", "--policy", "oracle:0.5,random:0.5", "--episodes", "10", "--no-progress"]
 
 
@@ -28,13 +24,8 @@ def _content(trajs):
 
 
 def _cli(*argv: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(CRASH_ENV, None)
-    if crash:
-        env[CRASH_ENV] = crash
     code = "import sys; from dreamgym.collect import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *ARGS, *argv], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return run_python(code, *ARGS, *argv, crash=crash)
 
 
 @pytest.fixture(scope="module")

@@ -4,19 +4,14 @@ run resumed from a checkpoint logs no step twice, whatever the prefixes logged a
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from crash import run_python
 
 from dreamgym.metrics import MetricsLogger, read_metrics
-from dreamgym.paths import CRASH_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # One training row and one evaluation row per step, as `dreamgym train` logs them, for steps 1..5.
 LOG_FIVE = """
@@ -28,14 +23,6 @@ for step in range(1, 6):
     log.log(step, {"success_rate": step / 10}, prefix="eval/")
 log.close()
 """
-
-
-def _run(code: str, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(CRASH_ENV, None)
-    if crash:
-        env[CRASH_ENV] = crash
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def _keys(rows):
@@ -104,7 +91,7 @@ def test_tensorboard_shows_each_step_once_after_resume(tmp_path):
 
 
 def test_a_row_torn_by_a_kill_does_not_swallow_the_next_one(tmp_path):
-    proc = _run(LOG_FIVE, str(tmp_path), crash="metrics.write@4")  # dies half-way through step 2's eval row
+    proc = run_python(LOG_FIVE, str(tmp_path), crash="metrics.write@4")  # dies half-way through step 2's eval row
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     raw = (tmp_path / "metrics.jsonl").read_bytes()
     assert raw.count(b"\n") == 3 and not raw.endswith(b"\n")
@@ -125,7 +112,7 @@ def test_a_kill_while_resume_rewrites_the_file_is_finished_by_the_next_resume(tm
     log.close()
     before = (tmp_path / "metrics.jsonl").read_bytes()
     code = "import sys; from dreamgym.metrics import MetricsLogger; MetricsLogger(sys.argv[1], False).resume(3)"
-    assert _run(code, str(tmp_path), crash=point).returncode == -signal.SIGKILL
+    assert run_python(code, str(tmp_path), crash=point).returncode == -signal.SIGKILL
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
     log = MetricsLogger(tmp_path, tensorboard=False)
     assert log.resume(3) == 4
