@@ -107,11 +107,11 @@ class Recipe:
         done()
 
     def experience_model(self, name: str = "em", epochs: float = 3, overrides: Sequence[str] = ()) -> Path:
-        from dreamgym.experience import EM_CONFIG_FILE
+        from dreamgym.experience.checkpoint import is_trained
         from dreamgym.experience.train import TrainEMConfig, train
 
         out = self.run / name
-        if not (out / EM_CONFIG_FILE).is_file():
+        if not is_trained(out):  # an unfinished run resumes from its checkpoint
             done = self.stage(f"train the experience model {name} (tiny, from scratch)")
             cfg = load_config(TrainEMConfig, None,
                               [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",

@@ -1,9 +1,10 @@
 """The experience model's checkpoint layout on disk, and reading it back.
 
 Owns: the directory a training run writes and prediction loads -- `em_config.json` (env, preset, lora, the
-`ExperienceModelConfig` under "model", the training config under "train", format_version, steps, final),
-`model/` (full weights, or a LoRA adapter on the base preset) and `trainer_state.pt` (optimizer, step and
-torch RNG state, for resume) -- and how an old checkpoint's missing config fields are read.
+`ExperienceModelConfig` under "model", the training config under "train", format_version, steps, final), written
+last, when training has finished, and `model/` (full weights, or a LoRA adapter on the base preset); beside them,
+`checkpoint/` holds the training run's resumable state in the agent trainers' format
+(`dreamgym.trainers.common.write_checkpoint`) -- and how an old checkpoint's missing config fields are read.
 Must not know: prompts, generation, retrieval, how training works.
 torch, transformers and peft are imported inside `load_checkpoint_model` only.
 """
@@ -20,8 +21,8 @@ EM_CONFIG_FILE = "em_config.json"
 """The checkpoint's metadata; its presence is what makes a directory a checkpoint."""
 MODEL_SUBDIR = "model"
 """Weights and tokenizer (`save_pretrained`): the whole model, or a LoRA adapter."""
-TRAIN_STATE_FILE = "trainer_state.pt"
-"""Optimizer, step and torch RNG state, for resume."""
+CHECKPOINT_SUBDIR = "checkpoint"
+"""The training run's resumable state (weights, optimizer, RNG, step), in the agent trainers' checkpoint format."""
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -30,6 +31,15 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"{path} is not an experience-model checkpoint (no {EM_CONFIG_FILE})")
     return json.loads(p.read_text())
+
+
+def is_trained(path: str | Path) -> bool:
+    """Whether `path` holds an experience model whose training finished (its `em_config.json` says so; runs from
+    before the flag existed wrote the file only at the end, or with `final` false at an intermediate save)."""
+    try:
+        return bool(read_checkpoint_meta(path).get("final", True))
+    except (FileNotFoundError, ValueError):
+        return False
 
 
 def checkpoint_model_config(meta: dict[str, Any]) -> ExperienceModelConfig:

@@ -1,10 +1,13 @@
 """Supervised training of the experience model, and the `dreamgym train-em` command.
 
-Owns: `TrainEMConfig`, the SFT loop that teaches a preset the output format (completion-only loss, AdamW with
-linear warm-up and cosine decay to 10% of the peak, length-bucketed batches, full fine-tuning or LoRA), the
-curriculum's task-writing examples mixed into the data, periodic checkpoints with resume, and the run's summary.
-Must not know: trainers of the agent, the synthetic environment, any concrete environment (the family's reasoning
-teacher is reached through `dreamgym.reasoning`).
+Owns: `TrainEMConfig`, the SFT loop that teaches a preset the output format (length-bucketed batches of
+training examples, the schedule of optimiser steps, resume), the curriculum's task-writing examples mixed into
+the data, and the run's outputs: the experience-model checkpoint (`dreamgym.experience.checkpoint`) and summary.
+The training step itself is the agent trainers' (`dreamgym.trainers.common`): the same model preparation (LoRA or
+full fine-tuning in float32), AdamW, warm-up/cosine schedule, micro-batched completion-only loss under bf16
+autocast on CUDA, and the same atomic, resumable checkpoint in `checkpoint/`.
+Must not know: agent trainers' algorithms, the synthetic environment, any concrete environment (the family's
+reasoning teacher is reached through `dreamgym.reasoning`).
 torch, transformers and peft are imported inside the functions that need them.
 """
 
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import logging
 import math
@@ -26,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym.config import ConfigError, describe, load_config, to_dict
-from dreamgym.experience.checkpoint import EM_CONFIG_FILE, MODEL_SUBDIR, TRAIN_STATE_FILE
+from dreamgym.experience.checkpoint import CHECKPOINT_SUBDIR, EM_CONFIG_FILE, MODEL_SUBDIR
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import balance_outcomes, buffer_for, em_transitions, encode_chat_examples, encode_examples
 from dreamgym.experience.format import FORMAT_VERSION
-from dreamgym.paths import atomic_write_bytes, atomic_write_text
+from dreamgym.paths import atomic_write_text
 from dreamgym.types import Trajectory, Transition
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,11 @@ class TrainEMConfig:
     max_steps: int = 0
     """Optimizer steps; 0: derived from epochs."""
     warmup_steps: int = 30
-    """Linear warm-up before the cosine decay."""
+    """Linear warm-up before the cosine decay (to 10% of the peak at the last step)."""
+    micro_batch_tokens: int = 8192
+    """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimizer step."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, slower)."""
     max_transitions: int = 0
     """Use at most this many transitions (0: all), sampled with the seed."""
     balance_outcomes: int = 4
@@ -89,42 +95,14 @@ class TrainEMConfig:
     log_every: int = 20
     """Log the loss every N steps."""
     save_every: int = 500
-    """Checkpoint (with optimizer and RNG state, for resume) every N steps."""
+    """Write the resumable checkpoint (`out`/checkpoint: weights, optimizer, RNG, step) every N steps."""
     resume: bool = True
-    """Continue from the checkpoint in `out` when one exists."""
+    """Continue from `out`/checkpoint when one exists (false: train from the start, replacing it)."""
     task_writing: int = 2000
     """Also teach the curriculum's two prompts (write harder variants of a task; pick one): at most this many
     variant examples, and as many selection examples, built from the tasks the data shows solved (harder = a
     win took more steps; `curriculum.writing_examples`). 0: none -- a model trained from scratch on
     transitions alone then writes no parseable task and the curriculum adds nothing."""
-
-
-def _lr_at(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to `peak` over `warmup` steps, then cosine decay to 10% of `peak` at `total`."""
-    if step < warmup:
-        return peak * (step + 1) / max(1, warmup)
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
-def completion_loss(model: Any, ids: Any, mask: Any, labels: Any) -> Any:
-    """Mean next-token cross-entropy over the completion tokens only.
-
-    ids/mask/labels: [B, T] (labels -100 on prompt and padding). The decoder runs over all positions, but the
-    LM head (a [hidden, vocab] matmul, a large share of a tiny model's compute) only over the positions whose
-    next token is supervised. Falls back to the model's own loss when it does not expose decoder and head.
-    """
-    import torch
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder, head = getattr(base, "model", None), getattr(base, "lm_head", None)
-    if decoder is None or head is None:
-        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, H]
-    target = labels[:, 1:]                                               # [B, T-1]
-    sel = target != -100
-    logits = head(hidden[:, :-1][sel])                                    # [N, V]
-    return torch.nn.functional.cross_entropy(logits.float(), target[sel])
 
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -145,20 +123,23 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
 
     Loss (the paper's joint loss in our format): mean token cross-entropy over the whole completion,
-    -log P(R*, s_{t+1}, r, done | task, H, s_t, a_t, D_k), prompt tokens masked with -100. Inputs are the
+    -log P(R*, s_{t+1}, r, done | task, H, s_t, a_t, D_k), prompt tokens not trained. Inputs are the
     transitions' own histories and the k neighbours retrieved from a buffer of the training data, excluding
     each transition's own trajectory (so the model learns to use examples it did not come from) but not the
     identical steps of other episodes: a synthetic step retrieves those too, and in a deterministic
     environment copying them is right (excluding them taught the model that the nearest example's outcome is
     usually wrong; measured on the dial: trained that way, the model gave every submit the same reward).
 
-    Shapes: a batch is input_ids/labels/attention_mask of [batch_size, longest sequence in the batch].
+    Shapes: an optimiser step takes `batch_size` (prompt, completion) rows of similar length, packed into
+    micro-batches of [b, T] padded tokens (b x T <= micro_batch_tokens) by `trainers.common.supervised_step`.
     """
-    import torch
-
     from dreamgym.llm.hf import HFBackend
     from dreamgym.metrics import MetricsLogger, pin_threads
-    from dreamgym.presets import load_preset, wants_lora
+    from dreamgym.presets import load_preset
+    from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
+                                          model_device, prepare_policy, read_checkpoint_state, read_meta,
+                                          resumable_checkpoint, rng_state, set_lr, set_rng_state, supervised_step,
+                                          trainable_parameters, write_checkpoint)
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
@@ -168,6 +149,12 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.model
+    # A checkpoint that cannot be resumed fails here, before data or model load (CheckpointError names the problem).
+    ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR) if cfg.resume else None
+    resumed_lora = ckpt is not None and read_meta(ckpt).get("kind") == "lora"
+    if ckpt is not None and cfg.lora is not None and cfg.lora != resumed_lora:
+        raise ConfigError(f"lora={cfg.lora} but the run in {out} trained "
+                          f"{'a LoRA adapter' if resumed_lora else 'all weights'}; resume with the same setting")
 
     if trajectories is None:
         from dreamgym.data import load_trajectories
@@ -202,26 +189,11 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
 
-    device = cfg.device
-    state_path = out / TRAIN_STATE_FILE
-    resuming = cfg.resume and state_path.is_file() and (out / MODEL_SUBDIR).is_dir()
-    # A resumed full fine-tune saved whole weights (config.json); a resumed LoRA run saved an adapter.
-    resumed_full = resuming and (out / MODEL_SUBDIR / "config.json").is_file()
-    model, tokenizer = load_preset(str(out / MODEL_SUBDIR) if resumed_full else cfg.preset, device=device)
-    if resuming and cfg.lora is not None and cfg.lora == resumed_full:
-        raise ConfigError(f"lora={cfg.lora} but the run in {out} trained "
-                          f"{'all weights' if resumed_full else 'a LoRA adapter'}; resume with the same setting")
-    use_lora = not resumed_full and (resuming or wants_lora(cfg.lora, model))
-    if use_lora:
-        from peft import LoraConfig, PeftModel, get_peft_model
-
-        if resuming:
-            model = PeftModel.from_pretrained(model, str(out / MODEL_SUBDIR), is_trainable=True)
-        else:
-            model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                                                     target_modules="all-linear", task_type="CAUSAL_LM"))
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    model, tokenizer = load_preset(cfg.preset, device=cfg.device)
+    model = prepare_policy(model, ModelConfig(
+        preset=cfg.preset, lora=resumed_lora if ckpt is not None else cfg.lora, lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing))
+    use_lora = is_peft(model)
     backend = HFBackend(model, tokenizer)
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if max_pos and mcfg.max_prompt_tokens + mcfg.max_new_tokens > max_pos:
@@ -242,81 +214,79 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     t_encode = time.perf_counter() - t0
     if not data:
         raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")
-    lengths = [len(ids) for ids, _ in data]
+    rows = [(seq[:plen], seq[plen:]) for seq, plen in data]  # (prompt ids, completion ids)
+    lengths = [len(seq) for seq, _ in data]
     n_batches = math.ceil(len(data) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(round(cfg.epochs * n_batches)))
     say(f"{len(data)} examples (mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}), "
         f"{total} steps of {cfg.batch_size}; counts {dict(stats)}")
 
-    peak = cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=peak, weight_decay=cfg.weight_decay, betas=(0.9, 0.98), foreach=True)
+    optim = OptimConfig(lr=cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3),
+                        weight_decay=cfg.weight_decay, beta2=0.98, warmup_steps=cfg.warmup_steps,
+                        schedule="cosine", min_lr_ratio=0.1, micro_batch_tokens=cfg.micro_batch_tokens)
+    params = trainable_parameters(model)
+    opt = make_optimizer(params, optim)
     step = 0
-    if resuming:
-        st = torch.load(state_path, map_location="cpu", weights_only=False)
-        opt.load_state_dict(st["optimizer"])
-        step = int(st["step"])
-        torch.set_rng_state(st["torch_rng"])
+    if ckpt is not None:
+        state = read_checkpoint_state(ckpt, model)
+        opt.load_state_dict(state["optimizer"])
+        step = int(state["global_step"])
+        set_rng_state(state["rng"])
         say(f"resuming from step {step}")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = model_device(model)
 
-    meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
-            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION}
-
-    def save(final: bool) -> None:
-        model.save_pretrained(str(out / MODEL_SUBDIR))
-        tokenizer.save_pretrained(str(out / MODEL_SUBDIR))
-        atomic_write_text(out / EM_CONFIG_FILE, json.dumps({**meta, "steps": step, "final": final}, indent=1))
-        buf = io.BytesIO()
-        torch.save({"optimizer": opt.state_dict(), "step": step, "torch_rng": torch.get_rng_state()}, buf)
-        atomic_write_bytes(state_path, buf.getvalue())
+    def save_state() -> None:
+        write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
+                         {"optimizer": opt.state_dict(), "rng": rng_state(), "iteration": step // n_batches,
+                          "global_step": step},
+                         {"algo": "experience-model", "base": cfg.preset, "iteration": step // n_batches,
+                          "global_step": step, "config": to_dict(cfg)})
 
     # The batch schedule is a pure function of (seed, epoch), so a resumed run sees the same batches.
     def schedule(epoch: int) -> list[list[int]]:
         return _batches(lengths, cfg.batch_size, random.Random(cfg.seed * 1000 + epoch))
 
     metrics = MetricsLogger(out, tensorboard=False)
+    metrics.resume(step if ckpt is not None else None)  # rows logged after the checkpoint are logged again
     model.train()
-    pad = tokenizer.pad_token_id
     t0 = time.perf_counter()
     tokens_seen, loss_sum, loss_n = 0, 0.0, 0
     last_loss = float("nan")
+    epoch_batches: tuple[int, list[list[int]]] = (-1, [])
     try:
         while step < total:
             epoch, pos = divmod(step, n_batches)
-            batch = schedule(epoch)[pos]
-            width = max(lengths[i] for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, i in enumerate(batch):
-                seq, plen = data[i]
-                ids[r, :len(seq)] = torch.tensor(seq)
-                labels[r, plen:len(seq)] = torch.tensor(seq[plen:])
-                mask[r, :len(seq)] = 1
-            dev = next(model.parameters()).device
-            for g in opt.param_groups:
-                g["lr"] = _lr_at(step, peak, cfg.warmup_steps, total)
-            loss = completion_loss(model, ids.to(dev), mask.to(dev), labels.to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            if epoch_batches[0] != epoch:
+                epoch_batches = (epoch, schedule(epoch))
+            batch = epoch_batches[1][pos]
+            lr = set_lr(opt, optim, step, total)
+            st = supervised_step(model, opt, params, optim, [rows[i] for i in batch], pad, device)
             step += 1
-            tokens_seen += int(mask.sum())
-            loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
+            tokens_seen += sum(lengths[i] for i in batch)
+            loss_sum, loss_n = loss_sum + st["loss"], loss_n + 1
             if step % cfg.log_every == 0 or step == total:
                 last_loss = loss_sum / loss_n
                 el = time.perf_counter() - t0
-                metrics.log(step, {"loss": last_loss, "lr": opt.param_groups[0]["lr"],
+                metrics.log(step, {"loss": last_loss, "lr": lr, "grad_norm": st["grad_norm"],
                                    "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
                 say(f"step {step}/{total} loss {last_loss:.4f} ({el:.0f}s)")
                 loss_sum, loss_n = 0.0, 0
             if cfg.save_every and step % cfg.save_every == 0 and step < total:
-                save(final=False)
+                save_state()
     finally:
         metrics.close()
     model.eval()
-    save(final=True)
+    # The final resumable state first (a later run with more steps continues from it), then the experience model:
+    # its weights switched atomically, and em_config.json, which makes the folder a finished checkpoint, last.
+    save_state()
+    with atomic_dir(out / MODEL_SUBDIR) as tmp:
+        model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers or PEFT method
+        tokenizer.save_pretrained(str(tmp))
+    meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
+            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION,
+            "steps": step, "final": True}
+    atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
     summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
                "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
@@ -340,12 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "preset", "out")
                                 if (v := getattr(a, k)) is not None]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from dreamgym.trainers.common import CheckpointError
+
     try:
         cfg = load_config(TrainEMConfig, a.config, over)
         if not cfg.data:
             raise ConfigError("data: give the offline trajectories with --data")
         summary = train(cfg, progress=print)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
+    except (ConfigError, FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"dreamgym train-em: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=1))

@@ -21,14 +21,16 @@ import copy
 import dataclasses
 import glob
 import json
+import math
 import os
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -87,6 +89,10 @@ class OptimConfig:
     """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimiser step."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up over this many optimiser steps."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """Learning rate after the warm-up: constant, or cosine decay to `min_lr_ratio` x lr at the run's last step."""
+    min_lr_ratio: float = 0.1
+    """Where the cosine schedule ends, as a fraction of the peak learning rate."""
 
 
 @dataclass
@@ -199,9 +205,23 @@ def make_optimizer(params: Sequence[nn.Parameter], cfg: OptimConfig,
                              weight_decay=cfg.weight_decay, foreach=False)
 
 
-def set_lr(optimizer: torch.optim.Optimizer, cfg: OptimConfig, step: int) -> float:
-    """Apply linear warm-up to every parameter group (each keeps its own base rate); returns the policy's lr."""
-    scale = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
+def lr_scale(cfg: OptimConfig, step: int, total_steps: int | None = None) -> float:
+    """The schedule's multiplier of the peak rate at optimiser step `step` (0-based): linear warm-up over
+    `warmup_steps`, then 1 (constant) or a cosine from 1 down to `min_lr_ratio` at `total_steps`."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    if total_steps is None:
+        raise ValueError("the cosine schedule needs the run's total number of optimiser steps")
+    frac = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, cfg: OptimConfig, step: int, total_steps: int | None = None) -> float:
+    """Apply the schedule (`lr_scale`) to every parameter group (each keeps its own base rate); returns the
+    policy's lr."""
+    scale = lr_scale(cfg, step, total_steps)
     for g in optimizer.param_groups:
         g["lr"] = g.setdefault("base_lr", g["lr"]) * scale
     return optimizer.param_groups[0]["lr"]
@@ -362,6 +382,41 @@ def policy_forward(model: nn.Module, packed: Packed, *, entropy: bool = False, e
     return ForwardOut(logp=logp, entropy=ent, state_hidden=sh)
 
 
+def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter],
+                    cfg: OptimConfig, rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int,
+                    device: torch.device, *, entropy: bool = False) -> dict[str, float]:
+    """One optimiser step of supervised fine-tuning: token-level mean cross-entropy over the completion tokens of
+    `rows` ((prompt ids, completion ids) pairs), the SFT step of the agent and of the experience model alike.
+
+    Rows are sorted by length and cut into micro-batches of at most `cfg.micro_batch_tokens` padded tokens
+    ([b, T] each); each chunk's mean loss is weighted by its share of the step's completion tokens before its
+    backward, so the accumulated gradient is that of the mean over all of them. The caller sets the learning rate
+    (`set_lr`) and the model's train/eval mode. Returns loss, grad_norm, tokens_per_s (and entropy, a detached
+    metric, when asked)."""
+    from dreamgym import algos
+
+    t0 = time.perf_counter()
+    rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
+    n_trained = sum(len(c) for _, c in rows)
+    loss_sum, ent_sum, n_tok = 0.0, 0.0, 0
+    for chunk in micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens):
+        packed = pack([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], pad_id, device)
+        out = policy_forward(model, packed, entropy=entropy)
+        loss = -algos.masked_mean(out.logp, packed.loss_mask)
+        share = packed.n_trained / n_trained
+        (loss * share).backward()
+        loss_sum += float(loss.detach()) * share
+        if out.entropy is not None:
+            ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
+        n_tok += packed.n_tokens
+    norm = clip_and_step(optimizer, params, cfg)
+    dt = time.perf_counter() - t0
+    stats = {"loss": loss_sum, "grad_norm": norm, "tokens_per_s": n_tok / dt if dt > 0 else 0.0}
+    if entropy:
+        stats["entropy"] = ent_sum
+    return stats
+
+
 def state_hidden_only(trunk_model: nn.Module, prompts: Sequence[Sequence[int]], pad_id: int,
                       device: torch.device) -> torch.Tensor:
     """[N, H] last-layer hidden state at the last token of each prompt (a critic's view of the state)."""
@@ -498,6 +553,28 @@ def atomic_dir(final: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Any, state: dict[str, Any],
+                     meta: dict[str, Any]) -> Path:
+    """Write a resumable checkpoint atomically (`atomic_dir`): the weights (`save_model_weights`), `state`
+    (torch-saved: optimiser, RNG, counters) in `STATE_FILE` and `meta` plus the weights' kind in `META_FILE` (JSON;
+    it must hold `iteration`, which `checkpoint_problem` checks). Every trainer's checkpoint, the experience
+    model's included, is written here."""
+    directory = Path(directory)
+    with atomic_dir(directory) as tmp:
+        kind = save_model_weights(model, tokenizer, tmp)
+        crash_point("checkpoint.weights")
+        torch.save(state, tmp / STATE_FILE)
+        (tmp / META_FILE).write_text(json.dumps({"kind": kind, **meta}, indent=1, default=str))
+    return directory
+
+
+def read_checkpoint_state(directory: str | Path, model: nn.Module) -> dict[str, Any]:
+    """Load a `write_checkpoint` checkpoint's weights into `model` in place and return its torch-saved state."""
+    directory = Path(directory)
+    load_model_weights(model, directory)
+    return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+
+
 def checkpoint_problem(directory: Path) -> str | None:
     """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
     `load` reads (counters in the JSON meta, the state file, the policy's weights)."""
@@ -631,32 +708,24 @@ class BaseTrainer:
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
         RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one."""
-        directory = Path(directory)
-        with atomic_dir(directory) as tmp:
-            kind = save_model_weights(self.model, self.tokenizer, tmp)
-            crash_point("checkpoint.weights")
-            state = {
-                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                "rng": rng_state(),
-                "iteration": self.iteration,
-                "global_step": self.global_step,
-                "budget": self.budget.state_dict(),
-                "modules": {k: m.state_dict() for k, m in self._extra_modules().items()},
-                "extra": self._extra_state(),
-            }
-            torch.save(state, tmp / STATE_FILE)
-            meta = {"algo": self.algo, "kind": kind, "base": self.common.model.preset, "iteration": self.iteration,
-                    "global_step": self.global_step, "real_steps_used": self.budget.used,
-                    "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
-        return directory
+        state = {
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "rng": rng_state(),
+            "iteration": self.iteration,
+            "global_step": self.global_step,
+            "budget": self.budget.state_dict(),
+            "modules": {k: m.state_dict() for k, m in self._extra_modules().items()},
+            "extra": self._extra_state(),
+        }
+        meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": self.iteration,
+                "global_step": self.global_step, "real_steps_used": self.budget.used,
+                "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
+        return write_checkpoint(directory, self.model, self.tokenizer, state, meta)
 
     def load(self, directory: str | Path) -> None:
         """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters)
         so the next iteration is exactly the one an uninterrupted run would have done."""
-        directory = Path(directory)
-        load_model_weights(self.model, directory)
-        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+        state = read_checkpoint_state(directory, self.model)
         for k, m in self._extra_modules().items():
             m.load_state_dict(state["modules"][k])
         if self.optimizer is not None and state["optimizer"] is not None:

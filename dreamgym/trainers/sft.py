@@ -17,26 +17,15 @@ thought (it describes the outcome, which the agent cannot know).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from dreamgym import algos
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.metrics import MetricsLogger
-from dreamgym.trainers.common import (
-    BaseTrainer,
-    TrainerConfig,
-    clip_and_step,
-    micro_batches,
-    mix_seed,
-    pack,
-    policy_forward,
-    set_lr,
-)
+from dreamgym.trainers.common import BaseTrainer, TrainerConfig, mix_seed, set_lr, supervised_step
 from dreamgym.types import Trajectory
 
 AdmissibleFn = Callable[[str], list[str]]
@@ -158,30 +147,14 @@ class SFTTrainer(BaseTrainer):
 
     def train_step(self, batch: Sequence[Example]) -> dict[str, float]:
         """One optimiser step on `batch`: token-level mean cross-entropy over the target tokens."""
-        opt_cfg = self.common.optim
         self.model.train()
-        t0 = time.perf_counter()
-        lr = set_lr(self._opt, opt_cfg, self.global_step)
-        batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.target_ids))
-        n_trained = sum(len(e.target_ids) for e in batch)
-        loss_sum, ent_sum, n_tok = 0.0, 0.0, 0
-        for chunk in micro_batches([len(e.prompt_ids) + len(e.target_ids) for e in batch], opt_cfg.micro_batch_tokens):
-            part = [batch[i] for i in chunk]
-            packed = pack([e.prompt_ids for e in part], [e.target_ids for e in part], self.pad_id, self.device)
-            out = policy_forward(self.model, packed, entropy=True)
-            assert out.entropy is not None  # asked for above
-            loss = -algos.masked_mean(out.logp, packed.loss_mask)
-            share = packed.n_trained / n_trained
-            (loss * share).backward()
-            loss_sum += float(loss.detach()) * share
-            ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
-            n_tok += packed.n_tokens
-        norm = clip_and_step(self._opt, self.params, opt_cfg)
+        lr = set_lr(self._opt, self.common.optim, self.global_step)
+        st = supervised_step(self.model, self._opt, self.params, self.common.optim,
+                             [(e.prompt_ids, e.target_ids) for e in batch], self.pad_id, self.device, entropy=True)
         self.global_step += 1
         self.model.eval()
-        dt = time.perf_counter() - t0
-        return {"loss": loss_sum, "entropy": ent_sum, "grad_norm": norm, "lr": lr,
-                "tokens_per_s": n_tok / dt if dt > 0 else 0.0}
+        return {"loss": st["loss"], "entropy": st["entropy"], "grad_norm": st["grad_norm"], "lr": lr,
+                "tokens_per_s": st["tokens_per_s"]}
 
 
 def _progress(enabled: bool, total: int) -> tuple[Any, Any] | None:

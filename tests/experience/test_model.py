@@ -85,7 +85,7 @@ PROBES = [(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down", "submit")]
 def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_dynamics(trained, trained_model):
     meta = json.loads((trained / "em_config.json").read_text())
     assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 2 and meta["final"]
-    assert (trained / "model" / "config.json").is_file() and (trained / "trainer_state.pt").is_file()
+    assert (trained / "model" / "config.json").is_file() and (trained / "checkpoint" / "trainer_state.pt").is_file()
     losses = [json.loads(line)["em/loss"] for line in (trained / "metrics.jsonl").read_text().splitlines()]
     assert losses[-1] < 0.05 * losses[0]
     m = trained_model
