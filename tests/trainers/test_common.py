@@ -1,6 +1,7 @@
 """Shared trainer pieces: packing and masks, the policy forward against sampling log-probs, LoRA selection,
 checkpoints."""
 
+import pytest
 import torch
 
 from dreamgym.llm.base import SamplingParams
@@ -84,3 +85,40 @@ def test_full_checkpoint_is_a_loadable_hf_model(tiny_backend, tmp_path):
     again = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
     sd = model.state_dict()
     assert all(torch.equal(sd[k], v) for k, v in again.state_dict().items())
+
+
+def test_schedule_warms_up_then_holds_or_decays_to_its_floor():
+    from dreamgym.trainers.common import OptimConfig, lr_scale
+
+    const = OptimConfig(warmup_steps=4)
+    assert [lr_scale(const, s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    cos = OptimConfig(warmup_steps=2, schedule="cosine", min_lr_ratio=0.1)
+    scales = [lr_scale(cos, s, total_steps=12) for s in range(14)]
+    assert scales[:3] == [0.5, 1.0, 1.0] and scales[12] == scales[13] == pytest.approx(0.1)
+    assert scales[7] == pytest.approx(0.55)  # half way through the decay
+    assert all(a >= b for a, b in zip(scales[1:], scales[2:]))
+    with pytest.raises(ValueError, match="total number"):
+        lr_scale(cos, 5)
+
+
+def test_a_supervised_step_accumulated_over_micro_batches_equals_one_big_batch(tiny_backend):
+    import copy
+
+    from dreamgym.trainers.common import OptimConfig, make_optimizer, supervised_step, trainable_parameters
+
+    rows = [([5, 6, 7, 8], [9, 10]), ([5, 6], [11, 12, 13]), ([7] * 9, [14]), ([8, 9, 10], [15, 16, 17, 18])]
+    grads = []
+    for budget in (10_000, 12):  # one forward, then one row (or two short ones) per forward
+        model = copy.deepcopy(tiny_backend.model).float().train()
+        params = trainable_parameters(model)
+        cfg = OptimConfig(lr=0.0, micro_batch_tokens=budget, max_grad_norm=0.0)
+        opt = make_optimizer(params, cfg)
+        captured = {}
+        # The step zeroes the gradients after stepping: keep them as the optimiser sees them.
+        opt.register_step_pre_hook(lambda o, a, k: captured.update(
+            {i: p.grad.clone() for i, p in enumerate(params) if p.grad is not None}))
+        st = supervised_step(model, opt, params, cfg, rows, pad_id=0, device=torch.device("cpu"))
+        grads.append((st["loss"], captured))
+    (loss_a, ga), (loss_b, gb) = grads
+    assert loss_a == pytest.approx(loss_b, rel=1e-5) and ga.keys() == gb.keys() and ga
+    assert all(torch.allclose(ga[i], gb[i], atol=1e-6, rtol=1e-4) for i in ga)
