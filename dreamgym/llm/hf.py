@@ -75,6 +75,12 @@ class HFBackend:
         # transformers >= 5.2x names the KV cache argument `cache`; older versions call it `past_key_values`.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
+    @property
+    def sampling_model(self) -> Any:
+        """The module whose forward passes produce the sampled tokens and their log-probs: `model` itself (trainers
+        compare it with the model they train to know whether those log-probs are their own numerics)."""
+        return self.model
+
     @classmethod
     def from_preset(cls, name: str, *, device: str | None = None, batch_size: int = 32,
                     dtype: Any = None) -> HFBackend:

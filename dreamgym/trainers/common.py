@@ -671,6 +671,35 @@ class BaseTrainer:
                     return policy_forward(self.model, packed).logp
             return policy_forward(ref, packed).logp
 
+    def sampler_matches_learner(self) -> bool:
+        """Whether the backend's sampling log-probs come from the learner's own numerics: it decodes with this very
+        model object (its `sampling_model`) and the learner runs without autocast (CPU, float32 or the model's own
+        dtype alike). Not so on CUDA, where the learner runs under bf16 autocast, nor for a backend that samples
+        elsewhere (a server, a separate copy): then the importance ratio against the sampler's log-probs is not 1
+        before the first update."""
+        return getattr(self.backend, "sampling_model", None) is self.model and self.device.type != "cuda"
+
+    def learner_logprobs(self, prompts: Sequence[Sequence[int]],
+                         completions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per-token log-probs of each completion under the current policy, computed the way the update computes
+        them (`policy_forward`, eval mode, micro-batches of `optim.micro_batch_tokens`, no gradient): the "old"
+        log-probs of PPO/GRPO when the sampler's own are not the learner's (`sampler_matches_learner`)."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+        out: list[list[float]] = [[] for _ in prompts]
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            for chunk in micro_batches([len(prompts[i]) + len(completions[i]) for i in order],
+                                       self.common.optim.micro_batch_tokens):
+                idx = [order[j] for j in chunk]
+                packed = pack([prompts[i] for i in idx], [completions[i] for i in idx], self.pad_id, self.device)
+                logp = policy_forward(self.model, packed).logp  # [b, L]; completion token t sits at plen - 1 + t
+                for b, i in enumerate(idx):
+                    start = len(prompts[i]) - 1
+                    out[i] = logp[b, start:start + len(completions[i])].tolist()
+        self.model.train(was_training)
+        return out
+
     def policy_version(self) -> str:
         return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"
 

@@ -155,3 +155,30 @@ def warm_backend(tiny_preset, warm_state):
     m = copy.deepcopy(model)
     m.load_state_dict(warm_state)
     return HFBackend(m, tok, batch_size=128)
+
+
+class SeparateSampler:
+    """A policy backend that samples with its own bfloat16 copy of the policy while the trainer trains `model`: its
+    log-probs are not the learner's numerics, as with a generation server or a learner under CUDA autocast."""
+
+    def __init__(self, model, tokenizer):
+        from dreamgym.llm.hf import HFBackend
+
+        self.model, self.tokenizer = model, tokenizer
+        self._sampler = HFBackend(copy.deepcopy(model).to(torch.bfloat16), tokenizer, batch_size=128)
+
+    def prompt_ids(self, request):
+        return self._sampler.prompt_ids(request)
+
+    def generate_from_ids(self, prompts, params):
+        return self._sampler.generate_from_ids(prompts, params)
+
+
+
+@pytest.fixture
+def separate_sampler(tiny_preset, warm_state):
+    """A `SeparateSampler` over the warm-started tiny model."""
+    model, tok = tiny_preset
+    m = copy.deepcopy(model)
+    m.load_state_dict(warm_state)
+    return SeparateSampler(m, tok)

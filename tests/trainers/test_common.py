@@ -115,7 +115,7 @@ def test_a_supervised_step_accumulated_over_micro_batches_equals_one_big_batch(t
         opt = make_optimizer(params, cfg)
         captured = {}
         # The step zeroes the gradients after stepping: keep them as the optimiser sees them.
-        opt.register_step_pre_hook(lambda o, a, k: captured.update(
+        opt.register_step_pre_hook(lambda o, a, k, captured=captured, params=params: captured.update(
             {i: p.grad.clone() for i, p in enumerate(params) if p.grad is not None}))
         st = supervised_step(model, opt, params, cfg, rows, pad_id=0, device=torch.device("cpu"))
         grads.append((st["loss"], captured))

@@ -235,3 +235,24 @@ def test_success_reward_trains_on_wins_not_partial_credit(tiny_preset, warm_stat
 def test_grpo_reward_is_validated():
     with pytest.raises(ValueError, match="grpo.reward must be 'env' or 'success'"):
         GRPOConfig(reward="won").validate()
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_first_update_ratio_is_one_when_sampler_and_learner_numerics_differ(separate_sampler, tiny_backend,
+                                                                             dial_common, monkeypatch, recompute):
+    """The learner recomputes the "old" log-probs when the sampler's are not its own numerics, so the importance
+    ratio is exactly 1 at the first step (approx_kl 0, nothing clipped); taking the sampler's bf16 log-probs as old
+    (the control) starts the ratio away from 1. A backend sampling with the trained model itself on CPU keeps its
+    own log-probs (no extra forward pass)."""
+    assert GRPOTrainer(tiny_backend, GRPOConfig(), dial_common()).sampler_matches_learner()
+    tr = GRPOTrainer(separate_sampler, GRPOConfig(group_size=8, tasks_per_iteration=4),
+                     dial_common(seed=3, lr=1e-3))
+    assert not tr.sampler_matches_learner()
+    if not recompute:
+        monkeypatch.setattr(tr, "sampler_matches_learner", lambda: True)
+    _, metrics = tr.train_iteration(iteration_tasks(dial.make_tasks("train"), 4, 3, 0), dial.DialEnv)
+    assert metrics["samples"] > 0
+    if recompute:
+        assert abs(metrics["approx_kl"]) < 1e-7 and metrics["clip_frac"] == 0.0
+    else:
+        assert abs(metrics["approx_kl"]) > 1e-5

@@ -53,3 +53,12 @@ def test_separate_critic_trains_and_checkpoints(warm_backend, dial_common, tmp_p
     a, b = tr.critic.state_dict(), other.critic.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(tr.value_head.proj.weight, other.value_head.proj.weight) and other.iteration == 2
+
+
+def test_ppo_recomputes_old_logprobs_when_the_sampler_numerics_differ(separate_sampler, dial_common):
+    """As GRPO: with a sampler whose log-probs are not the learner's, the first step's ratio is exactly 1."""
+    tr = PPOTrainer(separate_sampler, PPOConfig(tasks_per_iteration=4, episodes_per_task=2, epochs=1, minibatches=1),
+                    dial_common(seed=3, lr=1e-4))
+    assert not tr.sampler_matches_learner()
+    _, metrics = tr.train_iteration(dial.make_tasks("train")[:4], dial.DialEnv)
+    assert metrics["optimizer_steps"] == 1 and abs(metrics["approx_kl"]) < 1e-7 and metrics["clip_frac"] == 0.0
