@@ -36,8 +36,6 @@ SYSTEM_PROMPT = (
     "inside <think> </think>, then give exactly one action inside <action> </action>."
 )
 
-_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.S)
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.S)
 # An admissible entry such as `search[<query>]` is a form: every `search[...]` is valid where it is offered.
 _FORM_RE = re.compile(r"^([\w-]+)\[<[^<>\[\]]*>\]$")
 _VERB_RE = re.compile(r"^([\w-]+)\[")
@@ -89,19 +87,31 @@ def format_response(action: str, thought: str = "") -> str:
     return f"<think>{thought}</think><action>{action}</action>"
 
 
+def _between(text: str, opening: str, closing: str) -> str | None:
+    """The text between the first `opening` tag and the next `closing` tag, or None when either is missing.
+
+    Two `str.find` scans, so linear in `len(text)`. (A lazy `<tag>(.*?)</tag>` regex search rescans the rest of
+    the text from every opening tag: 12 s for 32k repeated `<action>`, benchmarks/bench_parser.py.) Only the first
+    opening tag needs trying: a closing tag after a later one is also after the first."""
+    start = text.find(opening)
+    if start < 0:
+        return None
+    start += len(opening)
+    end = text.find(closing, start)
+    return None if end < 0 else text[start:end]
+
+
 def parse_action(text: str) -> str | None:
     """The action in a reply, or None when the reply has no complete, non-empty `<action>…</action>`."""
-    m = _ACTION_RE.search(text)
-    if m is None:
-        return None
-    action = " ".join(m.group(1).split())
+    inner = _between(text, "<action>", ACTION_STOP)
+    action = " ".join(inner.split()) if inner is not None else ""
     return action or None
 
 
 def parse_thought(text: str) -> str:
     """The reasoning inside `<think>…</think>` ("" when absent)."""
-    m = _THINK_RE.search(text)
-    return m.group(1).strip() if m else ""
+    inner = _between(text, "<think>", "</think>")
+    return inner.strip() if inner is not None else ""
 
 
 def ground_action(action: str, admissible: Sequence[str], min_similarity: float) -> str:

@@ -20,6 +20,8 @@ last complete line are dropped; so a process killed at any point loses at most w
 never leaves a line without its embedding. (Only if the OS itself lost the embedding write, e.g. power
 loss without fsync ordering, are the missing rows recomputed.) A corrupt line in the middle (outside
 damage, never our own writes) is moved to `corrupt-<time>.jsonl` and the store is compacted around it.
+A `meta.json` or `CURRENT` that cannot be read or does not parse raises `dreamgym.data.DataError` naming the file
+(and line): nothing is recovered or deleted on a guess, since CURRENT decides which generation is kept.
 
 Deduplication: transitions are identical when env, task instruction, history, state, action, next state,
 reward, done and source agree (`content_hash`; not reasoning, ids or times); `add` skips a transition
@@ -38,6 +40,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections import deque
@@ -47,6 +50,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dreamgym.data import DataError
 from dreamgym.embed import Embedder, text_of
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Task, Trajectory, Transition
@@ -64,6 +68,38 @@ def content_hash(tr: Transition) -> str:
     key = [tr.task.env, tr.task.instruction, [list(h) for h in tr.history], tr.state, tr.action,
            tr.next_state, float(tr.reward), bool(tr.done), tr.source]
     return hashlib.blake2b(json.dumps(key, ensure_ascii=False).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise DataError(path, None, f"cannot read the file ({e.strerror or e})") from e
+    except json.JSONDecodeError as e:
+        raise DataError(path, e.lineno, f"not valid JSON ({e.msg} at column {e.colno})") from e
+    except (ValueError, RecursionError) as e:  # not UTF-8, nested too deeply
+        raise DataError(path, None, f"not a replay-buffer meta file ({type(e).__name__}: {e})") from e
+    if not isinstance(meta, dict):
+        raise DataError(path, None, f"expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def _read_current(path: Path) -> str:
+    """The live generation CURRENT names. It must be a generation directory that exists: every generation but the
+    named one is deleted on open, so a damaged CURRENT must stop the open, not choose what is kept."""
+    try:
+        gen = path.read_bytes().decode("utf-8").strip()
+    except OSError as e:
+        raise DataError(path, None, f"cannot read the file ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:
+        raise DataError(path, 1, f"not UTF-8 text (byte at column {e.start + 1})") from e
+    if not re.fullmatch(r"gen-\d{6}", gen):
+        raise DataError(path, 1, f"names {gen[:40]!r}, not a generation (gen-NNNNNN); the generations here are "
+                        f"{', '.join(sorted(p.name for p in path.parent.glob('gen-*'))) or 'none'}")
+    if not (path.parent / gen).is_dir():
+        raise DataError(path, 1, f"names {gen}, which is missing; the generations here are "
+                        f"{', '.join(sorted(p.name for p in path.parent.glob('gen-*'))) or 'none'}")
+    return gen
 
 
 # ----------------------------------------------------------------------------------------- vector index
@@ -279,7 +315,7 @@ class ReplayBuffer:
         meta_path = self.path / "meta.json"
         meta = {"format": FORMAT_VERSION, "embedder": self.embedder.name, "dim": int(self.embedder.dim)}
         if meta_path.exists():
-            old = json.loads(meta_path.read_text())
+            old = _read_meta(meta_path)
             if old.get("format") != FORMAT_VERSION:
                 raise BufferOpenError(f"{meta_path}: unknown buffer format {old.get('format')!r}")
             if (old.get("embedder"), old.get("dim")) != (meta["embedder"], meta["dim"]):
@@ -288,7 +324,7 @@ class ReplayBuffer:
         else:
             atomic_write_text(meta_path, json.dumps(meta, indent=2))
         current = self.path / "CURRENT"
-        gen = current.read_text().strip() if current.exists() else "gen-000000"
+        gen = _read_current(current) if current.exists() else "gen-000000"
         for stale in self.path.glob("gen-*"):  # a compaction that died before switching CURRENT
             if stale.name != gen:
                 shutil.rmtree(stale, ignore_errors=True)
@@ -299,6 +335,12 @@ class ReplayBuffer:
         self._load_generation()
 
     def _load_generation(self) -> None:
+        try:
+            self._read_generation()
+        except OSError as e:  # a file of the generation is a directory, unreadable, on a failing disk
+            raise DataError(e.filename or self._gen, None, f"replay buffer file unusable ({e.strerror or e})") from e
+
+    def _read_generation(self) -> None:
         assert self.path is not None  # only a persistent buffer has generations
         lines_p, emb_p, ev_p = (self._gen / "transitions.jsonl", self._gen / "embeddings.f32",
                                 self._gen / "evicted.log")

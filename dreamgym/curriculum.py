@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dreamgym.data import DataError, iter_jsonl_records
 from dreamgym.llm.base import LLM, SamplingParams
 from dreamgym.types import Task, Trajectory
 
@@ -33,6 +34,10 @@ VARIANT_SYSTEM = (
     "write harder variants of it that are still feasible in the same environment. Write each variant on its "
     "own line as `Variant: <instruction>` in the same style as the original."
 )
+# `Variant[ n]:` or `n.`/`n)`, then the instruction. `variant(?:\s*\d+)?\s*:` accepts the same lines as the
+# older `variant\s*\d*\s*:` but cannot split a run of spaces between its two `\s*` in quadratically many ways (22 s
+# for a 160k-character `Variant` line without a colon, benchmarks/bench_parser.py).
+_VARIANT_LINE = re.compile(r"\s*(?:variant(?:\s*\d+)?\s*:|\d+[.)])\s*(.+)", re.I)
 SELECT_SYSTEM = (
     "You pick the training task that is most challenging but still feasible for the agent. "
     "Answer with `Choice: <number>` only."
@@ -53,11 +58,13 @@ def informative_task_ids(log_path: str | Path) -> list[str]:
     played, so a task it has since learned (or given up on) drops out. Used to point a small real budget (S2R) at
     the tasks GRPO can learn from: a group whose rewards are all equal has zero advantage and trains nothing."""
     latest: dict[str, float] = {}
-    with open(log_path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                for row in json.loads(line).get("variance", []):
-                    latest[row["task_id"]] = float(row["variance"])
+    for lineno, rec in iter_jsonl_records(log_path):
+        try:
+            for row in rec.get("variance", []):
+                latest[str(row["task_id"])] = float(row["variance"])
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise DataError(log_path, lineno, f"not a curriculum log row ({type(e).__name__}: {e}); expected "
+                            '{"variance": [{"task_id": ..., "variance": ...}, ...]}') from e
     return [tid for tid, v in latest.items() if v > 0]
 
 
@@ -255,12 +262,29 @@ class Curriculum:
 
     @staticmethod
     def parse_variants(text: str) -> list[str]:
+        """The variants in a variant-writing answer: each line `Variant[ n]: <instruction>` or `n. <instruction>`
+        / `n) <instruction>` (any case, any spacing). Linear in `len(text)`."""
         out = []
         for line in text.splitlines():
-            m = re.match(r"\s*(?:variant\s*\d*\s*:|\d+[.)])\s*(.+)", line, flags=re.I)
+            m = _VARIANT_LINE.match(line)
             if m and m.group(1).strip():
                 out.append(m.group(1).strip())
         return out
+
+    @staticmethod
+    def parse_choice(text: str, n: int) -> int | None:
+        """The 0-based candidate a selection answer picks (its first number, 1-based in the answer), or None when
+        it names none of the `n` candidates."""
+        m = re.search(r"\d+", text)
+        if m is None:
+            return None
+        # In ASCII whatever script the digits were written in; then a number longer than n's is out of range
+        # without int(), which raises on more than 4300 digits (a model that ignores max_tokens can write them).
+        digits = "".join(str(int(c)) for c in m.group(0)).lstrip("0")
+        if len(digits) > len(str(n)):
+            return None
+        j = int(digits or "0") - 1
+        return j if 0 <= j < n else None
 
     def update(self, iteration: int, rewards_by_task: dict[str, list[float]],
                tasks_by_id: dict[str, Task]) -> dict[str, float]:
@@ -314,9 +338,8 @@ class Curriculum:
             sel = self.llm.generate([self.select_request(seeds[i], [c for c, _ in valid_per_seed[i]])
                                      for i in choosing], SamplingParams(temperature=0.0, max_tokens=8))
             for i, o in zip(choosing, sel):
-                m = re.search(r"(\d+)", o.text)
-                j = int(m.group(1)) - 1 if m else -1
-                if 0 <= j < len(valid_per_seed[i]):
+                j = self.parse_choice(o.text, len(valid_per_seed[i]))
+                if j is not None:
                     choice[i] = j
                 else:
                     self.stats.selection_fallbacks += 1

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from dreamgym.data import (JsonlWriter, TornTailError, TrajectoryFormatError, append_jsonl, from_sharegpt,
+from dreamgym.data import (DataError, JsonlWriter, TornTailError, append_jsonl, from_sharegpt,
                            load_trajectories, played_tasks, read_jsonl, read_parquet, read_sharegpt,
                            record_to_trajectory, tasks_played_in, to_chat_messages, to_sharegpt, trajectory_to_record,
                            write_jsonl, write_parquet)
@@ -79,11 +79,11 @@ def test_corrupt_middle_line_and_bad_record_name_line(tmp_path):
     write_jsonl(p, TRAJS[:3])
     lines = p.read_text().splitlines(keepends=True)
     p.write_text(lines[0] + "{not json\n" + lines[2])
-    with pytest.raises(TrajectoryFormatError) as e:
+    with pytest.raises(DataError) as e:
         list(read_jsonl(p, skip_torn_tail=True))  # a bad middle line is never skipped
     assert f"{p}:2" in str(e.value) and not isinstance(e.value, TornTailError)
     p.write_text(lines[0] + "\n" + json.dumps({"task": {"id": "x"}, "steps": []}) + "\n")
-    with pytest.raises(TrajectoryFormatError, match=r"c\.jsonl:3: not a trajectory record"):
+    with pytest.raises(DataError, match=r"c\.jsonl:3: not a trajectory record"):
         list(read_jsonl(p))
 
 
@@ -159,11 +159,11 @@ def test_chat_messages_and_sharegpt_round_trip(tmp_path):
     f.write_text(json.dumps([rec, {"conversations": [{"from": "alien", "value": "?"}]}]))
     it = read_sharegpt(f)
     assert next(it).id == "ep1"
-    with pytest.raises(TrajectoryFormatError, match="record 1"):
+    with pytest.raises(DataError, match="record 1"):
         next(it)
     fj = tmp_path / "s.jsonl"
     fj.write_text(json.dumps(rec) + "\n" + json.dumps({"conversations": []}) + "\n")
-    with pytest.raises(TrajectoryFormatError, match=r"s\.jsonl:2"):
+    with pytest.raises(DataError, match=r"s\.jsonl:2"):
         list(read_sharegpt(fj))
 
 
@@ -188,7 +188,7 @@ def test_unknown_suffix_and_bad_parquet(tmp_path):
         load_trajectories(tmp_path / "x.csv")
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(b"PAR1 not really")
-    with pytest.raises(TrajectoryFormatError, match="bad.parquet"):
+    with pytest.raises(DataError, match="bad.parquet"):
         list(read_parquet(bad))
 
 
