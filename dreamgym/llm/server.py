@@ -3,7 +3,13 @@
 Owns: the HTTP surface (`POST /v1/chat/completions`, `GET /v1/models`, `GET /health`), the request schema and
 OpenAI-style errors, micro-batching of concurrent requests into one `HFBackend` call, and starting a server
 in-process on a loopback port (`start_server`) for tests and for rollout workers in the same process.
-Must not know: environments, trainers; how generation works (that is `HFBackend`).
+Must not know: environments, trainers; how generation works (that is `HFBackend`); how requests are bounded
+(that is `dreamgym.serving`, shared with `dreamgym webshop serve`).
+
+Every error is OpenAI's JSON shape `{"error": {"message", "type", "code", "param"}}` with a 4xx/5xx status:
+400 invalid fields or malformed JSON, 404 unknown model or path, 405 wrong method, 413 body over `LIMITS`
+(4 MiB by default, `--max-body-mb`), 431 head over 32 KiB, 408 body or head too slow, 503 past 256 open
+connections, 500 a failed generation. The listen backlog queues 1024 connections not yet accepted.
 
 Extensions over the OpenAI schema, all optional for clients: each choice carries `token_ids` (the sampled ids)
 and `stop_reason` (the stop string that ended it, null on eos/length), the response carries `prompt_token_ids`
@@ -14,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import queue
 import secrets
-import socket
 import threading
 import time
 import uuid
@@ -26,15 +32,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from dreamgym import serving
 from dreamgym.llm.base import Completion, SamplingParams, row_seed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 256
+# A long chat in JSON is tens of KiB; 4 MiB leaves room for non-ASCII escapes while keeping a rejected body cheap.
+LIMITS = serving.Limits(max_body_bytes=4 << 20)
+
+
+def error_body(status: int, message: str, kind: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error document."""
+    kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
 
 
 class _Message(BaseModel):
@@ -135,24 +149,18 @@ class MicroBatcher:
             k += len(j.seeds)
 
 
-def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005) -> FastAPI:
+def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
+               limits: serving.Limits = LIMITS) -> FastAPI:
     """The FastAPI app serving `backend` (an `HFBackend`) under the model id `model_name`."""
     app = FastAPI(title="DreamGym model server")
     batcher = MicroBatcher(backend, wait_s=batch_wait_s)
     app.state.batcher = batcher
+    serving.install(app, limits, error_body)
     context = getattr(backend.model.config, "max_position_embeddings", None)
 
     @app.exception_handler(_HTTPError)
     async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
-        return JSONResponse(status_code=e.status, content={"error": {"message": e.message, "type": e.kind,
-                                                                     "code": e.code, "param": None}})
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        msg = "; ".join(f"{'.'.join(str(x) for x in err['loc'][1:])}: {err['msg']}" for err in e.errors())
-        return JSONResponse(status_code=400, content={"error": {"message": msg or "invalid request",
-                                                                "type": "invalid_request_error", "code": None,
-                                                                "param": None}})
+        return JSONResponse(status_code=e.status, content=error_body(e.status, e.message, e.kind, e.code))
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -211,14 +219,13 @@ def _response(tokenizer: Any, model_name: str, prompt: list[int], outs: list[Com
 class ServerHandle:
     """A server running in a background thread of this process. `url` is the API base (ends in /v1)."""
 
-    def __init__(self, server: Any, thread: threading.Thread, app: FastAPI, host: str, port: int):
-        self._server, self._thread, self._app = server, thread, app
-        self.host, self.port = host, port
-        self.url = f"http://{host}:{port}/v1"
+    def __init__(self, running: serving.RunningServer, app: FastAPI):
+        self._running, self._app = running, app
+        self.host, self.port = running.host, running.port
+        self.url = f"{running.base}/v1"
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
+        self._running.stop()
         self._app.state.batcher.stop()
 
     def __enter__(self) -> ServerHandle:
@@ -229,24 +236,15 @@ class ServerHandle:
 
 
 def start_server(backend: Any, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "local",
-                 batch_wait_s: float = 0.005) -> ServerHandle:
+                 batch_wait_s: float = 0.005, limits: serving.Limits = LIMITS) -> ServerHandle:
     """Serve `backend` from a background thread; `port=0` picks a free port. Returns once it accepts requests."""
-    import uvicorn
-
-    app = create_app(backend, model_name, batch_wait_s=batch_wait_s)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="serve-model", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            app.state.batcher.stop()
-            raise RuntimeError(f"model server on {host}:{sock.getsockname()[1]} failed to start")
-        time.sleep(0.01)
-    return ServerHandle(server, thread, app, host, sock.getsockname()[1])
+    app = create_app(backend, model_name, batch_wait_s=batch_wait_s, limits=limits)
+    try:
+        running = serving.start(serving.make_server(app), host, port)
+    except BaseException:
+        app.state.batcher.stop()
+        raise
+    return ServerHandle(running, app)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,10 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="most rows decoded together")
     parser.add_argument("--served-model-name", default=None, help="model id clients use (default: --preset)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--max-body-mb", type=float, default=LIMITS.max_body_bytes / 2**20,
+                        help="largest request body accepted, in MiB (larger ones get 413 before being read)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    import uvicorn
-
+    if not args.max_body_mb > 0:
+        parser.error(f"--max-body-mb must be > 0, got {args.max_body_mb}")
+    limits = dataclasses.replace(LIMITS, max_body_bytes=int(args.max_body_mb * 2**20))
     import torch
 
     from dreamgym.llm.hf import HFBackend
@@ -276,10 +277,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dreamgym serve-model: {e}")
         return 1
     name = args.served_model_name or args.preset
-    app = create_app(backend, name)
-    print(f"serving {name!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)")
+    app = create_app(backend, name, limits=limits)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        sock = serving.bind(args.host, args.port, limits.backlog)
+    except OSError as e:
+        app.state.batcher.stop()
+        print(f"dreamgym serve-model: cannot listen on {args.host}:{args.port}: {e}")
+        return 1
+    host, port = sock.getsockname()[:2]
+    print(f"serving {name!r} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
+    try:
+        serving.make_server(app, log_level="info", access_log=True).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
     finally:
+        sock.close()
         app.state.batcher.stop()
     return 0

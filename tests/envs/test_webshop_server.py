@@ -1,50 +1,22 @@
 """`dreamgym webshop serve` on a loopback port: a purchase driven through HTTP, session isolation, errors."""
 
 import json
-import os
 import re
-import select
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from html import unescape
 from urllib.parse import quote
-from pathlib import Path
 
 import pytest
+from servers import cli_server
 
 from dreamgym.envs import webshop as ws
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen([sys.executable, "-m", "dreamgym.cli", "webshop", "serve", "--port", "0",
-                             "--n-products", "300", "--split", "test"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        deadline = time.time() + 60
-        line = ""
-        while time.time() < deadline and not line:
-            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-            if ready:
-                line = proc.stdout.readline()
-            if proc.poll() is not None:
-                break
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        assert m, f"server did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield f"http://127.0.0.1:{m.group(1)}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with cli_server(["webshop", "serve", "--port", "0", "--n-products", "300", "--split", "test"]) as (_, base):
+        yield base
 
 
 def _get(url):

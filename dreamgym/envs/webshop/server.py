@@ -2,39 +2,54 @@
 
 Owns: the HTTP routes, the session table (one `WebShopEnv` per session id, isolated, with its own lock),
 and the `webshop` command line (`cli_main`).
-Must not know: models, trainers; the pages come unchanged from the environment (`info["raw_obs"]`).
+Must not know: models, trainers; the pages come unchanged from the environment (`info["raw_obs"]`); how requests
+are bounded (that is `dreamgym.serving`, shared with `dreamgym serve-model`).
 
 Routes (all sessions are independent; ids are random 16-hex strings):
-    GET  /                         start a session (?split=train|test, ?task=<index>, ?seed=<n>) -> 303 to it
+    GET  /                         start a session (?split=train|test|valid, ?task=<index>, ?seed=<n>) -> 303 to it
     GET  /s/<id>/                  the current page (HTML)
     GET  /s/<id>/act?a=<action>    take an action (`search[...]` / `click[...]`), answer the new page (HTML)
     GET  /s/<id>/act?q=<words>     the search form: same as a=search[<words>]
     GET  /s/<id>/state             JSON: abstract_state, text, reward, terminated, truncated, won, actions
+    GET  /healthz                  "ok"
     POST /reset   {"split", "task", "seed"}  -> JSON state with "session"
     POST /s/<id>/step  {"action": "..."}     -> JSON state
+`task` is an index taken modulo the split's number of tasks (>= 0); `seed` is >= 0 and < 2**64.
 Page links are relative (`act?a=...`), so the HTML the environment renders works as served.
-Standard library `http.server` only: a loopback tool needs no web framework and starts in milliseconds.
+
+Errors, on every route (HTML pages included), are JSON `{"error": "<what is wrong>"}` with a 4xx/5xx status:
+404 unknown session or path, 405 wrong method, 400 invalid query value or body, 413 body over 1 MiB, 431 head over
+32 KiB, 408 body or head too slow, 503 past 256 open connections (see `dreamgym.serving.Limits`).
+Pages are rendered on a thread pool (40 threads, anyio's default), so slow steps do not stall other sessions;
+the listen backlog queues 1024 connections not yet accepted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import secrets
 import sys
 import threading
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Annotated, Any, Literal, TypeVar
 
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dreamgym import serving
 from dreamgym.envs.webshop.env import WebShopEnv
 from dreamgym.envs.webshop.pages import html_to_text
 
 MAX_SESSIONS = 256
-MAX_BODY = 1 << 20
-_SESSION_PATH = re.compile(r"^/s/([0-9a-f]{16})/(act|state|step)?$")
+LIMITS = serving.Limits(max_body_bytes=1 << 20)
+_NO_STORE = {"Cache-Control": "no-store"}
+Split = Literal["train", "test", "valid"]
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": message}
 
 
 class _Session:
@@ -57,17 +72,14 @@ class _Session:
                 "reward_parts": info.get("reward_parts")}
 
 
-class WebShopServer(ThreadingHTTPServer):
-    """A threading HTTP server holding the session table; env settings are shared by all sessions."""
+class Shop:
+    """The session table; env settings are shared by all sessions."""
 
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], env_kwargs: dict[str, Any]):
-        super().__init__(address, _Handler)
+    def __init__(self, env_kwargs: dict[str, Any]):
         self.env_kwargs = dict(env_kwargs)
         self.sessions: OrderedDict[str, _Session] = OrderedDict()
         self.table_lock = threading.Lock()
-        # Build the catalog once up front so the first visitor does not wait for it.
+        # Build the catalog once up front so the first visitor does not wait for it (and bad settings fail here).
         WebShopEnv(split=self.env_kwargs.get("split", "train"), **self._catalog_kwargs()).close()
 
     def _catalog_kwargs(self) -> dict[str, Any]:
@@ -88,113 +100,121 @@ class WebShopServer(ThreadingHTTPServer):
                 old.env.close()
         return sid, sess
 
-    def session(self, sid: str) -> _Session | None:
+    def session(self, sid: str) -> _Session:
         with self.table_lock:
             sess = self.sessions.get(sid)
             if sess is not None:
                 self.sessions.move_to_end(sid)
-            return sess
+        if sess is None:
+            raise _NoSession(sid)
+        return sess
 
 
-def _int(value: Any) -> int | None:
+class _NoSession(Exception):
+    def __init__(self, sid: str):
+        super().__init__(f"no such session {sid[:40]!r}; GET / or POST /reset starts one")
+
+
+class ResetBody(BaseModel):
+    """POST /reset; the same fields as the query of GET /. Unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    split: Split | None = None
+    task: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, lt=2**64)
+
+
+class StepBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    action: str
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, whatever its Content-Type says (`curl -d` sends a form type); empty is {}."""
+    raw = await request.body()
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+        obj = json.loads(raw.decode("utf-8") or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HTTPException(400, f"the body must be a JSON object ({e})") from e
+    except RecursionError as e:  # the body limit bounds the depth, but deeper than Python's stack still raises
+        raise HTTPException(400, "the body's JSON is nested too deeply") from e
+    if not isinstance(obj, dict):
+        raise HTTPException(400, f"the body must be a JSON object, not {type(obj).__name__}")
+    return obj
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: WebShopServer
-    protocol_version = "HTTP/1.1"
+_JSONObject = Annotated[dict[str, Any], Depends(_json_object)]
+_M = TypeVar("_M", bound=BaseModel)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass  # quiet by default; the CLI prints one line per session instead
 
-    # -- helpers -------------------------------------------------------------------------------------------
-    def _send(self, code: int, body: str, ctype: str = "text/html; charset=utf-8",
-              headers: dict[str, str] | None = None) -> None:
-        data = body.encode("utf-8")
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
+def _validate(model: type[_M], body: dict[str, Any]) -> _M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise HTTPException(400, serving.validation_message(e.errors(), drop=0)) from e
 
-    def _json(self, code: int, obj: Any) -> None:
-        self._send(code, json.dumps(obj), "application/json")
 
-    def _body(self) -> dict[str, Any] | None:
-        n = _int(self.headers.get("Content-Length")) or 0
-        if n < 0 or n > MAX_BODY:
-            return None
-        raw = self.rfile.read(n) if n else b"{}"
-        try:
-            obj = json.loads(raw.decode("utf-8") or "{}")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
-        return obj if isinstance(obj, dict) else None
+def create_app(limits: serving.Limits = LIMITS, **env_kwargs: Any) -> FastAPI:
+    """The shop as an app; `env_kwargs` go to every session's `WebShopEnv` (`split` is the default split)."""
+    shop = Shop(env_kwargs)
+    app = FastAPI(title="DreamGym WebShop", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.shop = shop
+    serving.install(app, limits, error_body)
 
-    def _step(self, sess: _Session, action: str) -> None:
+    @app.exception_handler(_NoSession)
+    async def _missing(_: Any, e: _NoSession) -> JSONResponse:
+        return JSONResponse(error_body(404, str(e)), status_code=404)
+
+    def page(sess: _Session) -> Response:
+        with sess.lock:
+            return HTMLResponse(sess.last["html"], headers=_NO_STORE)
+
+    def state(sid: str, sess: _Session) -> Response:
+        with sess.lock:
+            return JSONResponse(sess.state_json(sid), headers=_NO_STORE)
+
+    def step(sess: _Session, action: str) -> None:
         with sess.lock:
             sess.record(*sess.env.step(action))
 
-    # -- routes --------------------------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        url = urlsplit(self.path)
-        q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        if url.path == "/healthz":
-            return self._send(200, "ok", "text/plain")
-        if url.path == "/":
-            sid, _ = self.server.new_session(q.get("split"), _int(q.get("task")), _int(q.get("seed")))
-            return self._send(303, "", headers={"Location": f"/s/{sid}/"})
-        m = _SESSION_PATH.match(url.path)
-        sess = self.server.session(m.group(1)) if m else None
-        if sess is None or m is None:
-            return self._send(404, '<p>No such session. <a href="/">Start shopping</a>.</p>')
-        route = m.group(2)
-        if route == "act":
-            action = q["a"] if "a" in q else f"search[{q.get('q', '')}]"
-            self._step(sess, action)
-        if route == "state":
-            with sess.lock:
-                return self._json(200, sess.state_json(m.group(1)))
-        with sess.lock:
-            return self._send(200, sess.last["html"])
+    # Plain `def` routes: FastAPI runs them on its thread pool, since stepping an env is blocking work.
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return PlainTextResponse("ok", headers=_NO_STORE)
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        url = urlsplit(self.path)
-        body = self._body()
-        if body is None:
-            return self._json(400, {"error": "the body must be a JSON object"})
-        if url.path == "/reset":
-            split = body.get("split")
-            if split is not None and split not in ("train", "test", "valid"):
-                return self._json(400, {"error": f"unknown split {split!r}"})
-            try:
-                sid, sess = self.server.new_session(split, _int(body.get("task")), _int(body.get("seed")))
-            except ValueError as e:
-                return self._json(400, {"error": str(e)})
-            with sess.lock:
-                return self._json(200, sess.state_json(sid))
-        m = _SESSION_PATH.match(url.path)
-        step_sess = self.server.session(m.group(1)) if m and m.group(2) == "step" else None
-        if step_sess is None or m is None:
-            return self._json(404, {"error": "no such session"})
-        sess = step_sess
-        action = body.get("action")
-        if not isinstance(action, str):
-            return self._json(400, {"error": "'action' must be a string"})
-        self._step(sess, action)
-        with sess.lock:
-            return self._json(200, sess.state_json(m.group(1)))
+    @app.get("/")
+    def start(split: Split | None = None, task: int | None = Query(None, ge=0),
+              seed: int | None = Query(None, ge=0, lt=2**64)) -> Response:
+        sid, _ = shop.new_session(split, task, seed)
+        return RedirectResponse(f"/s/{sid}/", status_code=303, headers=_NO_STORE)
 
+    @app.get("/s/{sid}/")
+    def current(sid: str) -> Response:
+        return page(shop.session(sid))
 
-def make_server(host: str = "127.0.0.1", port: int = 3000, **env_kwargs: Any) -> WebShopServer:
-    """A ready server (not yet serving); port 0 picks a free port (`server.server_address[1]`)."""
-    return WebShopServer((host, port), env_kwargs)
+    @app.get("/s/{sid}/act")
+    def act(sid: str, a: str | None = None, q: str = "") -> Response:
+        sess = shop.session(sid)
+        step(sess, a if a is not None else f"search[{q}]")
+        return page(sess)
+
+    @app.get("/s/{sid}/state")
+    def get_state(sid: str) -> Response:
+        return state(sid, shop.session(sid))
+
+    @app.post("/reset")
+    def reset(body: _JSONObject) -> Response:
+        params = _validate(ResetBody, body)
+        sid, sess = shop.new_session(params.split, params.task, params.seed)
+        return state(sid, sess)
+
+    @app.post("/s/{sid}/step")
+    def post_step(sid: str, body: _JSONObject) -> Response:
+        sess = shop.session(sid)
+        step(sess, _validate(StepBody, body).action)
+        return state(sid, sess)
+
+    return app
 
 
 def cli_main(argv: list[str] | None = None) -> int:
@@ -215,17 +235,17 @@ def cli_main(argv: list[str] | None = None) -> int:
     else:
         kwargs.update(n_products=args.n_products, seed=args.seed)
     try:
-        server = make_server(args.host, args.port, **kwargs)
+        app = create_app(**kwargs)
+        sock = serving.bind(args.host, args.port, LIMITS.backlog)
     except (OSError, ValueError, FileNotFoundError) as e:
         print(f"dreamgym webshop serve: {e}", file=sys.stderr)
         return 2
-    host, port = server.server_address[:2]
-    host = host.decode() if isinstance(host, bytes) else host
+    host, port = sock.getsockname()[:2]
     print(f"WebShop serving on http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
     try:
-        server.serve_forever()
+        serving.make_server(app).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        sock.close()
     return 0

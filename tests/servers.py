@@ -1,0 +1,110 @@
+"""Test helpers for dreamgym's HTTP servers: start a `dreamgym` serving command on a free loopback port, and speak
+raw HTTP/1.1 over a socket where a client library would hide what the server did (resets, early answers).
+
+Must not know: any server's routes or limits; the tests say what they expect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def cli_server(args: list[str], timeout: float = 120.0) -> Iterator[tuple[subprocess.Popen, str]]:
+    """Run `python -m dreamgym.cli *args` (which must print the URL it serves) and yield (process, base URL
+    without a trailing slash or /v1). The process is stopped on exit. Its log goes to a temporary file, not a
+    pipe nobody reads (a full pipe would stall the server)."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dreamgym.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            deadline = time.time() + timeout
+            line = ""
+            assert proc.stdout is not None
+            while time.time() < deadline and not line:
+                ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+                if ready:
+                    line = proc.stdout.readline()
+                if proc.poll() is not None:
+                    break
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if not m:
+                log.seek(0)
+                raise AssertionError(f"server did not start: {line!r} {log.read()[-2000:]}")
+            yield proc, f"http://127.0.0.1:{m.group(1)}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def parse_answer(data: bytes) -> Answer:
+    """One HTTP/1.1 response from the bytes a server sent (up to its Content-Length)."""
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    assert sep, f"no complete HTTP answer: {data[:300]!r}"
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    n = int(headers.get("content-length", len(rest)))
+    return Answer(status, headers, rest[:n])
+
+
+def read_answer(sock: socket.socket, timeout: float = 30.0) -> Answer:
+    """Read until the server closes or a whole answer has come; fails on a reset before any answer."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 16)
+        except ConnectionResetError:
+            if not data:
+                raise
+            break
+        if not chunk:
+            break
+        data += chunk
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+        if sep and m and len(rest) >= int(m.group(1)):
+            break
+    return parse_answer(data)
+
+
+def connect(base: str) -> socket.socket:
+    host, port = base.split("//", 1)[1].split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def raw(base: str, data: bytes, timeout: float = 30.0) -> Answer:
+    """Send `data` as is on a new connection and read the answer."""
+    with connect(base) as s:
+        s.sendall(data)
+        return read_answer(s, timeout)
