@@ -72,7 +72,7 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
     seed_trs = em_transitions(load_trajectories(meta["train"]["data"])[:300], history=meta["model"]["history"])
     buf = buffer_for(seed_trs, "hashing")
     model = ExperienceModel.load(model_dir, buffer=buf, device="cpu", batch_size=episodes,
-                                 config_overrides={"embedder": "hashing"})
+                                 config_overrides=["embedder=hashing"])
     fam = family(env_name)
     envs = [SyntheticEnv(model) for _ in range(episodes)]
     rng = random.Random(0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
+from dreamgym.config import ranged
 from dreamgym.llm.base import ChatRequest
 from dreamgym.types import Task
 
@@ -43,18 +44,14 @@ _VERB_RE = re.compile(r"^([\w-]+)\[")
 
 @dataclass
 class AgentConfig:
-    history: int = 2
+    history: int = ranged(2, ge=0)
     """H: how many of the most recent (state, action) turns are shown in the prompt."""
     show_admissible: bool = True
     """List the environment's admissible actions in the prompt when it can name them."""
-    max_admissible: int = 60
+    max_admissible: int = ranged(60, ge=0)
     """At most this many admissible actions are listed (long ALFWorld lists are cut, with a count)."""
     system_prompt: str = ""
     """Replaces the default system prompt when non-empty."""
-
-    def validate(self) -> None:
-        if self.history < 0:
-            raise ValueError("agent.history must be >= 0")
 
 
 def build_messages(task: Task, history: Sequence[tuple[str, str]], state: str,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from dreamgym.config import ConfigError, fail
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("dreamgym.recipe:quickstart_main",
                    "the full recipe on one environment with the tiny preset (the README's main job)"),
@@ -44,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"dreamgym {name}: not available ({e})", file=sys.stderr)
         return 2
-    return int(fn(argv[1:]) or 0)
+    try:
+        return int(fn(argv[1:]) or 0)
+    except ConfigError as e:  # bad config found after start-up still ends in one line, never a traceback
+        return fail(name, e)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import dreamgym
+from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
 from dreamgym.envs import family, family_names
 from dreamgym.paths import atomic_write_text
@@ -439,18 +440,18 @@ def _kv(text: str) -> tuple[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="dreamgym collect", description=(
+    ap = CommandParser(prog="dreamgym collect", description=(
         "Write offline real trajectories of scripted policies (with provenance) to a JSONL or Parquet file."))
     ap.add_argument("--env", required=True, choices=sorted(family_names()), help="environment family")
     ap.add_argument("--policy", default="oracle:0.5,noisy:0.3,random:0.2",
                     help="policy mix as name:weight,... (default: %(default)s)")
-    ap.add_argument("--episodes", type=int, required=True, help="number of episodes")
+    ap.add_argument("--episodes", type=at_least(1), required=True, help="number of episodes")
     ap.add_argument("--out", required=True, help="output file (.jsonl, or .parquet with a .jsonl beside it)")
     ap.add_argument("--split", default="train", help="task split (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="collection seed (default: %(default)s)")
-    ap.add_argument("--workers", type=int, default=1, help="worker processes (default: %(default)s)")
-    ap.add_argument("--max-steps", type=int, default=1000, help="safety cap on steps per episode")
-    ap.add_argument("--episodes-per-task", type=int, default=1,
+    ap.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default: %(default)s)")
+    ap.add_argument("--max-steps", type=at_least(1), default=1000, help="safety cap on steps per episode")
+    ap.add_argument("--episodes-per-task", type=at_least(1), default=1,
                     help="plays of each task, in a row, each with its own seed (default: %(default)s)")
     ap.add_argument("--env-kw", type=_kv, action="append", default=[], metavar="KEY=VALUE",
                     help="keyword argument for the family's make_env (YAML value), repeatable")
@@ -466,8 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                           overwrite=args.overwrite, progress=not args.no_progress, max_steps=args.max_steps,
                           episodes_per_task=args.episodes_per_task)
     except (ValueError, FileExistsError) as e:
-        print(f"dreamgym collect: {e}", file=sys.stderr)
-        return 2
+        return fail("collect", e)
     print_summary(summary)
     return 1 if summary["episodes"] == 0 and summary["failed"] > 0 else 0
 

@@ -1,21 +1,32 @@
-"""Dataclass configs: field docs, YAML loading, dotted `key=value` overrides and start-up validation.
+"""Dataclass configs: field docs and ranges, YAML loading, dotted `key=value` overrides and the one validation pass.
 
-Owns: turning YAML + command-line overrides into a typed config dataclass, and the error messages that name
-the bad field. Each config dataclass documents its fields with a string literal right after the field (read
-here with `ast`, so `--help` can print them).
-Must not know: which configs exist; environments; models.
+Owns: turning a YAML file + `key=value` overrides into a typed, validated config dataclass (`load_config`), the
+one error type for bad config (`ConfigError`, which names the dotted field or the file, the problem and what is
+allowed), the declarations a field carries (`ranged`: numeric bounds; `checked`: a check of a value that names a
+file or folder) and the one-line command-line error (`CommandParser`, `fail`). Each config dataclass documents its
+fields with a string literal right after the field (read here with `ast`, so `--help` can print them).
+
+Validation is one pass, run by `from_dict`/`load_config` before any caller loads a model or data: the structure and
+types (unknown keys, coercion), then, depth first over nested configs, every field's declared range and check,
+then the class's own `validate()` for rules across fields. A `ConfigError` raised in a nested class's `validate()`
+names its field relative to that class; the pass adds the prefix (`dream.` + `reward_from`).
+Must not know: which configs exist; environments; models; file formats (checks are given by the fields).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
+import math
+import sys
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 
@@ -23,7 +34,68 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    """A config value is unknown or has the wrong type; the message names the dotted field."""
+    """Bad config: `field` (a dotted field name, or a file), what is wrong with it and, when known, what is allowed.
+    The message is one line: `<field>: <problem> (allowed: <allowed>)`. A single argument is a whole message that
+    starts with the field (`ConfigError("lora: ...")`)."""
+
+    def __init__(self, field: str, problem: str = "", allowed: str = ""):
+        self.field, self.problem, self.allowed = field, " ".join(str(problem).split()), allowed
+        where = field if field.isprintable() else repr(field)  # a key from the command line can hold anything
+        message = f"{where}: {self.problem}" if self.problem else " ".join(field.split())
+        super().__init__(message + (f" (allowed: {allowed})" if allowed else ""))
+
+    def under(self, prefix: str) -> ConfigError:
+        """The same error for the field seen from an enclosing config (`prefix` ends with a dot)."""
+        return ConfigError(prefix + self.field, self.problem, self.allowed) if prefix else self
+
+
+# ------------------------------------------------------------------------------------------- field declarations
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric field (or of each element of a list field); values must also be finite."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def __contains__(self, value: Any) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return not ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+                    or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt))
+
+    def __str__(self) -> str:
+        if self.ge is not None and self.le is not None:
+            return f"{_num(self.ge)} to {_num(self.le)}"
+        parts = [f"{op} {_num(b)}" for op, b in ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+                 if b is not None]
+        return " and ".join(parts) or "any finite number"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def ranged(default: T, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None) -> T:
+    """A numeric field with its allowed range (None passes for an optional field; a list default applies the range
+    to each element and is copied per instance). Printed by `describe`, enforced by the validation pass."""
+    return _field(default, {"range": Range(ge=ge, gt=gt, le=le, lt=lt)})
+
+
+def checked(default: T, check: Callable[[Any], None], allowed: str | Callable[[], str]) -> T:
+    """A field whose non-empty value `check` must accept (it raises ValueError or OSError saying what is wrong),
+    e.g. a file that must exist and parse (`dreamgym.checks`). `allowed` says what the field accepts, for errors
+    and `--help` (a function when the answer is known only at run time, e.g. the registered families)."""
+    return _field(default, {"check": check, "allowed": allowed})
+
+
+def _field(default: T, metadata: dict[str, Any]) -> T:
+    if isinstance(default, list):  # a mutable default: each instance gets its own copy
+        items = list(default)
+        return dataclasses.field(default_factory=lambda: list(items), metadata=metadata)  # type: ignore[return-value]
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -44,6 +116,20 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def allowed_values(f: dataclasses.Field[Any], tp: Any) -> str:
+    """What a field accepts, in words ("" when any value of its type does)."""
+    if "range" in f.metadata:
+        return str(f.metadata["range"])
+    if "allowed" in f.metadata:
+        allowed = f.metadata["allowed"]
+        return allowed() if callable(allowed) else str(allowed)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    literal = tp if typing.get_origin(tp) is typing.Literal else next(
+        (a for a in args if typing.get_origin(a) is typing.Literal), None)
+    return "one of " + ", ".join(map(str, typing.get_args(literal))) if literal is not None else ""
+
+
+# ------------------------------------------------------------------------------------------------ types
 def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Convert/validate `value` against the annotation `tp`; raise ConfigError naming `name`."""
     origin = typing.get_origin(tp)
@@ -53,101 +139,144 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
                 return _coerce(value, a, name)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(f"{name}: {value!r} matches none of {tp}")
+            except ConfigError:
+                pass
+        raise ConfigError(name, f"{value!r} is not a {_type_name(tp)}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{name}: {value!r} is not one of {list(args)}")
+            raise ConfigError(name, f"{value!r} is not a valid choice", "one of " + ", ".join(map(str, args)))
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # an annotation: a class, never an instance
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{name}: expected a mapping for {tp.__name__}, got {value!r}")
-        return from_dict(tp, value, prefix=name + ".")
+            raise ConfigError(name, f"expected a mapping of {tp.__name__} fields, got {value!r}")
+        return _build(tp, value, prefix=name + ".")
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v != ""]
+        if isinstance(value, dict):
+            raise ConfigError(name, f"expected a list, got the mapping {value!r}", "a list such as [a=1,b=2]")
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
+            raise ConfigError(name, f"expected a list, got {value!r}")
         inner = args[0] if args else Any
         return [_coerce(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+            raise ConfigError(name, f"expected a mapping, got {value!r}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"{name}: expected a bool, got {value!r}")
+        raise ConfigError(name, f"expected a bool, got {value!r}", "true or false")
     if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{name}: expected an int, got {value!r}")
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
             try:
                 return int(value.replace("_", ""))
             except ValueError:
                 pass
-        raise ConfigError(f"{name}: expected an int, got {value!r}")
+        raise ConfigError(name, f"expected an int, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
+        try:
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{name}: expected a float, got {value!r}")
+        except (ValueError, OverflowError):
+            pass
+        raise ConfigError(name, f"expected a float, got {value!r}")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{name}: expected a string, got {value!r}")
+        raise ConfigError(name, f"expected a string, got {value!r}")
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """Build `cls` from a (nested) mapping; unknown keys and wrong types raise ConfigError."""
+def _type_name(tp: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(tp) if a is not type(None))
+
+
+def _build(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """`cls` from a (nested) mapping: unknown keys and wrong types raise ConfigError; values are not yet checked."""
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in data:
         if key not in known:
-            raise ConfigError(f"{prefix}{key}: unknown config field (known: {', '.join(sorted(known))})")
+            raise ConfigError(f"{prefix}{key}", "unknown config field", ", ".join(sorted(known)))
     kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
-    obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
-    return obj
+    return cls(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def validate_config(cfg: Any, prefix: str = "") -> None:
+    """The validation pass over a built config, in two walks depth first: each field's type and range, then each
+    class's own `validate()` (rules across fields); then the checks of fields that name files, so a config that is
+    wrong in itself is reported before anything is opened. Raises ConfigError naming the dotted field."""
+    _walk(cfg, prefix, files=False)
+    _walk(cfg, prefix, files=True)
+
+
+def _walk(cfg: Any, prefix: str, *, files: bool) -> None:
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        name, value = prefix + f.name, getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            _walk(value, name + ".", files=files)
+        elif files and "check" in f.metadata and value not in (None, ""):
+            try:
+                f.metadata["check"](value)
+            except (ValueError, OSError) as e:  # a ConfigError from a check names the sub-field, and its range
+                allowed = "" if isinstance(e, ConfigError) else allowed_values(f, hints[f.name])
+                raise ConfigError(name, str(e), allowed) from None
+        elif not files:
+            _coerce(value, hints[f.name], name)  # a config built in code was never coerced
+            rng: Range | None = f.metadata.get("range")
+            values = value if isinstance(value, list) else [value]
+            for i, v in enumerate(values):
+                if rng is not None and v is not None and v not in rng:
+                    where = f"{name}[{i}]" if isinstance(value, list) else name
+                    raise ConfigError(where, f"{v!r} is out of range", str(rng))
+    own = getattr(cfg, "validate", None)
+    if not files and callable(own):
+        try:
+            own()
+        except ConfigError as e:
+            raise e.under(prefix) from None
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build `cls` from a (nested) mapping and run the validation pass; bad config raises ConfigError."""
+    cfg = _build(cls, data, prefix)
+    validate_config(cfg, prefix)
+    return cfg
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """`["a.b=1", "c=x"]` -> `{"a": {"b": "1"}, "c": "x"}` (values stay strings; YAML scalars are parsed)."""
+    """`["a.b=1", "c=x"]` -> `{"a": {"b": 1}, "c": "x"}` (YAML scalars and flow lists are parsed)."""
     out: dict[str, Any] = {}
     for arg in args:
         if "=" not in arg:
-            raise ConfigError(f"override {arg!r} is not of the form key=value")
+            raise ConfigError(repr(arg), "an override must be key=value")
         key, raw = arg.split("=", 1)
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
-        if isinstance(value, (dict,)):
+        if isinstance(value, dict):
             value = raw
         node = out
         parts = key.strip().split(".")
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(".".join(parts[: i + 1]), f"set to a value and given sub-fields ({arg!r})")
         node[parts[-1]] = value
     return out
 
@@ -159,16 +288,36 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping; a missing, unreadable, non-UTF-8 or malformed file raises ConfigError naming
+    it (with the line and column YAML reports)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(str(path), f"cannot read the config file ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(str(path), f"not valid YAML: {where}{problem}") from None
+    except RecursionError:
+        raise ConfigError(str(path), "not valid YAML: nested too deeply") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(str(path), f"the top level of a config file must be a mapping, not a {type(loaded).__name__}")
+    return loaded or {}
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
-    """Defaults of `cls`, then the YAML file at `path`, then dotted overrides; validated at once."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text())
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level of a config file must be a mapping")
-        data = loaded or {}
-    data = _merge(data, parse_overrides(overrides or []))
-    return from_dict(cls, data)
+    """Defaults of `cls`, then the YAML file at `path`, then `key=value` overrides (dotted keys for nested fields, as
+    on the command line), then the validation pass. Bad config raises ConfigError."""
+    data = read_yaml_mapping(path) if path is not None else {}
+    return from_dict(cls, _merge(data, parse_overrides(list(overrides or []))))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -176,8 +325,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def describe(cls: type, prefix: str = "") -> str:
-    """Human-readable list of fields, defaults and docs (used by `--help`). A subclass lists the docs of the
-    fields it inherits (its own doc wins when it redeclares one)."""
+    """Human-readable list of fields, defaults, docs and allowed values (used by `--help`). A subclass lists the
+    docs of the fields it inherits (its own doc wins when it redeclares one)."""
     lines = []
     docs: dict[str, str] = {}
     for c in reversed(cls.__mro__):
@@ -191,5 +340,36 @@ def describe(cls: type, prefix: str = "") -> str:
             continue
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
-        lines.append(f"  {prefix}{f.name}={default!r}  {docs.get(f.name, '')}")
+        allowed = allowed_values(f, tp)
+        lines.append(f"  {prefix}{f.name}={default!r}  {docs.get(f.name, '')}"
+                     + (f" (allowed: {allowed})" if allowed else ""))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ command lines
+def fail(cmd: str, error: BaseException | str) -> int:
+    """Print a command's error as one line, `dreamgym <cmd>: <message>`, on stderr; return exit code 2."""
+    print(f"dreamgym {cmd}: {' '.join(str(error).split())}", file=sys.stderr)
+    return 2
+
+
+def at_least(lo: int) -> Callable[[str], int]:
+    """An argparse `type` for an int option that must be >= `lo` (its error is the option's one-line usage error)."""
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: >= {lo})")
+        return value
+    convert.__name__ = f"int >= {lo}"
+    return convert
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse for a `dreamgym` subcommand whose usage errors are one line (`<prog>: <problem>`), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dreamgym.config import ranged
 from dreamgym.data import DataError, iter_jsonl_records
 from dreamgym.llm.base import LLM, SamplingParams
 from dreamgym.types import Task, Trajectory
@@ -109,24 +110,18 @@ def draw_tasks(rng: random.Random, pool: Sequence[Task], n: int) -> list[Task]:
 class CurriculumConfig:
     enabled: bool = True
     """Switch the curriculum off for the no-task-generation ablation."""
-    n_seeds: int = 4
+    n_seeds: int = ranged(4, ge=0)
     """How many highest-variance tasks seed new variants each iteration."""
-    n_variants: int = 4
+    n_variants: int = ranged(4, ge=1)
     """Candidate variants the model writes per seed task."""
-    max_share: float = 0.3
+    max_share: float = ranged(0.3, ge=0, le=1)
     """λ: at most this share of each sampled batch comes from generated tasks."""
-    temperature: float = 0.9
+    temperature: float = ranged(0.9, ge=0)
     """Sampling temperature for variant writing (selection is greedy)."""
-    max_tokens: int = 160
+    max_tokens: int = ranged(160, ge=1)
     """Token budget for the variant-writing completion."""
-    pool_limit: int = 200
+    pool_limit: int = ranged(200, ge=0)
     """Most generated tasks kept; the oldest are dropped first."""
-
-    def validate(self) -> None:
-        if not 0.0 <= self.max_share <= 1.0:
-            raise ValueError(f"curriculum.max_share must be in [0, 1], got {self.max_share}")
-        if self.n_seeds < 0 or self.n_variants < 1:
-            raise ValueError("curriculum.n_seeds must be >= 0 and curriculum.n_variants >= 1")
 
 
 @dataclass

@@ -18,9 +18,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from dreamgym.config import ConfigError
+from dreamgym.checks import em_checkpoint, em_config_overrides, task_source, trajectory_file
+from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
 from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, PeriodicEvaluation, task_pool, train_real
 from dreamgym.metrics import MetricsLogger
@@ -40,50 +41,34 @@ DREAM_STATE_FILE = "dream_state.json"
 
 @dataclass
 class DreamConfig:
-    em: str = ""
+    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
     """Experience-model checkpoint directory (from `dreamgym train-em`); required for mode=dream and mode=s2r."""
-    em_data: str = ""
+    em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """Offline real trajectories that seed the replay buffer (default: the experience model's training data)."""
-    iterations: int = 20
+    iterations: int = ranged(20, ge=0)
     """RL iterations inside the synthetic environment."""
-    s2r_iterations: int = 10
+    s2r_iterations: int = ranged(10, ge=0)
     """mode=s2r: most real-environment iterations after the dream phase (the real-step budget may end it first)."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Curriculum task generator (curriculum.enabled=false is the no-task-generation ablation)."""
-    max_steps: int = 0
+    max_steps: int = ranged(0, ge=0)
     """Step limit of a synthetic episode (0: the real environment's own limit)."""
-    initial_state: str = "auto"
-    """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task,
-    else the model's), 'real' or 'model'."""
-    clusters: int = 8
+    initial_state: Literal["auto", "real", "model"] = "auto"
+    """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task, else
+    the model's), 'real' or 'model'."""
+    clusters: int = ranged(8, ge=1)
     """PPO has one rollout per task: the curriculum groups tasks into this many embedding clusters."""
-    reward_from: str = "auto"
-    """Where a synthetic step's reward and end come from: 'model' (the experience model's `<reward>` and done, the
-    paper's design), 'state' (the family's own reward rule on the states the model wrote, `grounded_outcome`) or
-    'auto' ('state' for families that have one, ALFWorld and WebShop, else 'model'). Why: ALFWorld's model
-    credited wins that its own final state contradicted (README, section 5)."""
+    reward_from: Literal["auto", "model", "state"] = "auto"
+    """A synthetic step's reward and end: 'model' (the experience model's), 'state' (the family's reward rule on the
+    written states, `grounded_outcome`) or 'auto' ('state' for families that have one, else 'model')."""
     shared_noise: bool = True
-    """With a sampled experience model, the members of a GRPO group (same task and reset seed) draw the model's
-    sampling noise from (episode, action), so the same action meets the same sampled world in each of them, as
-    the real group shares one game (`SyntheticEnv.shared_noise`). false: independent noise per member."""
-    task_pool: str = "all"
-    """The dream's base tasks: 'all' (every train task of the family), 'data' (only the train tasks the
-    offline real data played, whose outcomes the replay buffer holds) or a trajectory file (JSONL/Parquet: the
-    train tasks its episodes played, e.g. a fixed set that real RL also trains on with `real_task_pool`). Why
-    'data': on ALFWorld the model can copy a game's receptacle contents only from that game's real steps; on the
-    other games every content is a guess (README, section 9). Curriculum variants are added to any pool."""
-    em_overrides: dict[str, Any] = field(default_factory=dict)
-    """Experience-model config overrides at load time, e.g. {use_retrieval: false} (the no-replay ablation)."""
-
-    def validate(self) -> None:
-        if self.initial_state not in ("auto", "real", "model"):
-            raise ConfigError(f"dream.initial_state: {self.initial_state!r} is not auto, real or model")
-        if self.reward_from not in ("auto", "model", "state"):
-            raise ConfigError(f"dream.reward_from: {self.reward_from!r} is not auto, model or state")
-        if self.task_pool not in ("all", "data") and not Path(self.task_pool).is_file():
-            raise ConfigError(f"dream.task_pool: {self.task_pool!r} is not all, data or a trajectory file")
-        if self.iterations < 0 or self.s2r_iterations < 0:
-            raise ConfigError("dream.iterations and dream.s2r_iterations must be >= 0")
+    """With a sampled experience model, the members of a GRPO group draw the model's sampling noise from
+    (episode, action), so the same action meets the same sampled world in each (`SyntheticEnv.shared_noise`)."""
+    task_pool: str = checked("all", task_source, "all, data or a trajectory file")
+    """The dream's base tasks: 'all' train tasks, 'data' (those the offline real data played) or those a trajectory
+    file played; curriculum variants are added to any pool."""
+    em_overrides: list[str] = checked([], em_config_overrides, "key=value settings of the experience model's config")
+    """Experience-model config overrides at load time, e.g. [use_retrieval=false] (the no-replay ablation)."""
 
 
 def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]], dict[str, Task]]:
@@ -105,13 +90,13 @@ class DreamWorld:
         from dreamgym.experience import ExperienceModel, checkpoint_buffer
 
         if not dream.em:
-            raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (dreamgym train-em)")
+            raise ConfigError("dream.em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
         self.family_name = env_name
         self.family: EnvFamily = family(env_name)
         self.config = dream
         self.buffer: ReplayBuffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
         self.model: ExperienceModel = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
-                                                           config_overrides=dict(dream.em_overrides))
+                                                           config_overrides=dream.em_overrides)
         self.base_tasks = task_pool(self.family.tasks("train"), dream.task_pool, name="dream.task_pool", env=env_name,
                                     buffer=self.buffer)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.

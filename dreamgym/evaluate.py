@@ -13,16 +13,15 @@ left out of n and reported as `n_failed`. An unparseable reply counts as a failu
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym.config import ranged, validate_config
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
 from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_rollouts
@@ -31,11 +30,11 @@ from dreamgym.types import Task
 
 @dataclass
 class EvalConfig:
-    temperature: float = 0.0
+    temperature: float = ranged(0.0, ge=0)
     """Policy sampling temperature during evaluation (0 = greedy)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
-    sample_seed: int = 0
+    sample_seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seed of the policy's sampling (with temperature > 0)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """Prompt settings; must match the ones the policy was trained with (`dreamgym eval` reads them from a
@@ -185,12 +184,12 @@ def agent_config_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
-    from dreamgym.config import ConfigError, from_dict, load_config, parse_overrides, to_dict
+    from dreamgym.config import CommandParser, ConfigError, fail, from_dict, load_config, parse_overrides, to_dict
     from dreamgym.envs import family
     from dreamgym.llm.hf import HFBackend
     from dreamgym.presets import PresetError
 
-    parser = argparse.ArgumentParser(prog="dreamgym eval", description="Evaluate a policy on real environment tasks.")
+    parser = CommandParser(prog="dreamgym eval", description="Evaluate a policy on real environment tasks.")
     parser.add_argument("--env", required=True, help="environment family (dial, webshop, alfworld, ...)")
     parser.add_argument("--policy", default="tiny", help="preset name, model directory, HF id or trainer checkpoint")
     parser.add_argument("--split", default="test", help="task split (default: test)")
@@ -206,10 +205,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the result as JSON to this file")
     parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
     args = parser.parse_intermixed_args(argv)
+    if args.skip_tasks < 0 or args.max_tasks < 0:
+        return fail("eval", "--skip-tasks and --max-tasks must be >= 0")
     try:
-        model, tok, meta = load_policy(args.policy)
+        # Everything the command line names is checked before the policy loads.
         cfg = load_config(EvalConfig, args.config, args.overrides)
         given = parse_overrides(args.overrides)
+        try:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ConfigError("--seeds", f"{args.seeds!r} is not a comma-separated list of ints") from None
+        if not seeds:
+            raise ConfigError("--seeds", "no seed given", "comma-separated ints")
+        fam = family(args.env)
+        tasks = list(fam.tasks(args.split))
+        if args.tasks_from:
+            from dreamgym.checks import trajectory_file
+            from dreamgym.data import tasks_played_in
+
+            trajectory_file(args.tasks_from)
+            tasks, _ = tasks_played_in(tasks, args.tasks_from)
+        model, tok, meta = load_policy(args.policy)
         if meta and "agent" not in given:
             # The prompt format must be the one the policy was trained with.
             cfg.agent = from_dict(AgentConfig, agent_config_from_meta(meta), prefix="agent.")
@@ -218,27 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         for key in ROLLOUT_KEYS_FROM_CHECKPOINT:
             if key in trained_rollout and key not in given.get("rollout", {}):
                 setattr(cfg.rollout, key, type(getattr(cfg.rollout, key))(trained_rollout[key]))
-        cfg.rollout.validate()
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        fam = family(args.env)
-        tasks = list(fam.tasks(args.split))
-        if args.tasks_from:
-            from dreamgym.data import tasks_played_in
-
-            tasks, _ = tasks_played_in(tasks, args.tasks_from)
-    except (ConfigError, PresetError, ValueError, OSError) as e:
-        print(f"dreamgym eval: {e}", file=sys.stderr)
-        return 2
-    if args.skip_tasks < 0 or args.max_tasks < 0:
-        print("dreamgym eval: --skip-tasks and --max-tasks must be >= 0", file=sys.stderr)
-        return 2
+        validate_config(cfg)
+    except (ValueError, PresetError, OSError, ImportError) as e:
+        return fail("eval", e)
     tasks = tasks[args.skip_tasks:]
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     if not tasks:
         kept = f"of those {args.tasks_from} played " if args.tasks_from else ""
-        print(f"dreamgym eval: no {args.split} tasks {kept}left after skipping {args.skip_tasks}", file=sys.stderr)
-        return 2
+        return fail("eval", f"no {args.split} tasks {kept}left after skipping {args.skip_tasks}")
     backend = HFBackend(model, tok)
     result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
     print(f"{args.policy} on {args.env}/{args.split}: {result}")

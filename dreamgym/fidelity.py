@@ -24,17 +24,17 @@ Metrics (DESIGN.md §1, "Theory": reward accuracy and domain-consistent transiti
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dreamgym import checks
+from dreamgym.config import CommandParser, ConfigError, at_least, fail
 from dreamgym.experience import (
     RESET_ACTION,
     ExperienceModel,
@@ -333,7 +333,7 @@ def _label(meta: dict[str, Any], path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`dreamgym eval-em --env dial --model DIR [--model DIR2 ...] --data heldout.jsonl [--train-data …]`"""
-    p = argparse.ArgumentParser(prog="dreamgym eval-em", description=(
+    p = CommandParser(prog="dreamgym eval-em", description=(
         "Fidelity of experience models on held-out real trajectories. Each --model is a checkpoint of "
         "`dreamgym train-em` (ablation checkpoints are labelled by their switches); --inference-ablations "
         "adds rows with retrieval or history switched off at inference for each model."))
@@ -342,9 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="held-out real trajectories (JSONL/Parquet)")
     p.add_argument("--train-data", help="trajectories for the retrieval buffer (default: each model's training data)")
     p.add_argument("--out", help="JSON report path (default: <first model>/fidelity.json)")
-    p.add_argument("--max-transitions", type=int, default=500, help="teacher-forced transitions (0: all)")
-    p.add_argument("--max-episodes", type=int, default=100, help="free-running episodes (0: all)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-transitions", type=at_least(0), default=500, help="teacher-forced transitions (0: all)")
+    p.add_argument("--max-episodes", type=at_least(0), default=100, help="free-running episodes (0: all)")
+    p.add_argument("--batch-size", type=at_least(1), default=32)
     p.add_argument("--inference-ablations", action="store_true",
                    help="also evaluate each model with retrieval / history switched off at inference")
     p.add_argument("--device", default=None)
@@ -356,25 +356,29 @@ def main(argv: list[str] | None = None) -> int:
     from dreamgym.experience.data import buffer_spec, checkpoint_buffer
 
     try:
+        # Every input is checked before any model or data loads.
+        checks.env_family(a.env)
+        inputs = [("--model", checks.em_checkpoint, m) for m in a.model] + [("--data", checks.trajectory_file, a.data)]
+        if a.train_data:
+            inputs.append(("--train-data", checks.trajectory_file, a.train_data))
+        for option, check, value in inputs:
+            try:
+                check(value)
+            except (OSError, ValueError) as e:
+                raise ConfigError(option, str(e)) from None
         held = load_trajectories(a.data)
     except (OSError, ValueError) as e:
-        print(f"dreamgym eval-em: {e}", file=sys.stderr)
-        return 2
+        return fail("eval-em", e)
     random.Random(0).shuffle(held)  # a capped evaluation should see every policy, not the first in the file
     rows: dict[str, dict[str, Any]] = {}
     buffers: dict[tuple[Any, ...], Any] = {}
     for path in a.model:
-        try:
-            meta = read_checkpoint_meta(path)
-        except FileNotFoundError as e:
-            print(f"dreamgym eval-em: {e}", file=sys.stderr)
-            return 2
+        meta = read_checkpoint_meta(path)
         buf = None
         if meta["model"].get("use_retrieval", True) or a.inference_ablations:
             src = a.train_data or meta.get("train", {}).get("data")
             if not src or not Path(src).exists():
-                print(f"dreamgym eval-em: {path} needs retrieval data; pass --train-data", file=sys.stderr)
-                return 2
+                return fail("eval-em", f"{path} needs retrieval data; pass --train-data")
             key = buffer_spec(meta, src)  # models whose seed buffers would be identical share one
             if key not in buffers:
                 buffers[key] = checkpoint_buffer(path, src)

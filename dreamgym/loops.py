@@ -132,8 +132,7 @@ def task_pool(tasks: Sequence[Task], source: str | Path, *, name: str, env: str,
               f"{len(tasks)}")
         return list(tasks)
     if not kept:
-        raise ConfigError(f"{name}={source}: none of the {len(tasks)} {env} train tasks {what} "
-                          f"({n_there} tasks there)")
+        raise ConfigError(name, f"none of the {len(tasks)} {env} train tasks {what} ({n_there} tasks there)")
     print(f"{name}: {len(kept)} of {len(tasks)} train tasks {what}")
     return kept
 

@@ -15,7 +15,6 @@ a preset. `index.json` there maps cheap keys (file fingerprints) to directories 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import importlib
@@ -24,7 +23,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -404,7 +402,9 @@ def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> t
 # --------------------------------------------------------------------------------------------------------- CLI
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym presets", description="Build or inspect model presets.")
+    from dreamgym.config import CommandParser, fail
+
+    parser = CommandParser(prog="dreamgym presets", description="Build or inspect model presets.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build a preset into the cache (no-op when already built)")
     b.add_argument("name", choices=sorted(PRESETS))
@@ -422,8 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_preset(args.name, device="cpu")
         took = time.perf_counter() - t
     except PresetError as e:
-        print(f"dreamgym presets: {e}", file=sys.stderr)
-        return 1
+        return fail("presets", e)
     n_params = sum(p.numel() for p in model.parameters())
     c = model.config
     print(f"name:       {args.name}\npath:       {resolve(args.name)}\nload time:  {took:.2f}s\n"

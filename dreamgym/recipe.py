@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.config import ConfigError, describe, load_config
+from dreamgym.checks import POLICY_MIX, env_family, family_choices
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
 from dreamgym.evaluate import EvalConfig, EvalResult
 from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
@@ -268,74 +268,79 @@ class Recipe:
 class QuickstartConfig:
     """`dreamgym quickstart`: the whole recipe on one environment with the tiny preset, sized for 2 CPU cores."""
 
-    env: str = "dial"
-    """Environment family. The default is the dial: with the tiny preset on 2 cores the whole recipe fits in
-    minutes there, while WebShop/ALFWorld experience models need hours (see `dreamgym table`)."""
+    env: str = checked("dial", env_family, family_choices)
+    """Environment family (the dial fits in minutes on 2 cores; WebShop/ALFWorld need hours, see `dreamgym table`)."""
     run_dir: str = "runs/quickstart"
     """Where every artefact goes (offline data, experience model, policies, report.md)."""
-    seed: int = 0
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
     """One seed for the whole recipe."""
-    offline_episodes: int = 300
+    offline_episodes: int = ranged(300, ge=10)
     """Offline real trajectories collected first (the only real data DreamGym itself uses)."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
-    """Scripted-policy mix of the offline data."""
+    """Scripted-policy mix of the offline data, e.g. oracle:0.5,random:0.5."""
     sft_policy: str = "oracle"
     """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_steps: int = 1600
-    """Experience-model SFT steps. The tiny model writes the output format after ~100 steps and copies the dial's
-    value into its next state only after ~1000 (an abrupt drop of the loss); at 1,600 it reaches reward accuracy
-    0.996 on held-out dial episodes (measured, see README). Fewer steps give a dream with wrong rewards."""
-    em_batch_size: int = 8
+    em_steps: int = ranged(1600, ge=1)
+    """Experience-model SFT steps."""
+    em_batch_size: int = ranged(8, ge=1)
     """Experience-model sequences per step (small batches: more updates for the same compute)."""
-    sft_epochs: int = 16
-    """Policy SFT epochs on the demonstrations (~590 steps of 16 on the default data). Measured on the dial
-    (sampled test success, seed 0): the tiny policy learns which way to turn early but when to submit only in a
-    sharp, noisy transition — 0.31 after these 16 epochs, between 0.12 and 0.40 for 12-30 epochs, 0.98 after
-    1,000 steps of 16 drawn with replacement. Float rounding moves that transition: the same 16 epochs give 0.31
-    with AVX-512 kernels on 2 threads and 0.09-0.11 with AVX2 kernels or on 1 thread (README section 1). The old
-    default (4 epochs of 32) gave 0.05: a policy that almost never submits at the target gives GRPO no signal
-    (neither real nor dream GRPO moved it)."""
-    sft_batch_size: int = 16
+    sft_epochs: int = ranged(16, ge=1)
+    """Policy SFT epochs on the demonstrations."""
+    sft_batch_size: int = ranged(16, ge=1)
     """Policy SFT turns per optimiser step."""
-    sft_lr: float = 1e-3
+    sft_lr: float = ranged(1e-3, gt=0)
     """Policy SFT learning rate."""
-    dream_iterations: int = 8
+    dream_iterations: int = ranged(8, ge=1)
     """GRPO iterations inside the experience model."""
-    budget: int = 600
+    budget: int = ranged(600, ge=1)
     """Real-step budget of the real phase of S2R and of real GRPO (the quickstart compares at equal budget)."""
-    real_iterations: int = 8
+    real_iterations: int = ranged(8, ge=1)
     """Most real iterations of S2R and of real GRPO (the budget usually stops them first)."""
-    eval_tasks: int = 100
+    eval_tasks: int = ranged(100, ge=1)
     """Held-out real test tasks used for every evaluation (the dial has 18)."""
-    eval_seeds: list[int] = field(default_factory=lambda: list(range(10)))
+    eval_seeds: list[int] = ranged(list(range(10)), ge=0)
     """Each test task is played once per seed."""
-    eval_temperature: float = 1.0
-    """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises (with several seeds this
-    gives more episodes than the dial's 18 test tasks); 0 is greedy."""
-    group_size: int = 8
+    eval_temperature: float = ranged(1.0, ge=0)
+    """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises; 0 is greedy."""
+    group_size: int = ranged(8, ge=1)
     """GRPO group size G."""
-    tasks_per_iteration: int = 8
+    tasks_per_iteration: int = ranged(8, ge=1)
     """Tasks per GRPO iteration."""
-    lr: float = 2e-4
+    lr: float = ranged(2e-4, gt=0)
     """Policy learning rate for GRPO."""
     train_overrides: list[str] = field(default_factory=lambda: ["grpo.epochs=2", "grpo.minibatches=2"])
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience model."""
-    threads: int = 2
-    """CPU threads of torch and of numpy's BLAS for every stage. Part of the result, not only of the speed: the
-    float reduction order changes with it, and the dial's 16-epoch SFT lands at 31.1% with 2 threads and 9.4% with
-    1 on the same machine (README section 1). Runs compare only at the same count and CPU kernels (report.md names
-    both)."""
+    threads: int = ranged(2, ge=1)
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: report.md names it)."""
 
     def validate(self) -> None:
-        if self.threads < 1:
-            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
-        if self.offline_episodes < 10:
-            raise ConfigError("offline_episodes: need at least 10 offline episodes")
-        for name in ("em_steps", "em_batch_size", "sft_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
+
+
+def check_recipe(eval_seeds: Sequence[int], offline_mix: str, sft_policy: str, train_overrides: Sequence[str],
+                 em_overrides: Sequence[str]) -> None:
+    """The rules a recipe's config (quickstart, table) shares: some evaluation seed, an SFT policy that is part of the
+    offline mix, and `dreamgym train` / `dreamgym train-em` overrides checked against their configs now, not when
+    the stage that uses them starts (an hour later)."""
+    from dreamgym.collect import parse_mix
+    from dreamgym.experience.train import TrainEMConfig
+
+    if not eval_seeds:
+        raise ConfigError("eval_seeds", "need at least one evaluation seed", "a list of seeds >= 0")
+    try:
+        mix = parse_mix(offline_mix)
+    except ValueError as e:
+        raise ConfigError("offline_mix", str(e), POLICY_MIX) from None
+    if sft_policy not in mix:
+        raise ConfigError("sft_policy", f"{sft_policy!r} is not a policy of offline_mix {offline_mix!r}")
+    for name, cls, overrides in (("train_overrides", TrainConfig, train_overrides),
+                                 ("em_overrides", TrainEMConfig, em_overrides)):
+        try:
+            load_config(cls, None, list(overrides))
+        except ConfigError as e:
+            raise ConfigError(name, str(e)) from None
 
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -372,7 +377,7 @@ def render_table(results: dict[str, dict[str, Any]], title: str) -> str:
 
 
 def quickstart_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym quickstart",
+    parser = CommandParser(prog="dreamgym quickstart",
                                      description="The full DreamGym recipe on one environment (tiny preset).",
                                      epilog="Config fields (key=value):\n" + describe(QuickstartConfig),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -382,8 +387,7 @@ def quickstart_main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     try:
         q = load_config(QuickstartConfig, args.config, args.overrides)
-    except (ConfigError, OSError) as e:
-        print(f"dreamgym quickstart: {e}", file=sys.stderr)
-        return 2
+    except ConfigError as e:
+        return fail("quickstart", e)
     quickstart(q, progress=not args.no_progress)
     return 0

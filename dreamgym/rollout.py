@@ -44,6 +44,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from dreamgym.config import ranged
 from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, ground_action, parse_action, parse_thought
 from dreamgym.env import TextEnv
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
@@ -66,35 +67,28 @@ class PolicyBackend(Protocol):
 
 @dataclass
 class RolloutConfig:
-    max_turns: int = 50
+    max_turns: int = ranged(50, ge=1)
     """Hard cap on turns per episode (the environment's own step limit usually ends it first)."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = ranged(64, ge=1)
     """Tokens the policy may generate per turn."""
-    max_prompt_tokens: int = 1536
+    max_prompt_tokens: int = ranged(1536, ge=1)
     """Longest prompt; older history turns are dropped to fit."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, ge=0)
     """Sampling temperature of the policy during rollouts (0 = greedy)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, gt=0, le=1)
     """Nucleus sampling mass during rollouts."""
-    step_timeout_s: float = 60.0
+    step_timeout_s: float = ranged(60.0, gt=0)
     """A single environment step (or reset) that takes longer ends its episode ("step_timeout")."""
-    episode_timeout_s: float = 1800.0
-    """An episode whose environment has spent longer than this in reset and steps ends with "episode_timeout".
-    Time spent waiting for the policy or for other episodes does not count: in a batch of hundreds of episodes
-    the wall clock measures the batch, not the episode."""
-    env_workers: int = 32
+    episode_timeout_s: float = ranged(1800.0, gt=0)
+    """An episode whose environment has spent longer than this in reset and steps (not waiting for the policy or
+    other episodes) ends with "episode_timeout"."""
+    env_workers: int = ranged(32, ge=1)
     """Threads stepping real environments concurrently."""
     on_invalid_action: Literal["end", "pass"] = "end"
     """Reply without a parseable action: end the episode with reward 0, or pass the raw text to the env."""
-    ground_actions: float = 0.0
+    ground_actions: float = ranged(0.0, ge=0, le=1)
     """Map an action the environment does not list onto the most similar admissible one when their string
-    similarity (difflib ratio, 0..1) is at least this; 0 turns grounding off."""
-
-    def validate(self) -> None:
-        if self.max_turns < 1 or self.max_new_tokens < 1 or self.env_workers < 1:
-            raise ValueError("rollout.max_turns, max_new_tokens and env_workers must be >= 1")
-        if not 0.0 <= self.ground_actions <= 1.0:
-            raise ValueError(f"rollout.ground_actions must be in [0, 1] (0 = off), got {self.ground_actions}")
+    similarity (0..1) is at least this; 0 turns grounding off."""
 
 
 class RealStepBudget:

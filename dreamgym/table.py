@@ -14,88 +14,73 @@ reasoning (an experience model trained and run without traces), no curriculum (t
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.config import ConfigError, describe, load_config
+from dreamgym.checks import env_family, family_choices
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
 from dreamgym.curriculum import CurriculumConfig
 from dreamgym.dream import DreamConfig
 from dreamgym.paths import atomic_write_text
-from dreamgym.recipe import Recipe
+from dreamgym.recipe import Recipe, check_recipe
 
 
 @dataclass
 class TableConfig:
-    env: str = "webshop"
+    env: str = checked("webshop", env_family, family_choices)
     """Environment family (webshop or alfworld; dial for a smoke run)."""
     run_dir: str = ""
     """Output directory (default runs/table-<env>)."""
-    seed: int = 0
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
     """One seed for the whole table."""
-    offline_episodes: int = 2000
+    offline_episodes: int = ranged(2000, ge=10)
     """Offline real trajectories (the experience model's training data and the DPO pairs)."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
-    """Scripted-policy mix of the offline data."""
-    em_epochs: float = 3
+    """Scripted-policy mix of the offline data, e.g. oracle:0.5,random:0.5."""
+    em_epochs: float = ranged(3, gt=0)
     """Experience-model SFT epochs."""
-    sft_epochs: int = 3
+    sft_epochs: int = ranged(3, ge=1)
     """Policy SFT epochs on the demonstrations."""
     sft_policy: str = "oracle"
-    """Scripted policy of `offline_mix` whose wins are the SFT (and start) demonstrations. On WebShop 'shopper'
-    (add it to the mix) is the one a small policy can imitate: it clicks the first affordable listed product,
-    while the oracle's choice comes from the catalog (tiny policy: 14% vs 4% on held-out goals)."""
-    budget: int = 3200
-    """B: real-step budget of real GRPO/PPO; S2R gets B/16."""
-    real_iterations: int = 40
+    """Scripted policy of `offline_mix` whose wins are the SFT (and start) demonstrations (WebShop: 'shopper')."""
+    budget: int = ranged(3200, ge=16)
+    """B: real-step budget of real GRPO/PPO; S2R gets B/16 (so B >= 16)."""
+    real_iterations: int = ranged(40, ge=1)
     """Most iterations of a real RL row (the budget usually ends it first)."""
-    dream_iterations: int = 40
+    dream_iterations: int = ranged(40, ge=1)
     """Iterations inside the experience model for the DreamGym rows."""
-    s2r_iterations: int = 5
+    s2r_iterations: int = ranged(5, ge=1)
     """Most real iterations of the S2R rows (B/16 usually ends them first)."""
-    tasks_per_iteration: int = 8
+    tasks_per_iteration: int = ranged(8, ge=1)
     """Tasks per iteration."""
-    group_size: int = 4
+    group_size: int = ranged(4, ge=1)
     """GRPO group size / PPO episodes per task."""
-    lr: float = 1e-4
+    lr: float = ranged(1e-4, gt=0)
     """RL learning rate."""
-    eval_tasks: int = 200
+    eval_tasks: int = ranged(200, ge=1)
     """Held-out real test tasks per evaluation."""
-    eval_seeds: list[int] = field(default_factory=lambda: [0])
+    eval_seeds: list[int] = ranged([0], ge=0)
     """Each held-out test task is played once per seed (the dial has 18 test tasks: use several seeds)."""
-    eval_temperature: float = 0.0
+    eval_temperature: float = ranged(0.0, ge=0)
     """Policy temperature at evaluation: 0 is greedy; 1.0 measures the sampled policy RL optimises."""
-    eval_every: int = 5
-    """Evaluate every this many iterations for the learning curves."""
+    eval_every: int = ranged(5, ge=0)
+    """Evaluate every this many iterations for the learning curves (0: only at the end)."""
     rows: list[str] = field(default_factory=list)
     """Subset of rows to run (empty: all), by name as printed in the table."""
     train_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
-    threads: int = 2
-    """CPU threads of torch and of numpy's BLAS for every stage; like the CPU kernels, it changes results through
-    the float reduction order (README section 1), so tables compare only at the same count (results.md names it)."""
+    threads: int = ranged(2, ge=1)
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: results.md names it)."""
 
     def validate(self) -> None:
-        if self.threads < 1:
-            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
-        if not self.eval_seeds:
-            raise ConfigError("eval_seeds: need at least one evaluation seed")
-        if self.eval_temperature < 0:
-            raise ConfigError(f"eval_temperature: must be >= 0, got {self.eval_temperature}")
-        if self.budget < 16:
-            raise ConfigError(f"budget: B must be >= 16 so that S2R gets B/16 >= 1 real steps, got {self.budget}")
-        from dreamgym.collect import parse_mix
-
-        try:
-            mix = parse_mix(self.offline_mix)
-        except ValueError as e:
-            raise ConfigError(f"offline_mix: {e}") from None
-        if self.sft_policy not in mix:
-            raise ConfigError(f"sft_policy: {self.sft_policy!r} is not a policy of offline_mix {self.offline_mix!r}")
+        check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
+        unknown = [r for r in self.rows if r not in ALL_ROWS]
+        if unknown:
+            raise ConfigError("rows", f"unknown {unknown}", ", ".join(ALL_ROWS))
 
 
 ALL_ROWS = ["SFT", "DPO", "GRPO real", "PPO real", "DreamGym GRPO", "DreamGym-S2R GRPO", "DreamGym PPO",
@@ -127,9 +112,6 @@ def plot_curves(results: dict[str, dict[str, Any]], path: Path, title: str) -> N
 
 def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     rows = t.rows or ALL_ROWS
-    unknown = [r for r in rows if r not in ALL_ROWS]
-    if unknown:
-        raise ConfigError(f"rows: unknown {unknown}; choose from {ALL_ROWS}")
     t0 = time.time()
     r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks,
                eval_seeds=t.eval_seeds, eval_temperature=t.eval_temperature, progress=progress,
@@ -155,7 +137,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
             r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="s2r", from_method=f"DreamGym {A}", budget=s2r_budget,
                          real_iterations=t.s2r_iterations, **common)
     ablations = {
-        "DreamGym GRPO (no replay)": (em, DreamConfig(em_overrides={"use_retrieval": False})),
+        "DreamGym GRPO (no replay)": (em, DreamConfig(em_overrides=["use_retrieval=false"])),
         "DreamGym GRPO (no curriculum)": (em, DreamConfig(curriculum=CurriculumConfig(enabled=False))),
     }
     if "DreamGym GRPO (no reasoning)" in rows:
@@ -180,7 +162,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym table", description=__doc__.split("\n\n")[0],
+    parser = CommandParser(prog="dreamgym table", description=__doc__.split("\n\n")[0],
                                      epilog="Config fields (key=value):\n" + describe(TableConfig),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default=None, help="environment family")
@@ -190,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     try:
         t = load_config(TableConfig, args.config, args.overrides + ([f"env={args.env}"] if args.env else []))
-    except (ConfigError, OSError) as e:
-        print(f"dreamgym table: {e}", file=sys.stderr)
-        return 2
+    except ConfigError as e:
+        return fail("table", e)
     run_table(t, progress=not args.no_progress)
     return 0

@@ -25,13 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.config import ConfigError, describe, load_config, to_dict
+from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
+                             trajectory_file)
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r
 from dreamgym.evaluate import EvalConfig
-from dreamgym.loops import (DREAM_VARIANCE_LOG, EnvFamily, Evaluation, build_backend, build_offline_trainer,
+from dreamgym.loops import (EnvFamily, Evaluation, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline, train_real)
 from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
+from dreamgym.presets import PresetError
 from dreamgym.trainers.common import CheckpointError, TrainerConfig, resumable_checkpoint
 from dreamgym.trainers.dpo import DPOConfig
 from dreamgym.trainers.grpo import GRPOConfig
@@ -53,47 +56,39 @@ class TrainConfig(TrainerConfig):
     steps), 's2r' (dream, then real RL under `real_step_budget`). The dream.* fields configure the synthetic side."""
     dream: DreamConfig = field(default_factory=DreamConfig)
     """Experience model, curriculum and iteration counts for mode=dream/s2r (dreamgym.dream)."""
-    env: str = "dial"
-    """Environment family (`dreamgym.envs.family_names()`)."""
+    env: str = checked("dial", env_family, family_choices)
+    """Environment family."""
     run_dir: str = ""
     """Output directory (default: runs/<algo>-<env>-seed<seed>)."""
-    init: str = ""
-    """Start from this policy instead of `model.preset`: a trainer checkpoint (e.g. an SFT run's final/) or a
-    model directory."""
-    iterations: int = 20
+    init: str = checked("", model_source, "a trainer checkpoint, a model folder, a preset or a Hugging Face id")
+    """Start from this policy instead of `model.preset` (e.g. an SFT run's final/)."""
+    iterations: int = ranged(20, ge=1)
     """Online algorithms: rollout + update iterations."""
-    save_every: int = 5
+    save_every: int = ranged(5, ge=0)
     """Write checkpoint/ every this many iterations (online) or optimiser steps x 10 (offline); 0 = only at the end."""
-    eval_every: int = 0
+    eval_every: int = ranged(0, ge=0)
     """Evaluate on `eval_split` every this many iterations (0 = only before and after training)."""
     eval_split: str = "test"
     """Task split for evaluation."""
-    eval_seeds: list[int] = field(default_factory=lambda: [0])
+    eval_seeds: list[int] = ranged([0], ge=0)
     """Environment seeds for evaluation; each task runs once per seed."""
-    eval_temperature: float = 0.0
+    eval_temperature: float = ranged(0.0, ge=0)
     """Sampling temperature during evaluation (0 = greedy)."""
-    eval_max_tasks: int = 0
+    eval_max_tasks: int = ranged(0, ge=0)
     """Evaluate on at most this many tasks of the split (0 = all)."""
     eval_at_start: bool = True
-    """Evaluate before training. False skips it, e.g. when `init` is a checkpoint whose run just evaluated it on the
-    same tasks (an ALFWorld evaluation of 60 games x 50 steps costs ~5 minutes of one core)."""
+    """Evaluate before training (false: skip it, e.g. when `init` was just evaluated on the same tasks)."""
     keep_evaluated: bool = False
     """Keep the policy of every periodic evaluation as a trainer checkpoint named by its tag in eval.jsonl
-    (`<run_dir>/it<N>/`, `dream-it<N>/`, `s2r-it<N>/`). `checkpoint/` is replaced as training goes on, so without this
-    a policy picked on the periodic evaluation is lost; with it, the pick can be confirmed on tasks it was not picked
-    on (`dreamgym eval --policy <run_dir>/it<N> --skip-tasks ...`)."""
-    real_task_pool: str = ""
-    """Real RL (`mode=real`): draw each iteration's tasks only from these train tasks. A trajectory file
-    (JSONL/Parquet): the tasks it played, e.g. the `dream.em_data` of a `dream.task_pool=data` run, so that real and
-    dream RL play the same games. A dream run's folder (S2R from its policy): the tasks whose latest dream group
-    had mixed outcomes (its `curriculum.jsonl`), so a small real budget is not spent on groups that all fail or
-    all win. Empty: all train tasks."""
-    data: str = ""
+    (`<run_dir>/it<N>/`, `dream-it<N>/`, `s2r-it<N>/`)."""
+    real_task_pool: str = checked("", real_task_file, "a trajectory file (.jsonl or .parquet)")
+    """Real RL (`mode=real`): draw each iteration's tasks only from the train tasks this trajectory file played.
+    Empty: all train tasks."""
+    data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
-    demo_policies: str = ""
-    """Policy mix for on-the-fly demonstrations, e.g. "expert" or "noisy:0.5,random:0.5" (default: expert for
-    SFT, noisy:0.7,random:0.3 for DPO, which needs failures)."""
-    demo_episodes: int = 200
+    demo_policies: str = checked("", policy_mix, POLICY_MIX)
+    """Policy mix for on-the-fly demonstrations (default: expert for SFT, noisy:0.7,random:0.3 for DPO)."""
+    demo_episodes: int = ranged(200, ge=1)
     """Demonstration episodes to collect when `data` is empty."""
     tensorboard: bool = True
     """Also write TensorBoard event files."""
@@ -108,15 +103,20 @@ class TrainConfig(TrainerConfig):
 
     def validate(self) -> None:
         if self.mode != "real" and self.algo not in ONLINE_ALGOS:
-            raise ConfigError(f"mode: {self.mode!r} needs algo grpo or ppo, not {self.algo!r}")
+            raise ConfigError("mode", f"{self.mode!r} needs algo grpo or ppo, not {self.algo!r}", "real with sft/dpo")
         if self.mode != "real" and not self.dream.em:
-            raise ConfigError("dream.em: mode=dream/s2r needs an experience-model checkpoint (from dreamgym train-em)")
+            raise ConfigError("dream.em", "mode=dream/s2r needs an experience-model checkpoint",
+                              "a checkpoint folder from dreamgym train-em")
+        if self.mode == "dream" and self.dream.iterations == 0:
+            raise ConfigError("dream.iterations", "0 trains nothing in mode=dream", ">= 1 with mode=dream")
+        if self.mode == "s2r" and self.dream.iterations + self.dream.s2r_iterations == 0:
+            raise ConfigError("dream.iterations", "0 dream and 0 real iterations train nothing in mode=s2r",
+                              "dream.iterations + dream.s2r_iterations >= 1")
         if self.real_task_pool and not (self.mode == "real" and self.algo in ONLINE_ALGOS):
-            raise ConfigError("real_task_pool: only real RL (mode=real, algo grpo or ppo) draws train tasks from it")
-        pool = Path(self.real_task_pool)
-        if self.real_task_pool and not (pool.is_file() or (pool / DREAM_VARIANCE_LOG).is_file()):
-            raise ConfigError(f"real_task_pool: {self.real_task_pool!r} is neither a trajectory file nor a dream "
-                              f"run folder with a {DREAM_VARIANCE_LOG}")
+            raise ConfigError("real_task_pool", "only real RL (mode=real, algo grpo or ppo) draws train tasks from it; "
+                              "S2R from a dream run is `mode=s2r`")
+        if not self.eval_seeds:
+            raise ConfigError("eval_seeds", "need at least one evaluation seed", "a list of seeds >= 0")
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")
@@ -176,7 +176,7 @@ def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym train", description="Train an agent in a real environment.",
+    parser = CommandParser(prog="dreamgym train", description="Train an agent in a real environment.",
                                      epilog="Config fields (key=value):\n" + describe(TrainConfig),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=ONLINE_ALGOS + OFFLINE_ALGOS, default=None, help="training algorithm")
@@ -194,15 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         from dreamgym.envs import family
 
         fam: EnvFamily = family(cfg.env)
-        # A bad real_task_pool fails here, at start-up.
+        # A real_task_pool that played no train task fails here, at start-up.
         pool = task_pool(fam.tasks("train"), cfg.real_task_pool, name="real_task_pool", env=cfg.env) \
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
         ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint") if args.resume else None
-    except (ConfigError, ValueError, OSError, ImportError, CheckpointError) as e:
-        print(f"dreamgym train: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError, ImportError, CheckpointError) as e:
+        return fail("train", e)
     run_dir = cfg.resolved_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     import yaml
@@ -217,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                                 eval_tasks, list(cfg.eval_seeds),
                                 EvalConfig(temperature=cfg.eval_temperature, sample_seed=cfg.seed, agent=cfg.agent,
                                            rollout=cfg.rollout), log=run_dir / "eval.jsonl", logger=logger)
-        backend = build_backend(cfg, cfg.init)
+        try:
+            backend = build_backend(cfg, cfg.init)
+        except PresetError as e:  # a Hugging Face id that cannot be fetched is known only now
+            return fail("train", ConfigError("init" if cfg.init else "model.preset", str(e)))
         trainer: Trainer
         fit: Callable[[], object]
         if cfg.algo in ONLINE_ALGOS:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.config import load_config, parse_overrides
+from dreamgym.config import load_config
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
@@ -74,11 +74,10 @@ def main() -> None:
                                           *args.overrides])
     dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
-        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}",
-                                                             f"reward_from={args.reward_from}"])
-        if args.em_temperature is not None:
-            dcfg.em_overrides["temperature"] = args.em_temperature
-        dcfg.em_overrides.update(parse_overrides(args.em_override))
+        em_overrides = ([f"temperature={args.em_temperature}"] if args.em_temperature is not None else []) \
+            + list(args.em_override)
+        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}", f"reward_from={args.reward_from}",
+                                                       f"em_overrides={em_overrides}"])
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
         tasks = played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train"))

@@ -37,7 +37,6 @@ from typing import Any
 
 import torch
 
-from dreamgym.config import parse_overrides
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
@@ -203,8 +202,8 @@ def main() -> None:
     print(f"real games, {args.policy} (epsilon {args.epsilon:g}), {len(tasks)} tasks x {args.group}: "
           + ", ".join(f"{k} {v:.3f}" for k, v in real.items()), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        overrides: dict[str, Any] = {"temperature": args.temperature, **parse_overrides(args.em_override)}
-        dcfg = DreamConfig(em=args.em, em_data=args.data, em_overrides=overrides)
+        dcfg = DreamConfig(em=args.em, em_data=args.data,
+                           em_overrides=[f"temperature={args.temperature}", *args.em_override])
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         for cond in args.conditions:
             t0 = time.time()

@@ -147,7 +147,7 @@ def test_group_members_share_sampling_noise_for_the_same_action():
 
 def test_shared_noise_gives_group_members_the_same_sampled_world_on_the_tiny_model():
     model = ExperienceModel.load(trained_dial_model(), buffer=_buffer(), device="cpu",
-                                 config_overrides={"temperature": 1.5})
+                                 config_overrides=["temperature=1.5"])
     envs = [SyntheticEnv(model) for _ in range(8)]
     for i, e in enumerate(envs):
         e.reset(seed=3 if i < 4 else 4)

@@ -130,7 +130,7 @@ def test_dream_modes_fail_at_start_up_naming_the_field(capsys):
     assert main(["--algo", "grpo", "mode=dream"]) == 2
     assert "dream.em" in capsys.readouterr().err
     assert main(["--algo", "sft", "mode=s2r", "dream.em=somewhere"]) == 2
-    assert "mode" in capsys.readouterr().err
+    assert "train: mode: " in capsys.readouterr().err
 
 
 def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
@@ -206,24 +206,19 @@ def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsy
     assert "real_task_pool" in capsys.readouterr().err
 
 
-def test_real_task_pool_from_a_dream_run_keeps_its_tasks_with_mixed_outcomes(tmp_path, capsys):
-    """S2R from a dream policy: real RL draws only the train tasks whose latest dream group had mixed rewards."""
+def test_s2r_starts_one_way_a_dream_run_as_real_task_pool_points_to_mode_s2r(tmp_path, capsys):
+    """S2R from a dream run is `mode=s2r`; `mode=real real_task_pool=<dream run>` (a second route) is refused at
+    start-up, before any model loads, naming the field and the one route."""
     from dreamgym.curriculum import Curriculum, CurriculumConfig
     from dreamgym.envs.dial import parse_goal
-    from dreamgym.loops import DREAM_VARIANCE_LOG, task_pool
+    from dreamgym.loops import DREAM_VARIANCE_LOG
 
-    fam = family("dial")
-    train = fam.tasks("train")
+    train = family("dial").tasks("train")
     dream = tmp_path / "dream"
     cur = Curriculum(train, parse_goal, None, CurriculumConfig(enabled=False), log_path=dream / DREAM_VARIANCE_LOG)
-    cur.update(0, {train[0].id: [1, 0], train[1].id: [0, 0], train[2].id: [0, 1], "generated~g0.0": [1, 0]},
-               {t.id: t for t in train})
-    pool = task_pool(fam.tasks("train"), str(dream), name="real_task_pool", env="dial")
-    assert [t.id for t in pool] == [train[0].id, train[2].id]  # a generated task is not a real train task
+    cur.update(0, {train[0].id: [1, 0], train[1].id: [0, 1]}, {t.id: t for t in train})
     run = tmp_path / "s2r"
-    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={dream}",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
-                       "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
-    assert "real_task_pool: 2 of" in capsys.readouterr().out
-    assert train_main(["--algo", "grpo", "--env", "dial", f"real_task_pool={tmp_path}"]) == 2  # no log there
-    assert "real_task_pool" in capsys.readouterr().err
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={dream}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dreamgym train: real_task_pool: ") and "mode=s2r" in err and len(err.splitlines()) == 1
+    assert not run.exists()

@@ -7,7 +7,7 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `hooks`: the environment families' optional hooks, the package's only door to a family;
 - `format`: the prompt, the strict output format and its parser, the reset pseudo-action, the failure state,
   `FORMAT_VERSION`, and `Prediction`;
-- `checkpoint`: the checkpoint layout (`em_config.json`, `model/`, `trainer_state.pt`) and reading it back;
+- `checkpoint`: the checkpoint layout (`em_config.json`, `model/`, the resumable `checkpoint/`) and reading it back;
 - `shortcuts`: the `OutcomeResolver` seam (outcomes given without a model call, answers rejected as
   contradicting the action) and `FamilyShortcuts`, its implementation from the family hooks;
 - `model`: `ExperienceModel`, batched prediction with retrieval, retries and the failure state;

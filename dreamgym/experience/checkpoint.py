@@ -4,7 +4,8 @@ Owns: the directory a training run writes and prediction loads -- `em_config.jso
 `ExperienceModelConfig` under "model", the training config under "train", format_version, steps, final), written
 last, when training has finished, and `model/` (full weights, or a LoRA adapter on the base preset); beside them,
 `checkpoint/` holds the training run's resumable state in the agent trainers' format
-(`dreamgym.trainers.common.write_checkpoint`) -- and how an old checkpoint's missing config fields are read.
+(`dreamgym.trainers.common.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get their
+old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused otherwise.
 Must not know: prompts, generation, retrieval, how training works.
 torch, transformers and peft are imported inside `load_checkpoint_model` only.
 """
@@ -12,9 +13,11 @@ torch, transformers and peft are imported inside `load_checkpoint_model` only.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dreamgym.config import ConfigError, from_dict, parse_overrides
 from dreamgym.experience.config import ExperienceModelConfig
 
 EM_CONFIG_FILE = "em_config.json"
@@ -23,6 +26,9 @@ MODEL_SUBDIR = "model"
 """Weights and tokenizer (`save_pretrained`): the whole model, or a LoRA adapter."""
 CHECKPOINT_SUBDIR = "checkpoint"
 """The training run's resumable state (weights, optimizer, RNG, step), in the agent trainers' checkpoint format."""
+OBSOLETE_MODEL_FIELDS: dict[str, Any] = {"history_state_chars": 0, "example_state_chars": 240,
+                                         "retrieve_real_only": True, "retry_temperature": 0.7}
+"""Fields earlier checkpoints saved under "model" that are no longer settings, each with the value now fixed."""
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -42,10 +48,20 @@ def is_trained(path: str | Path) -> bool:
         return False
 
 
-def checkpoint_model_config(meta: dict[str, Any]) -> ExperienceModelConfig:
-    """The `ExperienceModelConfig` a checkpoint was trained with (from `read_checkpoint_meta`)."""
+def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ()) -> ExperienceModelConfig:
+    """The `ExperienceModelConfig` a checkpoint was trained with (from `read_checkpoint_meta`), with `key=value`
+    `overrides` on top, validated. A checkpoint whose config this version cannot reproduce raises ConfigError."""
+    saved = meta.get("model")
+    if not isinstance(saved, dict):
+        raise ConfigError(EM_CONFIG_FILE, 'no "model" mapping (not an experience-model checkpoint)')
+    fields = dict(saved)
+    for key, fixed in OBSOLETE_MODEL_FIELDS.items():
+        if key in fields and (value := fields.pop(key)) != fixed:
+            raise ConfigError(f"model.{key}", f"the checkpoint was trained with {value!r}, which this version no "
+                              f"longer supports", repr(fixed))
     # Checkpoints from before `compact_states` were trained on whole states.
-    return ExperienceModelConfig(**{"compact_states": False, **meta["model"]})
+    fields = {"compact_states": False, **fields, **parse_overrides(list(overrides))}
+    return from_dict(ExperienceModelConfig, fields)
 
 
 def load_checkpoint_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:

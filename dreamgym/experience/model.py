@@ -10,19 +10,18 @@ torch and transformers are reached only by `ExperienceModel.load` (through `drea
 through another backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
 Malformed outputs: an output that does not parse, or whose next state the shortcuts reject as contradicting the
-action (`reject_contradictions`), is re-generated `retries` times (sampled at `retry_temperature`, one batched
+action (`reject_contradictions`), is re-generated `retries` times (sampled at `RETRY_TEMPERATURE`, one batched
 call per retry round); one still malformed after that becomes the failure state (`FAILURE_STATE`, reward 0.0,
 done True, `failed=True`) and increments `stats["failures"]`. Nothing here raises on bad output.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dreamgym.experience.checkpoint import checkpoint_model_config, load_checkpoint_model, read_checkpoint_meta
 from dreamgym.experience.config import ExperienceModelConfig
@@ -36,6 +35,9 @@ if TYPE_CHECKING:
     from dreamgym.buffer import ReplayBuffer
 
 log = logging.getLogger(__name__)
+
+RETRY_TEMPERATURE = 0.7
+"""Retries sample: greedy decoding would repeat the same malformed text."""
 
 
 class ExperienceModel:
@@ -71,8 +73,9 @@ class ExperienceModel:
             return [[] for _ in queries]
         try:
             # Twins from other episodes stay: a synthetic query carries no answer, so training and fidelity
-            # queries (which do) must retrieve exactly what a synthetic step would.
-            return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=cfg.retrieve_real_only,
+            # queries (which do) must retrieve exactly what a synthetic step would. Real transitions only: a model
+            # that copies retrieved steps copies its own mistakes too (docs/decisions.md).
+            return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=True,
                                         mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True,
                                         exclude_twins=False)
         except Exception as e:  # noqa: BLE001 - retrieval helps; losing it for one batch must not end a rollout
@@ -167,7 +170,7 @@ class ExperienceModel:
                 attempts[i] += 1
             shift = 1000 * (attempt + 1)
             texts = self._generate([reqs[i] for i in pending],
-                                   self._params(self.config.retry_temperature, base + shift),
+                                   self._params(RETRY_TEMPERATURE, base + shift),
                                    None if seeds is None else [seeds[i] + shift for i in pending])
         else:  # pragma: no cover - the loop always breaks
             pending_texts = {}
@@ -188,13 +191,15 @@ class ExperienceModel:
 
     @classmethod
     def load(cls, path: str | Path, buffer: ReplayBuffer | None = None, *, device: str | None = None,
-             batch_size: int = 32, config_overrides: dict[str, Any] | None = None) -> ExperienceModel:
-        """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `buffer` is used for retrieval as
-        is; `dreamgym.experience.data.checkpoint_buffer` builds the one the checkpoint was trained against."""
+             batch_size: int = 32, config_overrides: Sequence[str] = ()) -> ExperienceModel:
+        """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `config_overrides` are `key=value`
+        settings of its `ExperienceModelConfig` (e.g. `["temperature=1.0"]`), validated before the model loads.
+        `buffer` is used for retrieval as is; `dreamgym.experience.data.checkpoint_buffer` builds the one the
+        checkpoint was trained against."""
         from dreamgym.llm.hf import HFBackend
 
         meta = read_checkpoint_meta(path)
-        cfg = dataclasses.replace(checkpoint_model_config(meta), **(config_overrides or {}))
+        cfg = checkpoint_model_config(meta, list(config_overrides))
         model, tokenizer = load_checkpoint_model(path, device=device)
         return cls(HFBackend(model, tokenizer, batch_size=batch_size), buffer=buffer, config=cfg,
                    env=meta.get("env"))

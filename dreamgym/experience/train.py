@@ -19,15 +19,15 @@ import json
 import logging
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from dreamgym.config import ConfigError, describe, load_config, to_dict
+from dreamgym.checks import env_family, family_choices, model_source, trajectory_file
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
 from dreamgym.experience.checkpoint import CHECKPOINT_SUBDIR, EM_CONFIG_FILE, MODEL_SUBDIR
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import balance_outcomes, buffer_for, em_transitions, encode_chat_examples, encode_examples
@@ -42,67 +42,62 @@ log = logging.getLogger(__name__)
 class TrainEMConfig:
     """`dreamgym train-em`: SFT of the experience model on annotated real transitions."""
 
-    env: str = "dial"
+    env: str = checked("dial", env_family, family_choices)
     """Environment family of the data (dial, webshop, alfworld, ...)."""
-    data: str = ""
-    """Offline real trajectories (JSONL)."""
-    preset: str = "tiny"
+    data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
+    """Offline real trajectories (JSONL or Parquet); required to train."""
+    preset: str = checked("tiny", model_source, "a preset, a model folder or a Hugging Face id")
     """Model preset, local path or Hugging Face id to start from."""
     out: str = ""
     """Run directory for the checkpoint (default runs/em-<env>-<preset>)."""
     model: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
     """Prompt/output settings (saved with the checkpoint)."""
-    teacher: str = "env"
+    teacher: Literal["env", "keep"] = "env"
     """Reasoning traces: 'env' (family explain, fills only missing traces) or 'keep' (use stored traces)."""
     lora: bool | None = None
     """LoRA via PEFT; None: full fine-tuning below `presets.FULL_FT_MAX_PARAMS` parameters (tiny), LoRA above."""
-    lora_r: int = 16
+    lora_r: int = ranged(16, ge=1)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = ranged(32, ge=1)
     """LoRA scaling numerator."""
-    lr: float | None = None
+    lr: float | None = ranged(None, gt=0)
     """Peak learning rate; None: 1e-3 for full fine-tuning, 2e-4 for LoRA."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, ge=0)
     """AdamW weight decay."""
-    batch_size: int = 16
+    batch_size: int = ranged(16, ge=1)
     """Sequences per optimizer step."""
-    epochs: float = 2.0
+    epochs: float = ranged(2.0, gt=0)
     """Passes over the data (ignored when max_steps > 0)."""
-    max_steps: int = 0
+    max_steps: int = ranged(0, ge=0)
     """Optimizer steps; 0: derived from epochs."""
-    warmup_steps: int = 30
+    warmup_steps: int = ranged(30, ge=0)
     """Linear warm-up before the cosine decay (to 10% of the peak at the last step)."""
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = ranged(8192, ge=1)
     """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimizer step."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, slower)."""
-    max_transitions: int = 0
+    max_transitions: int = ranged(0, ge=0)
     """Use at most this many transitions (0: all), sampled with the seed."""
-    balance_outcomes: int = 4
+    balance_outcomes: int = ranged(4, ge=1)
     """Repeat the final transitions of the rarer outcome (won vs not won) up to this many times so both outcomes
-    weigh alike (1: off). Offline data from good policies ends mostly in success; a small model trained on it
-    learns to always predict success, which is exactly the false-success error that breaks RL in the dream."""
-    context_dropout: float = 0.1
-    """Share of training prompts without their retrieved examples (and, independently, without history), so
-    the model also answers when the buffer has nothing relevant (a fresh buffer, a new task)."""
-    seed: int = 0
+    weigh alike (1: off)."""
+    context_dropout: float = ranged(0.1, ge=0, le=1)
+    """Share of training prompts without their retrieved examples (and, independently, without history)."""
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seed for data order and dropout."""
-    threads: int = 2
-    """CPU threads of torch and of numpy's BLAS (retrieval scores); both change the trained weights, not only the
-    speed (README section 1)."""
+    threads: int = ranged(2, ge=1)
+    """CPU threads of torch and of numpy's BLAS (retrieval scores); both change the trained weights."""
     device: str | None = None
     """'cpu', 'cuda' or None (pick automatically)."""
-    log_every: int = 20
+    log_every: int = ranged(20, ge=1)
     """Log the loss every N steps."""
-    save_every: int = 500
-    """Write the resumable checkpoint (`out`/checkpoint: weights, optimizer, RNG, step) every N steps."""
+    save_every: int = ranged(500, ge=0)
+    """Write the resumable checkpoint (`out`/checkpoint) every N steps; 0: only at the end."""
     resume: bool = True
     """Continue from `out`/checkpoint when one exists (false: train from the start, replacing it)."""
-    task_writing: int = 2000
-    """Also teach the curriculum's two prompts (write harder variants of a task; pick one): at most this many
-    variant examples, and as many selection examples, built from the tasks the data shows solved (harder = a
-    win took more steps; `curriculum.writing_examples`). 0: none -- a model trained from scratch on
-    transitions alone then writes no parseable task and the curriculum adds nothing."""
+    task_writing: int = ranged(2000, ge=0)
+    """Also teach the curriculum's two prompts (write harder variants of a task; pick one) with at most this many
+    examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -297,9 +292,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """`dreamgym train-em --env dial --data traj.jsonl [--preset tiny] [--out dir] [--config y.yaml] key=value…`"""
-    p = argparse.ArgumentParser(prog="dreamgym train-em", description=main.__doc__,
-                                epilog="config fields (key=value):\n" + describe(TrainEMConfig),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="dreamgym train-em", description=main.__doc__,
+                      epilog="config fields (key=value):\n" + describe(TrainEMConfig),
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", help="environment family")
     p.add_argument("--data", help="offline trajectories (JSONL)")
     p.add_argument("--preset", help="model preset, path or HF id (default tiny)")
@@ -310,15 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "preset", "out")
                                 if (v := getattr(a, k)) is not None]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from dreamgym.presets import PresetError
     from dreamgym.trainers.common import CheckpointError
 
     try:
         cfg = load_config(TrainEMConfig, a.config, over)
         if not cfg.data:
-            raise ConfigError("data: give the offline trajectories with --data")
+            raise ConfigError("data", "give the offline trajectories with --data or data=", "a trajectory file")
         summary = train(cfg, progress=print)
-    except (ConfigError, FileNotFoundError, ValueError, CheckpointError) as e:
-        print(f"dreamgym train-em: {e}", file=sys.stderr)
-        return 2
+    except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
+        return fail("train-em", e)
     print(json.dumps(summary, indent=1))
     return 0

@@ -37,6 +37,8 @@ import torch
 from torch import nn
 
 from dreamgym.agent import AgentConfig
+from dreamgym.checks import model_source
+from dreamgym.config import checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.rollout import RealStepBudget, RolloutConfig
@@ -47,22 +49,22 @@ DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 # ------------------------------------------------------------------------------------------------- configs
 @dataclass
 class ModelConfig:
-    preset: str = "tiny"
+    preset: str = checked("tiny", model_source, "a preset, a model folder or a Hugging Face id")
     """Policy model: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
     lora: bool | None = None
-    """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning for models under
-    `presets.FULL_FT_MAX_PARAMS` (tiny and checkpoints made from it), LoRA for larger ones."""
-    lora_r: int = 16
+    """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning below
+    `presets.FULL_FT_MAX_PARAMS` parameters, LoRA above."""
+    lora_r: int = ranged(16, ge=1)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = ranged(32, ge=1)
     """LoRA scaling numerator (scale = alpha / r)."""
-    lora_dropout: float = 0.0
+    lora_dropout: float = ranged(0.0, ge=0, lt=1)
     """Dropout on the LoRA path (0 keeps runs deterministic and ratios exact)."""
     lora_targets: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% slower)."""
-    generation_batch_size: int = 64
+    generation_batch_size: int = ranged(64, ge=1)
     """Rows the policy backend decodes together."""
 
     def use_lora(self, model: nn.Module) -> bool:
@@ -73,25 +75,25 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-5
+    lr: float = ranged(1e-5, gt=0)
     """AdamW learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, ge=0)
     """AdamW weight decay."""
-    beta1: float = 0.9
+    beta1: float = ranged(0.9, ge=0, lt=1)
     """AdamW beta1."""
-    beta2: float = 0.999
+    beta2: float = ranged(0.999, ge=0, lt=1)
     """AdamW beta2."""
-    eps: float = 1e-8
+    eps: float = ranged(1e-8, gt=0)
     """AdamW epsilon."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged(1.0)
     """Gradient norm clip (<= 0 disables)."""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = ranged(4096, ge=1)
     """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimiser step."""
-    warmup_steps: int = 0
+    warmup_steps: int = ranged(0, ge=0)
     """Linear learning-rate warm-up over this many optimiser steps."""
     schedule: Literal["constant", "cosine"] = "constant"
     """Learning rate after the warm-up: constant, or cosine decay to `min_lr_ratio` x lr at the run's last step."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = ranged(0.1, ge=0, le=1)
     """Where the cosine schedule ends, as a fraction of the peak learning rate."""
 
 
@@ -99,7 +101,7 @@ class OptimConfig:
 class TrainerConfig:
     """What every trainer reads; `dreamgym.train.TrainConfig` extends it with the run-level fields."""
 
-    seed: int = 0
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seeds model initialisation order, rollouts, sampling and data order: same seed, same metrics."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model and how it is trained."""
@@ -109,7 +111,7 @@ class TrainerConfig:
     """The policy's prompt (history length, admissible actions)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout engine settings (online trainers)."""
-    real_step_budget: int | None = None
+    real_step_budget: int | None = ranged(None, ge=0)
     """Hard cap on real-environment steps over the whole run (None = unlimited)."""
 
 

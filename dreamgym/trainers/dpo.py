@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from dreamgym import algos
+from dreamgym.config import ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward, set_lr
 from dreamgym.trainers.sft import AdmissibleFn, Example, _progress, turn_examples
@@ -31,22 +32,18 @@ from dreamgym.types import Trajectory
 
 @dataclass
 class DPOConfig:
-    beta: float = 0.1
+    beta: float = ranged(0.1, gt=0)
     """Strength of the implicit KL regulariser."""
-    label_smoothing: float = 0.0
+    label_smoothing: float = ranged(0.0, ge=0, lt=0.5)
     """Conservative DPO: assumed probability that a preference label is flipped."""
-    epochs: int = 2
+    epochs: int = ranged(2, ge=1)
     """Passes over the pairs."""
-    pairs_per_step: int = 8
+    pairs_per_step: int = ranged(8, ge=1)
     """Pairs per optimiser step."""
-    max_pairs_per_task: int = 4
+    max_pairs_per_task: int = ranged(4, ge=1)
     """At most this many (won, failed) pairs per task."""
-    log_every: int = 5
+    log_every: int = ranged(5, ge=1)
     """Log metrics every this many optimiser steps."""
-
-    def validate(self) -> None:
-        if self.beta <= 0 or self.pairs_per_step < 1 or self.max_pairs_per_task < 1:
-            raise ValueError("dpo.beta must be > 0, pairs_per_step and max_pairs_per_task >= 1")
 
 
 def build_pairs(trajectories: Sequence[Trajectory], max_pairs_per_task: int,

@@ -37,11 +37,12 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from dreamgym import algos
+from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
@@ -61,48 +62,33 @@ from dreamgym.types import Task
 
 @dataclass
 class GRPOConfig:
-    group_size: int = 8
+    group_size: int = ranged(8, ge=1)
     """G: rollouts per task, all from the same environment seed."""
-    tasks_per_iteration: int = 8
+    tasks_per_iteration: int = ranged(8, ge=1)
     """Tasks per rollout batch (the caller passes them to `train_iteration`); G x this episodes per iteration."""
     scale_rewards: bool = True
     """Divide by the group's reward std (False: advantage = r - mean, as in Dr. GRPO)."""
-    adv_eps: float = 1e-6
+    adv_eps: float = ranged(1e-6, gt=0)
     """Added to the group std."""
-    clip_eps: float = 0.2
+    clip_eps: float = ranged(0.2, gt=0)
     """PPO clip range of the importance ratio (lower side)."""
-    clip_eps_high: float | None = None
+    clip_eps_high: float | None = ranged(None, gt=0)
     """Upper clip range (None = clip_eps; DAPO uses 0.28)."""
-    kl_coef: float = 0.0
+    kl_coef: float = ranged(0.0, ge=0)
     """Weight of the k3 KL penalty to the frozen initial policy (0 disables it and skips the reference pass)."""
-    epochs: int = 1
+    epochs: int = ranged(1, ge=1)
     """Passes over each rollout batch."""
-    minibatches: int = 1
+    minibatches: int = ranged(1, ge=1)
     """Optimiser steps per pass (turn samples are shuffled and split evenly)."""
-    loss_agg: str = "token"
-    """How the per-token losses are averaged: "token" (every trained token of the batch weighs the same; long
-    episodes weigh more, as in DAPO) or "episode" (every episode weighs the same, whatever its length)."""
-    reward: str = "env"
-    """What an episode earned, for the group advantages: "env" (its total reward as the environment, real or
-    dream, paid it) or "success" (1.0 if it was won, else 0.0: the paper's outcome reward). Why: WebShop pays
-    partial credit for a near-miss purchase, and GRPO on it raised mean reward while success stayed put (README
-    section 21). The logged `mean_reward`, and the reward variance the curriculum and S2R's task pool read, stay
-    the environment's."""
-    min_groups: int = 0
-    """Update only once at least this many groups with unequal rewards were collected; until then an iteration's
-    samples are kept and its update is deferred (DAPO's dynamic sampling, spread over iterations: the policy does
-    not change in between, so the kept samples stay on-policy). 0: update every iteration. Why: with one or two
-    informative groups a full-size update overfits them (README section 6). Kept samples are not checkpointed."""
-
-    def validate(self) -> None:
-        if self.group_size < 1 or self.epochs < 1 or self.minibatches < 1:
-            raise ValueError("grpo.group_size, epochs and minibatches must be >= 1")
-        if self.loss_agg not in ("token", "episode"):
-            raise ValueError(f"grpo.loss_agg must be 'token' or 'episode', got {self.loss_agg!r}")
-        if self.reward not in ("env", "success"):
-            raise ValueError(f"grpo.reward must be 'env' or 'success', got {self.reward!r}")
-        if self.min_groups < 0:
-            raise ValueError(f"grpo.min_groups must be >= 0, got {self.min_groups}")
+    loss_agg: Literal["token", "episode"] = "token"
+    """How per-token losses are averaged: "token" (every trained token weighs the same, as in DAPO) or "episode"
+    (every episode weighs the same, whatever its length)."""
+    reward: Literal["env", "success"] = "env"
+    """What an episode earned, for the group advantages: "env" (its total reward) or "success" (1.0 if won, else
+    0.0: the paper's outcome reward). Logged rewards stay the environment's."""
+    min_groups: int = ranged(0, ge=0)
+    """Update only once this many groups with unequal rewards were collected, keeping the samples until then
+    (DAPO's dynamic sampling over iterations; kept samples are not checkpointed). 0: update every iteration."""
 
 
 @dataclass

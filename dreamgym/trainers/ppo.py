@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from dreamgym import algos
+from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
@@ -48,38 +49,34 @@ from dreamgym.types import Task
 
 @dataclass
 class PPOConfig:
-    tasks_per_iteration: int = 16
+    tasks_per_iteration: int = ranged(16, ge=1)
     """Tasks per rollout batch (the caller passes them to `train_iteration`)."""
-    episodes_per_task: int = 4
+    episodes_per_task: int = ranged(4, ge=1)
     """Rollouts per task in each batch."""
-    gamma: float = 1.0
+    gamma: float = ranged(1.0, ge=0, le=1)
     """Discount over turns."""
-    lam: float = 0.95
+    lam: float = ranged(0.95, ge=0, le=1)
     """GAE λ."""
-    clip_eps: float = 0.2
+    clip_eps: float = ranged(0.2, gt=0)
     """Clip range of the policy ratio."""
-    value_clip_eps: float | None = 0.2
+    value_clip_eps: float | None = ranged(0.2, gt=0)
     """Clip range of the value update around the rollout-time value (None = unclipped)."""
-    vf_coef: float = 0.5
+    vf_coef: float = ranged(0.5, ge=0)
     """Weight of the value loss."""
-    ent_coef: float = 0.0
+    ent_coef: float = ranged(0.0, ge=0)
     """Weight of the entropy bonus."""
-    kl_coef: float = 0.0
+    kl_coef: float = ranged(0.0, ge=0)
     """Weight of the k3 KL penalty to the frozen initial policy."""
-    epochs: int = 4
+    epochs: int = ranged(4, ge=1)
     """Passes over each rollout batch."""
-    minibatches: int = 4
+    minibatches: int = ranged(4, ge=1)
     """Optimiser steps per pass."""
     normalize_advantages: bool = True
     """Normalise turn advantages to zero mean, unit std over the batch."""
     critic: Literal["shared", "separate"] = "shared"
     """Value head on the policy's trunk, or on a separate copy of the initial model."""
-    value_lr: float = 1e-3
+    value_lr: float = ranged(1e-3, gt=0)
     """Learning rate of the value head (and of the separate critic)."""
-
-    def validate(self) -> None:
-        if self.epochs < 1 or self.minibatches < 1 or self.episodes_per_task < 1:
-            raise ValueError("ppo.epochs, minibatches and episodes_per_task must be >= 1")
 
 
 @dataclass

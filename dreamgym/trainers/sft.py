@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from dreamgym.config import ranged
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, mix_seed, set_lr, supervised_step
@@ -33,23 +34,18 @@ AdmissibleFn = Callable[[str], list[str]]
 
 @dataclass
 class SFTConfig:
-    epochs: int = 3
+    epochs: int = ranged(3, ge=1)
     """Passes over the examples."""
-    batch_size: int = 32
+    batch_size: int = ranged(32, ge=1)
     """Examples (turns) per optimiser step."""
     only_won: bool = True
     """Use only successful trajectories."""
-    max_seq_tokens: int = 2048
+    max_seq_tokens: int = ranged(2048, ge=1)
     """Examples longer than this (prompt + target) are skipped and counted."""
-    log_every: int = 10
+    log_every: int = ranged(10, ge=1)
     """Log metrics every this many optimiser steps."""
-    max_steps: int = 0
-    """Stop after this many optimiser steps in all, mid-epoch if need be (0: run every epoch). The schedule
-    does not depend on the planned length, so a run stopped here equals the first steps of a longer one."""
-
-    def validate(self) -> None:
-        if self.epochs < 0 or self.batch_size < 1 or self.max_steps < 0:
-            raise ValueError("sft.epochs and sft.max_steps must be >= 0 and sft.batch_size >= 1")
+    max_steps: int = ranged(0, ge=0)
+    """Stop after this many optimiser steps in all, mid-epoch if need be (0: run every epoch)."""
 
 
 @dataclass

@@ -40,7 +40,7 @@ def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
     summary = train(cfg, trajectories=dial_trajectories(6))
     assert summary["lora"] and summary["steps"] == 2
     assert (out / "model" / "adapter_config.json").is_file() and not (out / "model" / "config.json").exists()
-    m = ExperienceModel.load(out, device="cpu", config_overrides={"max_new_tokens": 24, "retries": 0})
+    m = ExperienceModel.load(out, device="cpu", config_overrides=["max_new_tokens=24", "retries=0"])
     (p,) = m.predict([dial_query(3, "turn up")])
     assert isinstance(p.failed, bool) and m.stats["predictions"] == 1  # 2 steps teach nothing; it must run
 

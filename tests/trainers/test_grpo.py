@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+from dreamgym.config import ConfigError, validate_config
 from dreamgym.envs import dial
 from dreamgym.evaluate import two_proportion_z_test
 from dreamgym.loops import iteration_tasks
@@ -165,8 +166,8 @@ def test_loss_aggregation_weights_match_the_formula(tiny_backend, dial_common, l
 
 
 def test_loss_agg_is_validated():
-    with pytest.raises(ValueError, match="grpo.loss_agg"):
-        GRPOConfig(loss_agg="sequence").validate()
+    with pytest.raises(ConfigError, match="loss_agg"):
+        validate_config(GRPOConfig(loss_agg="sequence"))  # type: ignore[arg-type]
 
 
 def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_backend, dial_common):
@@ -188,8 +189,8 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     assert m2["update_deferred"] == 0 and m2["optimizer_steps"] == 1 and m2["samples"] >= kept > 0
     assert tr._kept == [] and tr._kept_groups == 0
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
-    with pytest.raises(ValueError, match="min_groups"):
-        GRPOConfig(min_groups=-1).validate()
+    with pytest.raises(ConfigError, match="min_groups"):
+        validate_config(GRPOConfig(min_groups=-1))
 
 
 class PartialCreditDial(dial.DialEnv):
@@ -233,8 +234,8 @@ def test_success_reward_trains_on_wins_not_partial_credit(tiny_preset, warm_stat
 
 
 def test_grpo_reward_is_validated():
-    with pytest.raises(ValueError, match="grpo.reward must be 'env' or 'success'"):
-        GRPOConfig(reward="won").validate()
+    with pytest.raises(ConfigError, match=r"reward: 'won' is not a valid choice \(allowed: one of env, success\)"):
+        validate_config(GRPOConfig(reward="won"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("recompute", [True, False])

@@ -33,7 +33,6 @@ object positions are synthesised near their receptacle (the names the agent sees
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -695,15 +694,17 @@ def _instruction_from_grammar(grammar: str) -> str:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="dreamgym alfworld", description="ALFWorld tools")
+    from dreamgym.config import CommandParser, at_least
+
+    p = CommandParser(prog="dreamgym alfworld", description="ALFWorld tools")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate (or reuse) solvable games for the ALFWorld splits")
     g.add_argument("--split", action="append", choices=SPLITS,
                    help="split to generate (repeatable; default: valid_seen and valid_unseen, plus train with --train)")
     g.add_argument("--train", action="store_true", help="also generate the whole train split eagerly")
-    g.add_argument("--n", type=int, default=None, help="games per split (default: the split's size)")
+    g.add_argument("--n", type=at_least(1), default=None, help="games per split (default: the split's size)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    g.add_argument("--workers", type=at_least(1), default=DEFAULT_WORKERS)
     g.add_argument("--force", action="store_true", help="ignore the cached manifest and check every game again")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

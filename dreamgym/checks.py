@@ -1,0 +1,109 @@
+"""Start-up checks of what a config names, for `dreamgym.config.checked` fields: each takes the field's value and
+raises ValueError (or OSError) saying what is wrong, cheaply and before any model or data loads.
+
+Owns: what "usable" means at start-up for an environment family name (registered), a trajectory file (it exists,
+has a known suffix and its first record reads as a trajectory), an experience-model checkpoint (its em_config.json
+reads and holds a model config this version runs) and a policy model source (a preset, an existing folder or a
+Hugging Face id).
+Must not know: which configs use them; models, torch (nothing is loaded); training.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+POLICY_MIX = "a policy mix such as oracle:0.5,random:0.5"
+"""What a policy-mix field accepts, in words."""
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def env_family(name: str) -> None:
+    """A registered environment family (`dreamgym.envs.family_names()`)."""
+    from dreamgym.envs import family_names
+
+    if name not in family_names():
+        raise ValueError(f"unknown environment family {name!r}")
+
+
+def family_choices() -> str:
+    """The registered families, for a field's `allowed` text."""
+    from dreamgym.envs import family_names
+
+    return ", ".join(family_names())
+
+
+def trajectory_file(path: str) -> None:
+    """A trajectory file the package's readers accept: it exists, is .jsonl/.json or .parquet, and its first
+    record reads as a trajectory (the rest is read when the run needs it)."""
+    from dreamgym.data import read_jsonl, read_parquet
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: {'not a file' if p.exists() else 'no such file'}")
+    if p.suffix not in (".jsonl", ".json", ".parquet"):
+        raise ValueError(f"{path}: unknown trajectory file type {p.suffix!r} (expected .jsonl or .parquet)")
+    records = read_parquet(p) if p.suffix == ".parquet" else read_jsonl(p)
+    try:
+        first = next(records, None)  # the reader is a generator: closing it closes the file
+    except Exception as e:  # noqa: BLE001 - a columnar reader raises several types for a damaged file
+        if isinstance(e, (ValueError, OSError)):
+            raise
+        raise ValueError(f"{path}: not readable ({type(e).__name__}: {e})") from e
+    finally:
+        records.close()  # type: ignore[attr-defined]
+    if first is None:
+        raise ValueError(f"{path} holds no trajectories")
+
+
+def em_checkpoint(path: str) -> None:
+    """An experience-model checkpoint folder (`dreamgym train-em`) whose em_config.json this version can run."""
+    from dreamgym.experience.checkpoint import MODEL_SUBDIR, checkpoint_model_config, read_checkpoint_meta
+
+    meta: Any = read_checkpoint_meta(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: em_config.json does not hold a mapping")
+    checkpoint_model_config(meta)
+    if not (Path(path) / MODEL_SUBDIR).is_dir():
+        raise ValueError(f"{path}: the checkpoint has no {MODEL_SUBDIR}/ folder")
+
+
+def model_source(name: str) -> None:
+    """A policy or base model: a preset name, an existing folder (a model or a trainer checkpoint) or a Hugging Face
+    id (`org/name`; whether it can be fetched is known only when it loads)."""
+    from dreamgym.presets import PRESETS
+
+    if name in PRESETS or Path(name).exists() or (_HF_ID.match(name) and not name.startswith((".", "~"))):
+        return
+    raise ValueError(f"{name!r} is neither a preset, an existing folder nor a Hugging Face id")
+
+
+def task_source(value: str) -> None:
+    """A dream's base tasks (`dream.task_pool`): 'all', 'data' or a trajectory file."""
+    if value not in ("all", "data"):
+        trajectory_file(value)
+
+
+def real_task_file(path: str) -> None:
+    """Real RL's task pool (`real_task_pool`): a trajectory file. A dream run's folder is refused: S2R from a dream
+    has one route, `dreamgym train mode=s2r`."""
+    if Path(path).is_dir():
+        raise ValueError(f"{path} is a folder, not a trajectory file; to continue a dream run in the real "
+                         f"environment (S2R) use `dreamgym train mode=s2r dream.em=...`")
+    trajectory_file(path)
+
+
+def em_config_overrides(overrides: list[str]) -> None:
+    """`key=value` settings of an `ExperienceModelConfig` (known fields, right types and ranges)."""
+    from dreamgym.config import from_dict, parse_overrides
+    from dreamgym.experience.config import ExperienceModelConfig
+
+    from_dict(ExperienceModelConfig, parse_overrides(overrides))
+
+
+def policy_mix(spec: str) -> None:
+    """A scripted-policy mix such as `oracle:0.5,random:0.5` (`dreamgym.collect.parse_mix`)."""
+    from dreamgym.collect import parse_mix
+
+    parse_mix(spec)
