@@ -15,7 +15,6 @@ candidate and is counted), λ applied when sampling a batch.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dreamgym.config import ranged
-from dreamgym.data import DataError, iter_jsonl_records
+from dreamgym.data import DataError, JsonlWriter, iter_jsonl_records
 from dreamgym.llm.base import LLM, SamplingParams
 from dreamgym.types import Task, Trajectory
 
@@ -59,7 +58,8 @@ def informative_task_ids(log_path: str | Path) -> list[str]:
     played, so a task it has since learned (or given up on) drops out. Used to point a small real budget (S2R) at
     the tasks GRPO can learn from: a group whose rewards are all equal has zero advantage and trains nothing."""
     latest: dict[str, float] = {}
-    for lineno, rec in iter_jsonl_records(log_path):
+    # A torn last line is a write a kill interrupted (the writer cuts it off when the run resumes).
+    for lineno, rec in iter_jsonl_records(log_path, skip_torn_tail=True):
         try:
             for row in rec.get("variance", []):
                 latest[str(row["task_id"])] = float(row["variance"])
@@ -359,11 +359,11 @@ class Curriculum:
     def _write_log(self, iteration: int) -> None:
         if self.log_path is None:
             return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"iteration": iteration,
-                                 "stats": vars(self.stats) | {"valid_share": self.stats.valid_share},
-                                 "lineage": [{"id": t.id, "parent": t.parent_id, "iteration": t.iteration,
-                                              "instruction": t.instruction} for t in self.generated
-                                             if t.iteration == iteration],
-                                 "variance": [r for r in self.variance_log if r["iteration"] == iteration]}) + "\n")
+        # One fsynced O_APPEND write per row, after cutting off a row a kill left torn: never garbage mid-file.
+        with JsonlWriter(self.log_path) as fh:
+            fh.write_record({"iteration": iteration,
+                             "stats": vars(self.stats) | {"valid_share": self.stats.valid_share},
+                             "lineage": [{"id": t.id, "parent": t.parent_id, "iteration": t.iteration,
+                                          "instruction": t.instruction} for t in self.generated
+                                         if t.iteration == iteration],
+                             "variance": [r for r in self.variance_log if r["iteration"] == iteration]})

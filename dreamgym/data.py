@@ -227,9 +227,13 @@ class JsonlWriter:
         os.fsync(fd)
 
     def write(self, traj: Trajectory) -> None:
+        self.write_record(trajectory_to_record(traj, self.messages))
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        """Append one JSON object as a line (what `write` does for a trajectory's record; other logs use it too)."""
         if self._fd is None:
             raise ValueError(f"JsonlWriter for {self.path} is closed")
-        line = json.dumps(trajectory_to_record(traj, self.messages), ensure_ascii=False).encode("utf-8") + b"\n"
+        line = json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
         crash_point("jsonl.write", self._fd, line)
         _write_all(self._fd, line)
         os.fsync(self._fd)

@@ -380,8 +380,11 @@ def main(argv: list[str] | None = None) -> int:
             if not src or not Path(src).exists():
                 return fail("eval-em", f"{path} needs retrieval data; pass --train-data")
             key = buffer_spec(meta, src)  # models whose seed buffers would be identical share one
-            if key not in buffers:
-                buffers[key] = checkpoint_buffer(path, src)
+            try:
+                if key not in buffers:
+                    buffers[key] = checkpoint_buffer(path, src)
+            except (OSError, ValueError) as e:  # DataError names the file and line of unreadable retrieval data
+                return fail("eval-em", e)
             buf = buffers[key]
         model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size)
         variants = [(_label(meta, path), model.config)]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym.config import ConfigError
 from dreamgym.curriculum import draw_tasks, informative_task_ids
+from dreamgym.data import iter_jsonl_records
 from dreamgym.env import TextEnv
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
@@ -186,7 +187,7 @@ class Evaluation:
         tasks."""
         if self.log is None or not self.log.is_file():
             return None
-        rows = [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [rec for _, rec in iter_jsonl_records(self.log, skip_torn_tail=True)]
         if not rows or rows[-1].get("step") != step or rows[-1].get("tag") == "start" or \
                 rows[-1].get("n", 0) + rows[-1].get("n_failed", 0) != len(self.tasks) * len(self.seeds):
             return None

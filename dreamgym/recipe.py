@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from dreamgym.checks import POLICY_MIX, env_family, family_choices
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
+from dreamgym.data import DataError
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
 from dreamgym.evaluate import EvalConfig, EvalResult
 from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
@@ -378,9 +379,9 @@ def render_table(results: dict[str, dict[str, Any]], title: str) -> str:
 
 def quickstart_main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="dreamgym quickstart",
-                                     description="The full DreamGym recipe on one environment (tiny preset).",
-                                     epilog="Config fields (key=value):\n" + describe(QuickstartConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           description="The full DreamGym recipe on one environment (tiny preset).",
+                           epilog="Config fields (key=value):\n" + describe(QuickstartConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file with QuickstartConfig fields")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", help="e.g. env=dial dream_iterations=10")
@@ -389,5 +390,8 @@ def quickstart_main(argv: list[str] | None = None) -> int:
         q = load_config(QuickstartConfig, args.config, args.overrides)
     except ConfigError as e:
         return fail("quickstart", e)
-    quickstart(q, progress=not args.no_progress)
+    try:
+        quickstart(q, progress=not args.no_progress)
+    except DataError as e:  # a damaged file in the run folder (offline data, a log), named with its line
+        return fail("quickstart", e)
     return 0

@@ -163,8 +163,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="dreamgym table", description=__doc__.split("\n\n")[0],
-                                     epilog="Config fields (key=value):\n" + describe(TableConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog="Config fields (key=value):\n" + describe(TableConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default=None, help="environment family")
     parser.add_argument("--config", default=None, help="YAML file with TableConfig fields")
     parser.add_argument("--no-progress", action="store_true")

@@ -177,8 +177,8 @@ def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg:
 
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="dreamgym train", description="Train an agent in a real environment.",
-                                     epilog="Config fields (key=value):\n" + describe(TrainConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog="Config fields (key=value):\n" + describe(TrainConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=ONLINE_ALGOS + OFFLINE_ALGOS, default=None, help="training algorithm")
     parser.add_argument("--env", default=None, help="environment family")
     parser.add_argument("--config", default=None, help="YAML file with TrainConfig fields")

@@ -25,8 +25,10 @@ BAD_INPUT: dict[str, list[str]] = {
     "table": ["--env", "dial", "rows=[Nope]"],
     "alfworld": ["generate", "--n", "0"],
     "presets": ["info", "no/such/model/folder"],
+    "serve-model": ["--preset", "no/such/model/folder"],
+    "webshop": ["serve", "--max-steps", "0"],
 }
-"""One bad input per subcommand this layer owns (serve-model and webshop parse their own servers' options)."""
+"""One bad input per subcommand."""
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def inputs(tmp_path_factory):
 
 @pytest.mark.parametrize("command", sorted(BAD_INPUT))
 def test_bad_input_is_one_line_and_exit_code_2(command, tmp_path, inputs):
-    assert set(BAD_INPUT) == set(COMMANDS) - {"serve-model", "webshop"}  # a new subcommand gets a case here
+    assert set(BAD_INPUT) == set(COMMANDS)  # a new subcommand gets a case here
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     args = [a.format(**inputs) for a in BAD_INPUT[command]]
     proc = subprocess.run([sys.executable, "-m", "dreamgym.cli", command, *args], cwd=tmp_path,

@@ -76,6 +76,22 @@ def test_informative_task_ids_are_the_tasks_whose_latest_group_had_mixed_outcome
     assert informative_task_ids(log) == [b, c]
 
 
+def test_a_log_row_torn_by_a_kill_is_skipped_by_the_reader_and_cut_off_by_the_next_write(tmp_path):
+    from dreamgym.data import iter_jsonl_records
+
+    base = make_tasks("train")[:2]
+    log = tmp_path / "curriculum.jsonl"
+    cur = Curriculum(base, parse_goal, None, CurriculumConfig(enabled=False), log_path=log)
+    a, b = (t.id for t in base)
+    cur.update(0, {a: [1, 0], b: [0, 0]}, {t.id: t for t in base})
+    with open(log, "ab") as fh:
+        fh.write(b'{"iteration": 1, "variance": [{"task_id"')  # what a kill mid-write leaves
+    assert informative_task_ids(log) == [a]
+    cur.update(1, {a: [1, 1], b: [1, 0]}, {t.id: t for t in base})
+    assert [rec["iteration"] for _, rec in iter_jsonl_records(log)] == [0, 1]  # strict read: no garbage mid-file
+    assert informative_task_ids(log) == [b] and (tmp_path / "curriculum.jsonl.torn").is_file()
+
+
 def test_cluster_groups_pools_rewards_of_similar_tasks():
     emb = np.array([[1, 0], [0.99, 0.01], [0, 1], [0.01, 0.99]])
     groups = cluster_groups(["a", "b", "c", "d"], [1, 0, 1, 1], emb, n_clusters=2)

@@ -7,6 +7,7 @@ without importing anything).
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,17 @@ def test_the_import_reader_sees_lazy_and_type_checking_imports_and_finds_a_cycle
     assert "dreamgym.envs.webshop.product" in graph["dreamgym.envs.webshop.reward"]
     assert "dreamgym.envs.alfworld.env" in graph["dreamgym.envs.alfworld"]  # inside make_env
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_readme_layout_names_every_module_and_package():
+    """The README's annotated tree is how a newcomer finds where a change goes: every top-level module and
+    sub-package of `dreamgym/` (and of `dreamgym/envs/`) is on it."""
+    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    tree = readme[readme.index("## Layout"):readme.index("## Results")]
+    names = re.findall(r"^\s+([\w/.]+)", tree, flags=re.M)
+    listed = {n.rstrip("/") for n in names}
+    for pkg in (ROOT, ROOT / "envs"):
+        for p in sorted(pkg.iterdir()):
+            if p.name.startswith("_") or p.name == "templates" or not (p.suffix == ".py" or p.is_dir()):
+                continue
+            assert p.stem in listed or p.name in listed, f"README layout does not name {p.relative_to(ROOT.parent)}"

@@ -18,7 +18,6 @@ and `stop_reason` (the stop string that ended it, null on eos/length), the respo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import logging
@@ -248,15 +247,18 @@ def start_server(backend: Any, host: str = "127.0.0.1", port: int = 0, *, model_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym serve-model",
-                                     description="Serve a local model as an OpenAI-compatible endpoint.")
+    from dreamgym.config import CommandParser, at_least, fail
+
+    parser = CommandParser(prog="dreamgym serve-model",
+                           description="Serve a local model as an OpenAI-compatible endpoint.")
     parser.add_argument("--preset", default="tiny", help="preset name (tiny, smollm2-135m), local path or HF id")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=at_least(0), default=8000, help="port; 0 picks a free one (printed)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--batch-size", type=int, default=32, help="most rows decoded together")
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="most rows decoded together")
     parser.add_argument("--served-model-name", default=None, help="model id clients use (default: --preset)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=at_least(1), default=None,
+                        help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--max-body-mb", type=float, default=LIMITS.max_body_bytes / 2**20,
                         help="largest request body accepted, in MiB (larger ones get 413 before being read)")
     args = parser.parse_args(argv)
@@ -274,16 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend = HFBackend.from_preset(args.preset, device=args.device, batch_size=args.batch_size)
     except PresetError as e:
-        print(f"dreamgym serve-model: {e}")
-        return 1
+        return fail("serve-model", e)
     name = args.served_model_name or args.preset
     app = create_app(backend, name, limits=limits)
     try:
         sock = serving.bind(args.host, args.port, limits.backlog)
     except OSError as e:
         app.state.batcher.stop()
-        print(f"dreamgym serve-model: cannot listen on {args.host}:{args.port}: {e}")
-        return 1
+        return fail("serve-model", f"cannot listen on {args.host}:{args.port}: {e}")
     host, port = sock.getsockname()[:2]
     print(f"serving {name!r} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
     try:

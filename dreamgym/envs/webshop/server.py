@@ -26,10 +26,8 @@ the listen backlog queues 1024 connections not yet accepted.
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
-import sys
 import threading
 from collections import OrderedDict
 from typing import Annotated, Any, Literal, TypeVar
@@ -218,16 +216,18 @@ def create_app(limits: serving.Limits = LIMITS, **env_kwargs: Any) -> FastAPI:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dreamgym webshop", description="WebShop tools")
+    from dreamgym.config import CommandParser, at_least, fail
+
+    parser = CommandParser(prog="dreamgym webshop", description="WebShop tools")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve the shop on loopback for a browser or an HTTP agent")
     s.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    s.add_argument("--port", type=int, default=3000, help="port; 0 picks a free one (printed)")
+    s.add_argument("--port", type=at_least(0), default=3000, help="port; 0 picks a free one (printed)")
     s.add_argument("--split", default="train", choices=("train", "test", "valid"))
-    s.add_argument("--n-products", type=int, default=2000)
-    s.add_argument("--seed", type=int, default=0, help="catalog seed")
+    s.add_argument("--n-products", type=at_least(1), default=2000)
+    s.add_argument("--seed", type=at_least(0), default=0, help="catalog seed")
     s.add_argument("--official-dir", default=None, help="directory with the official WebShop JSON files")
-    s.add_argument("--max-steps", type=int, default=15)
+    s.add_argument("--max-steps", type=at_least(1), default=15)
     args = parser.parse_args(argv)
     kwargs: dict[str, Any] = {"split": args.split, "max_steps": args.max_steps}
     if args.official_dir:
@@ -237,9 +237,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     try:
         app = create_app(**kwargs)
         sock = serving.bind(args.host, args.port, LIMITS.backlog)
-    except (OSError, ValueError, FileNotFoundError) as e:
-        print(f"dreamgym webshop serve: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as e:
+        return fail("webshop serve", e)
     host, port = sock.getsockname()[:2]
     print(f"WebShop serving on http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
     try:
