@@ -4,6 +4,11 @@ Prints generated tokens per second (wall clock) and the CPU seconds spent, for e
 to Hugging Face `model.generate` on the same prompts as a reference. Every row decodes exactly `--new-tokens` tokens (eos is ignored) so figures compare.
 
     python benchmarks/bench_generation.py [--presets tiny smollm2-135m] [--batch-sizes 1 16] [--new-tokens 64]
+        [--stop '</no-such-tag>'] [--no-reference]
+
+`--stop` gives every request a stop string (as rollouts do: the policy stops at `</action>`) that the random text
+never completes, so the figure includes the per-token stop-string check. To compare two versions of the backend
+side by side, run this file with PYTHONPATH pointing at each checkout in turn and compare the CPU seconds.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ def _timed(fn) -> tuple[float, float]:
     return time.perf_counter() - t, time.process_time() - c
 
 
-def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | None, repeats: int) -> None:
+def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | None, repeats: int,
+          stop: list[str], reference: bool) -> None:
     backend = HFBackend.from_preset(preset, device=device, batch_size=max(batch_sizes))
     backend.eos_ids = frozenset()  # fixed-length decoding: every row produces exactly new_tokens tokens
-    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0, stop=stop)
     tok, model = backend.tokenizer, backend.model
     print(f"\n{preset}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params on {backend.device}, "
           f"{model.dtype}, {new_tokens} new tokens per row, best of {repeats}")
@@ -50,6 +56,10 @@ def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | No
         ours = min(_timed(lambda: backend.generate(reqs, params)) for _ in range(repeats))
         outs = backend.generate(reqs, params)
         assert all(len(o.token_ids) == new_tokens for o in outs)
+        n = bs * new_tokens
+        if not reference:
+            print(f"  batch {bs:>3}: HFBackend {n / ours[0]:8.1f} tok/s ({ours[0]:6.2f}s wall, {ours[1]:6.2f}s CPU)")
+            continue
         # Reference: transformers' own generate on the same left-padded prompts.
         tok.padding_side = "left"
         texts = [tok.apply_chat_template(r, tokenize=False, add_generation_prompt=True) for r in reqs]
@@ -58,7 +68,6 @@ def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | No
             ref = min(_timed(lambda: model.generate(**enc, do_sample=True, max_new_tokens=new_tokens,
                                                     min_new_tokens=new_tokens, pad_token_id=backend.pad_id))
                       for _ in range(repeats))
-        n = bs * new_tokens
         print(f"  batch {bs:>3}: HFBackend {n / ours[0]:8.1f} tok/s ({ours[0]:6.2f}s wall, {ours[1]:6.2f}s CPU)   "
               f"HF generate {n / ref[0]:8.1f} tok/s ({ref[0]:6.2f}s wall, {ref[1]:6.2f}s CPU)")
 
@@ -72,11 +81,14 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (1: on a shared 2-core machine 2 threads decode 10x+ slower)")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--stop", action="append", default=[], help="a stop string every request carries (repeatable)")
+    p.add_argument("--no-reference", action="store_true", help="skip transformers' generate")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} CPU threads, cuda={torch.cuda.is_available()}")
     for preset in args.presets:
-        bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats)
+        bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats, args.stop,
+              not args.no_reference)
 
 
 if __name__ == "__main__":

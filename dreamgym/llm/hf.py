@@ -57,6 +57,7 @@ class HFBackend:
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self._lock = threading.Lock()  # one generation at a time: the model and its mode are shared state
+        self._trigger_cache: dict[frozenset[str], frozenset[int]] = {}
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None)
         eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
@@ -170,24 +171,32 @@ class HFBackend:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
         # All of a row's uniforms are drawn up front from its own generator: outputs depend only on its seed.
-        uniforms = torch.stack([torch.rand(max_new, generator=torch.Generator().manual_seed(r.seed),
-                                           dtype=torch.float64) for r in live]).to(dev)
+        uniforms = torch.stack([torch.rand(max_new, generator=torch.Generator().manual_seed(r.seed))
+                                for r in live]).to(dev)  # [B, max_new] float32
         temps = torch.tensor([r.params.temperature for r in live], dtype=torch.float32, device=dev)
-        top_ps = torch.tensor([r.params.top_p for r in live], dtype=torch.float64, device=dev)
-        slots = torch.arange(len(live), device=dev)  # which of `live` each batch row is
+        top_ps = torch.tensor([r.params.top_p for r in live], dtype=torch.float32, device=dev)
+        slots = list(range(len(live)))  # which of `live` each batch row is (host side: no sync to read it)
+        slots_dev = torch.arange(len(live), device=dev)
+        triggers = [self._stop_triggers(r.params.stop) for r in live]
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(ids, mask, pos, cache)
         next_pos = pos[:, -1] + 1
         for step in range(max_new):
-            logprobs = torch.log_softmax(logits, dim=-1)
-            tokens = _sample(logits, temps[slots], top_ps[slots], uniforms[slots, step])
-            token_lp = logprobs.gather(1, tokens[:, None])[:, 0]
+            rows_t = [live[s].params for s in slots]
+            sampled = [p.temperature > 0 for p in rows_t]
+            tokens = _sample(logits, temps[slots_dev], top_ps[slots_dev], uniforms[slots_dev, step],
+                             any_sampled=any(sampled), any_nucleus=any(sm and p.top_p < 1.0
+                                                                       for sm, p in zip(sampled, rows_t)))
+            token_lp = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+            # The step's one device-to-host copy: the new tokens and their log-probs together ([2, b] float64 holds
+            # every token id exactly).
+            host_tokens, host_lps = torch.stack([tokens.double(), token_lp.double()]).tolist()
             keep = []
-            for b, (slot, tok, lp) in enumerate(zip(slots.tolist(), tokens.tolist(), token_lp.tolist())):
+            for b, (slot, tok, lp) in enumerate(zip(slots, host_tokens, host_lps)):
                 r = live[slot]
-                r.tokens.append(tok)
+                r.tokens.append(int(tok))
                 r.logprobs.append(lp)
-                if self._finished(r):
+                if self._finished(r, triggers[slot]):
                     continue
                 keep.append(b)
             if not keep:
@@ -195,20 +204,36 @@ class HFBackend:
             if len(keep) < len(slots):  # drop finished rows so the rest decode at a smaller batch
                 sel = torch.tensor(keep, device=dev)
                 cache.batch_select_indices(sel)
-                slots, tokens, mask, next_pos = slots[sel], tokens[sel], mask[sel], next_pos[sel]
+                slots = [slots[b] for b in keep]
+                slots_dev, tokens, mask, next_pos = slots_dev[sel], tokens[sel], mask[sel], next_pos[sel]
             mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=1)
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
 
+    def _stop_triggers(self, stop: Sequence[str]) -> frozenset[int] | None:
+        """Token ids that can complete one of the `stop` strings: those whose text contains a stop string's last
+        character, or an incomplete UTF-8 sequence (shown as U+FFFD, which a later token may complete into that
+        character). The text of the row is decoded only after such a token. None without stop strings."""
+        if not stop or not any(stop):
+            return None
+        lasts = frozenset(s[-1] for s in stop if s)
+        if lasts not in self._trigger_cache:
+            vocab = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))],
+                                                skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            self._trigger_cache[lasts] = frozenset(i for i, t in enumerate(vocab)
+                                                   if "\ufffd" in t or any(c in t for c in lasts))
+        return self._trigger_cache[lasts]
+
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def _finished(self, r: _Row) -> bool:
-        """Check eos, stop strings and the token budget after a row's newest token; set text and finish."""
+    def _finished(self, r: _Row, triggers: frozenset[int] | None = None) -> bool:
+        """Check eos, stop strings and the token budget after a row's newest token; set text and finish. Stop
+        strings are looked for in the text only when the newest token is one of `triggers` (`_stop_triggers`)."""
         if r.tokens[-1] in self.eos_ids:
             r.text, r.finish = self._text(r.tokens[:-1]), "stop"
             return True
-        if r.params.stop:
+        if r.params.stop and (triggers is None or r.tokens[-1] in triggers):
             # A stop string completed by the newest token lies within its last 4 bytes/char * len tokens (each
             # token is at least one byte); decoding only that tail keeps the per-step check O(1), the full
             # decode happens once, on a hit.
@@ -226,31 +251,33 @@ class HFBackend:
         return False
 
 
-def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, u: torch.Tensor, *,
+            any_sampled: bool = True, any_nucleus: bool = True) -> torch.Tensor:
     """Next token per row by inverse-CDF sampling with the row's pre-drawn uniform `u` in [0, 1).
 
-    logits (B, V) float32; temps (B,) with 0 meaning greedy; top_ps (B,); u (B,) float64. Returns (B,) long.
+    logits (B, V) float32; temps (B,) with 0 meaning greedy; top_ps (B,); u (B,) float32. Returns (B,) long.
     Top-p keeps the smallest set of most likely tokens whose mass reaches top_p (at least one token).
+    `any_sampled` / `any_nucleus` say, from the host's copy of the rows' settings, whether any row samples (temperature
+    > 0) / uses top-p < 1, so the decode loop never waits on the device to find out. The whole computation is float32:
+    the CDF is scaled by its own total, so rounding shifts a draw only between neighbouring tokens' boundaries.
     """
     greedy = logits.argmax(dim=-1)
-    sampled_rows = temps > 0
-    if not bool(sampled_rows.any()):
+    if not any_sampled:
         return greedy
-    probs = torch.softmax(logits / temps.clamp(min=1e-6)[:, None], dim=-1).double()
-    tokens = greedy.clone()
+    sampled_rows = temps > 0
+    probs = torch.softmax(logits / temps.clamp(min=1e-6)[:, None], dim=-1)
     nucleus = sampled_rows & (top_ps < 1.0)
     full = sampled_rows & ~nucleus
-    if bool(full.any()):
-        # Unsorted CDF is still monotone, so no sort is needed without top-p.
-        cdf = probs[full].cumsum(-1)
-        idx = torch.searchsorted(cdf, (u[full] * cdf[:, -1])[:, None], right=True)[:, 0]
-        tokens[full] = idx.clamp(max=probs.shape[1] - 1)
-    if bool(nucleus.any()):
-        p_sorted, order = probs[nucleus].sort(dim=-1, descending=True)
+    # Unsorted CDF is still monotone, so no sort is needed without top-p. Greedy rows keep their argmax.
+    cdf = probs.cumsum(-1)
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=probs.shape[1] - 1)
+    tokens = torch.where(full, idx, greedy)
+    if any_nucleus:
+        # Every row is sorted (not only the nucleus rows): selecting them would wait on the device.
+        p_sorted, order = probs.sort(dim=-1, descending=True)
         before = p_sorted.cumsum(-1) - p_sorted  # mass strictly above each token
-        p_sorted = p_sorted.masked_fill(before >= top_ps[nucleus][:, None], 0.0)
+        p_sorted = p_sorted.masked_fill(before >= top_ps[:, None], 0.0)
         cdf = p_sorted.cumsum(-1)
-        idx = torch.searchsorted(cdf, (u[nucleus] * cdf[:, -1])[:, None], right=True).clamp(max=probs.shape[1] - 1)
-        tokens[nucleus] = order.gather(1, idx)[:, 0]
+        j = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp(max=probs.shape[1] - 1)
+        tokens = torch.where(nucleus, order.gather(1, j)[:, 0], tokens)
     return tokens
-

@@ -92,11 +92,12 @@ def test_unseeded_sampling_follows_torch_global_seed(backend):
     assert [x.token_ids for x in backend.generate(chats(), params)] == [x.token_ids for x in a]
 
 
-def test_stop_string_truncates_text_and_ids(backend):
+@pytest.mark.parametrize("span", [(10, 13), (3, 4), (18, 25)])
+def test_stop_string_truncates_text_and_ids(backend, span):
     params = SamplingParams(temperature=1.0, max_tokens=30, seed=3)
     full = backend.generate(chats(), params)[0]
     assert full.finish_reason == "length" and len(full.token_ids) == 30
-    stop = full.text[10:13]
+    stop = full.text[span[0]:span[1]]
     first = full.text.find(stop)
     cut = backend.generate(chats(), SamplingParams(temperature=1.0, max_tokens=30, seed=3,
                                                    stop=["never-appears", stop]))[0]
@@ -107,6 +108,15 @@ def test_stop_string_truncates_text_and_ids(backend):
     assert cut.token_ids == full.token_ids[:k] and cut.logprobs == pytest.approx(full.logprobs[:k])
     assert stop in backend.tokenizer.decode(cut.token_ids) and stop not in backend.tokenizer.decode(
         cut.token_ids[:-1])
+
+
+def test_stop_strings_are_looked_for_only_after_a_token_that_can_complete_one(backend):
+    triggers = backend._stop_triggers(["</action>"])
+    texts = backend.tokenizer.batch_decode([[i] for i in range(len(backend.tokenizer))])
+    assert triggers == {i for i, t in enumerate(texts) if ">" in t or "\ufffd" in t}
+    assert backend._stop_triggers(["", "</action>"]) is triggers and backend._stop_triggers([]) is None
+    # A multi-byte last character: tokens holding part of its UTF-8 bytes decode to U+FFFD and may complete it.
+    assert {i for i, t in enumerate(texts) if "\ufffd" in t} <= backend._stop_triggers(["é"])
 
 
 def test_eos_ends_generation_and_is_kept_in_ids_not_text(backend):
@@ -140,18 +150,18 @@ def test_tiny_top_p_is_greedy(backend):
 
 def test_sampler_follows_the_distribution():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0]]).repeat(20000, 1)
-    u = torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
     ones = torch.ones(20000)
-    tokens = _sample(logits, ones, torch.ones(20000, dtype=torch.float64), u)
+    tokens = _sample(logits, ones, torch.ones(20000), u)
     freq = torch.bincount(tokens, minlength=5).double() / 20000
     assert torch.allclose(freq, torch.softmax(logits[0], -1).double(), atol=0.01)
     # top_p = 0.8: the two most likely tokens (mass 0.66 + 0.24) cover it; the rest never appear.
-    tokens = _sample(logits, ones, torch.full((20000,), 0.8, dtype=torch.float64), u)
+    tokens = _sample(logits, ones, torch.full((20000,), 0.8), u)
     freq = torch.bincount(tokens, minlength=5).double() / 20000
     p = torch.softmax(logits[0], -1).double()[:2]
     assert freq[2:].sum() == 0 and torch.allclose(freq[:2], p / p.sum(), atol=0.01)
     # Temperature 0.5 sharpens.
-    tokens = _sample(logits, ones * 0.5, torch.ones(20000, dtype=torch.float64), u)
+    tokens = _sample(logits, ones * 0.5, torch.ones(20000), u, any_nucleus=False)
     freq = torch.bincount(tokens, minlength=5).double() / 20000
     assert torch.allclose(freq, torch.softmax(logits[0] / 0.5, -1).double(), atol=0.01)
 
