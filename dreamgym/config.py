@@ -353,17 +353,20 @@ def fail(cmd: str, error: BaseException | str) -> int:
     return 2
 
 
-def at_least(lo: int) -> Callable[[str], int]:
-    """An argparse `type` for an int option that must be >= `lo` (its error is the option's one-line usage error)."""
+def at_least(lo: int, at_most: int | None = None) -> Callable[[str], int]:
+    """An argparse `type` for an int option that must be >= `lo` (and <= `at_most` when given); its error is the
+    option's one-line usage error."""
+    allowed = f">= {lo}" if at_most is None else f"{lo} to {at_most}"
+
     def convert(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: >= {lo})")
+        if value < lo or (at_most is not None and value > at_most):
+            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: {allowed})")
         return value
-    convert.__name__ = f"int >= {lo}"
+    convert.__name__ = f"int {allowed}"
     return convert
 
 

@@ -45,11 +45,18 @@ def inputs(tmp_path_factory):
     return {"data": str(root / "data.jsonl"), "garbled_checkpoint": str(root / "em")}
 
 
-@pytest.mark.parametrize("command", sorted(BAD_INPUT))
-def test_bad_input_is_one_line_and_exit_code_2(command, tmp_path, inputs):
+MORE_BAD_INPUT: list[tuple[str, list[str]]] = [
+    ("collect", ["--env", "dial", "--episodes", "2", "--out", "x.txt"]),  # a file no reader would read back
+    ("webshop", ["serve", "--port", "99999999"]),  # used to end in an OverflowError traceback from bind()
+]
+"""Probes that once failed, beyond the one case per subcommand."""
+
+
+@pytest.mark.parametrize("command, bad", [(c, None) for c in sorted(BAD_INPUT)] + MORE_BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_code_2(command, bad, tmp_path, inputs):
     assert set(BAD_INPUT) == set(COMMANDS)  # a new subcommand gets a case here
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    args = [a.format(**inputs) for a in BAD_INPUT[command]]
+    args = [a.format(**inputs) for a in (bad or BAD_INPUT[command])]
     proc = subprocess.run([sys.executable, "-m", "dreamgym.cli", command, *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                            description="Serve a local model as an OpenAI-compatible endpoint.")
     parser.add_argument("--preset", default="tiny", help="preset name (tiny, smollm2-135m), local path or HF id")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=at_least(0), default=8000, help="port; 0 picks a free one (printed)")
+    parser.add_argument("--port", type=at_least(0, 65535), default=8000, help="port; 0 picks a free one (printed)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="most rows decoded together")
     parser.add_argument("--served-model-name", default=None, help="model id clients use (default: --preset)")

@@ -222,7 +222,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve the shop on loopback for a browser or an HTTP agent")
     s.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    s.add_argument("--port", type=at_least(0), default=3000, help="port; 0 picks a free one (printed)")
+    s.add_argument("--port", type=at_least(0, 65535), default=3000, help="port; 0 picks a free one (printed)")
     s.add_argument("--split", default="train", choices=("train", "test", "valid"))
     s.add_argument("--n-products", type=at_least(1), default=2000)
     s.add_argument("--seed", type=at_least(0), default=0, help="catalog seed")
