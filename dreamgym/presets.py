@@ -377,6 +377,12 @@ def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> t
 
     device = device or pick_device()
     dtype = dtype or default_dtype(device)
+    if str(device).startswith("cuda"):
+        import torch
+
+        # float32 matmuls (the fp32 master weights' optimizer math, a float32 model) on TF32 tensor cores.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     where = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
