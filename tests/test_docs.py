@@ -10,7 +10,10 @@ less the checks of the files it names (those are other runs' outputs, made by th
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,27 @@ def test_every_run_a_config_reads_is_made_by_another_config_or_a_documented_data
     for path, cfg in loaded:
         missing = [i for i in _inputs(cfg) if i not in made]
         assert not missing, f"{path.relative_to(ROOT)} reads {missing}, which no config or documented command makes"
+
+
+# ------------------------------------------------------------------------------------------- generated references
+def test_the_generated_references_match_the_code():
+    """docs/reference/cli.md and config.md are `python -m dreamgym.docs_ref`'s output for the code as it is: a
+    command, option, config field, default, range or field doc changed without regenerating them fails here."""
+    # A fresh process: families other tests register in this one would show up among the allowed values.
+    run = subprocess.run([sys.executable, "-m", "dreamgym.docs_ref", "--check"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_reference_check_sees_a_changed_field(monkeypatch):
+    """The freshness check is not vacuous: a config field's doc that changes makes config.md stale."""
+    from dreamgym import config, docs_ref
+
+    real = config.field_docs
+
+    def changed(cls):
+        docs = real(cls)
+        return {k: v + " (changed)" if k == "em_steps" else v for k, v in docs.items()}
+
+    monkeypatch.setattr(config, "field_docs", changed)
+    assert "config.md" in [p.name for p in docs_ref.stale()]
