@@ -197,3 +197,16 @@ def test_the_readme_is_for_users():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 250
     assert not re.search(r"^### \d+\. ", text, flags=re.M), "a numbered experiment section is back in the README"
+
+
+def test_every_relative_link_in_the_readme_and_docs_points_at_a_file():
+    """Pages move (the experiment log left the README): a link to a page or file that is not there fails here."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (page.parent / target.split("#")[0]).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
