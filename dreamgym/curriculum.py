@@ -6,11 +6,11 @@ pool with the λ cap on generated tasks, the draw of an iteration's tasks (`draw
 share), and the lineage / variance log.
 Must not know: torch, trainers, how the LLM is served (it only sees the `LLM` seam).
 
-Paper (DesignDoc §1): V_τ = (1/n) Σ (r_i − r̄)²; tasks with the highest V_τ are the seeds; the same LLM as the
-experience model writes harder variants and a selection step keeps the most "challenging but feasible"
-one; λ caps the share of generated tasks. Our choices: the top `n_seeds` tasks with V_τ > 0, `n_variants`
-candidates each, selection by a numbered-choice prompt (a malformed choice falls back to the first valid
-candidate and is counted), λ applied when sampling a batch.
+Paper (arXiv:2511.03773, docs/concepts.md): V_τ = (1/n) Σ (r_i − r̄)²; tasks with the highest V_τ are the
+seeds; the same LLM as the experience model writes harder variants and a selection step keeps the most
+"challenging but feasible" one; λ caps the share of generated tasks. Our choices: the top `n_seeds` tasks with
+V_τ > 0, `n_variants` candidates each, selection by a numbered-choice prompt (a malformed choice falls back to the
+first valid candidate and is counted), λ applied when sampling a batch.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def draw_tasks(rng: random.Random, pool: Sequence[Task], n: int) -> list[Task]:
 
     Real GRPO iterations and the dream's curriculum share this rule. With replacement, 16 draws from 64 goals hold
     ~14.3 distinct ones (~10 of 16 from 16), so a dream run saw fewer distinct goals per iteration than its real
-    twin on the same fixed set (README section 24)."""
+    twin on the same fixed set (docs/log/24-webshop-fixed64.md)."""
     return rng.sample(list(pool), n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
 
 

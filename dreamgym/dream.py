@@ -117,7 +117,7 @@ class DreamWorld:
     def curriculum_step(self, iteration: int, episodes: Sequence[Episode], algo: str) -> dict[str, float]:
         rewards, tasks = _rewards_by_task(episodes)
         if algo == "ppo" and rewards:
-            # One rollout per task: V_τ over an embedding cluster of similar tasks (DESIGN §1).
+            # One rollout per task: V_τ over an embedding cluster of similar tasks (docs/concepts.md#curriculum).
             ids = list(rewards)
             emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
             rewards = cluster_groups(ids, [rewards[i][0] for i in ids], emb, self.config.clusters, seed=iteration)

@@ -6,7 +6,7 @@ self-contradiction (a generic one and one per environment family), and the repor
 Must not know: torch, trainers, how the experience model is trained. It knows the abstract-state formats of
 the families it has checks for (dial, webshop, alfworld) and nothing else about them.
 
-Metrics (DESIGN.md §1, "Theory": reward accuracy and domain-consistent transitions are what matter):
+Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consistent transitions are what matter):
 - teacher-forced: each held-out transition is predicted from its real state, real history and action;
   `state_f1` is the bag-of-whitespace-tokens F1 of predicted vs real next state (SQuAD style), `state_em`
   exact match after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the

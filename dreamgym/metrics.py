@@ -160,7 +160,7 @@ def pin_threads(n: int) -> None:
     """Set torch's CPU threads and numpy's BLAS threads to `n`, for the rest of the process. Both change results,
     not only speed: BLAS scores retrieved examples and otherwise takes its count from OPENBLAS_NUM_THREADS /
     OMP_NUM_THREADS, so the shell changed which near-tied example a prompt showed and the trained weights with it
-    (README section 1: the dial experience model's loss differed from step 100 under OMP_NUM_THREADS=1)."""
+    (docs/log/01-quickstart.md: the dial experience model's loss differed from step 100 under OMP_NUM_THREADS=1)."""
     import threadpoolctl
     import torch
 
@@ -172,7 +172,7 @@ def machine_info() -> dict[str, Any]:
     """Where and when a run's numbers were made: UTC date, CPU model and cores, the kernel path torch picked on this
     CPU, torch threads, numpy's BLAS threads, GPU. Kernels and threads are recorded because they change results,
     not only speed: the dial quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels on 2 threads, and at
-    9.4% with AVX2 kernels or on 1 thread, with the same code, data and seed (README section 1). A table
+    9.4% with AVX2 kernels or on 1 thread, with the same code, data and seed (docs/log/01-quickstart.md). A table
     reproduces only where this record matches."""
     import threadpoolctl
     import torch

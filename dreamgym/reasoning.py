@@ -6,7 +6,7 @@ environment-grounded teacher (`EnvTeacher`, which asks the environment family's 
 `annotate_trajectories`, which attach the traces to transitions or trajectory steps.
 Must not know: torch, trainers, the replay buffer, how the experience model formats its prompts.
 
-A reasoning trace explains why action a_t in state s_t leads to s_{t+1} and reward r_{t+1} (DESIGN.md §1).
+A reasoning trace explains why action a_t in state s_t leads to s_{t+1} and reward r_{t+1} (docs/concepts.md).
 The paper uses a strong teacher LLM; on these machines the environment-grounded teacher is the default because
 it is exact and free, and the LLM teacher is there for environments whose family cannot explain itself.
 

@@ -40,8 +40,8 @@ ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
              "em": ["model.embedder=hashing"]},
     # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
     "webshop": {"train": ["rollout.max_new_tokens=48"], "em": ["model.embedder=hashing"]},
-    # The experience model writes the observation only and the state is derived (README section 7: whole-state
-    # agreement 0.01 -> 0.50 on held-out steps).
+    # The experience model writes the observation only and the state is derived
+    # (docs/log/07-observation-only.md: whole-state agreement 0.01 -> 0.50 on held-out steps).
     "alfworld": {"train": ["rollout.max_new_tokens=32", "rollout.max_turns=50"],
                  "em": ["model.embedder=hashing", "model.write_observation=true"]},
 }
@@ -65,7 +65,8 @@ class Recipe:
 
         # One thread count for every stage, set here and given to the experience model, whose training used to set
         # it as a side effect: a resumed recipe (experience model on disk) then ran SFT at the torch default and a
-        # fresh one at the model's 2, and the dial's SFT lands at 31.1% or 9.4% by that alone (README section 1).
+        # fresh one at the model's 2, and the dial's SFT lands at 31.1% or 9.4% by that alone
+        # (docs/log/01-quickstart.md).
         # numpy's BLAS (retrieval scores) too, which otherwise follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
         self.threads = threads
         pin_threads(threads)

@@ -23,7 +23,7 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   design), or from the family's own reward rule applied to the states the model wrote (`grounded_outcome`;
   `reward_from="state"`, "auto" uses it when the family has one): e.g. an ALFWorld episode wins and ends exactly
   when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows.
-  Why: the model credited ALFWorld wins that its own final state contradicted (README section 5).
+  Why: the model credited ALFWorld wins that its own final state contradicted (docs/log/05-alfworld-first-dream.md).
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
 - Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
   seed is derived from its episode id (task, reset seed) and the action, so the members of a GRPO group, which
@@ -232,7 +232,7 @@ class SyntheticEnv(TextEnv):
             obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
         else:
             # The state the real environment would show. Keeping the old one instead gave the policy a prompt the
-            # real game never shows, the same one it had just failed on (README section 16).
+            # real game never shows, the same one it had just failed on (docs/log/16-noop-state.md).
             self.state = obs = fn(self.state, action)
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 

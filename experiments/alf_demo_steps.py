@@ -3,7 +3,7 @@
 A `searcher-list` episode is mostly exploring ("go to" the last name of the state's "Unexplored" line) and
 opening; the steps that win the game (take, move, heat/cool/clean, use, go to a receptacle already known to hold
 the object) are about one in six and need an object name copied from the middle of the state. SFT on the plain
-demonstrations learns the exploring copy and not those (README, section 4), so:
+demonstrations learns the exploring copy and not those (docs/log/04-agents-webshop-alfworld.md), so:
 
     # teacher-forced exact match of the whole reply, per kind of step, on the last 30 won episodes of a file
     python experiments/alf_demo_steps.py score --policy runs/alf-sft8/final --data runs/alf/searcher-last-test40.jsonl

@@ -20,7 +20,7 @@ Measured 2026-11-30 (10 iterations, test seeds 10-19, n = 180 each), seed 0
 with this session's quickstart: start 0.644 [0.572, 0.711] (550 SFT steps) -> dream 0.617 [0.544, 0.685]
 (0 real steps) vs real 0.706 [0.635, 0.767] (2,931 real steps): no transfer. An earlier hand-run of the same
 steps (SFT fixed at 600 steps as with `--sft-steps 600`, the previous quickstart's experience model) gave start 0.528 [0.455, 0.599] ->
-dream 0.789 [0.724, 0.842] vs real 0.739 [0.670, 0.798] (3,091 real steps). See README.md.
+dream 0.789 [0.724, 0.842] vs real 0.739 [0.670, 0.798] (3,091 real steps). See docs/log/02-dial-transfer.md.
 """
 
 from __future__ import annotations

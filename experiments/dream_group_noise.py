@@ -20,7 +20,7 @@ noise the members are identical by construction.
 
     python experiments/dream_group_noise.py --env alfworld --em runs/alf-em16 --data runs/alf/em-data.jsonl \
         --tasks 16 --group 8 --temperature 1.0 --max-steps 40 --epsilon 0.2
-    # the same with the first looks into receptacles answered from recorded real steps (README section 11)
+    # the same with the first looks into receptacles answered from recorded real steps (docs/log/11-copy-hidden-world.md)
     ... --em-override copy_hidden_outcomes=true
 """
 

@@ -7,8 +7,7 @@
 # Arguments: environment family, the full model's offline data, the full model's checkpoint, an output folder.
 # Held-out data: 60 episodes on the test split (expert 0.4 / noisy 0.4 / random 0.2, seed 7), collected once.
 # Extra key=value arguments go to every `train-em` (e.g. max_steps=1600 batch_size=8).
-# Measured 2026-11-30 on the dial (1,600 steps of 8, one thread): 340-739 s per model; README, "Experience-model
-# fidelity".
+# Measured 2026-11-30 on the dial (1,600 steps of 8, one thread): 340-739 s per model; docs/log/03-em-fidelity.md.
 set -euo pipefail
 ENV=$1; DATA=$2; FULL=$3; OUT=$4; shift 4
 DG=${DREAMGYM:-.venv/bin/dreamgym}

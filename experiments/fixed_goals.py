@@ -1,5 +1,5 @@
 """Write a fixed set of WebShop train goals as a trajectory file, for `dream.task_pool=`, `real_task_pool=` and
-`dreamgym eval --tasks-from` (README section 23). A goal qualifies when the `shopper` won it in `--won-in` (so it is
+`dreamgym eval --tasks-from` (docs/log/23-webshop-fixed16.md). A goal qualifies when the `shopper` won it in `--won-in` (so it is
 winnable), did not win it in `--not-won-in` (the start's SFT data holds no demonstration of it) and `--played-in`
 played it (the dream's replay buffer holds real steps of it). The file holds the `--won-in` episode of each chosen
 goal; only its task matters to the readers.

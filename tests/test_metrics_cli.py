@@ -36,7 +36,7 @@ def test_cli_entry_point_runs_as_module():
 
 
 def test_machine_info_records_the_kernel_path_torch_runs_on():
-    """The record must follow the kernels torch actually picks (they change results, README section 1): forcing the
+    """The record must follow the kernels torch actually picks (they change results, docs/log/01-quickstart.md): forcing the
     portable path through ATEN_CPU_CAPABILITY shows up in a fresh process, and the line names it."""
     info = machine_info()
     assert info["cpu_count"] >= 1 and info["torch_threads"] >= 1 and info["cpu"]
@@ -46,4 +46,4 @@ def test_machine_info_records_the_kernel_path_torch_runs_on():
     forced = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                        check=True).stdout.strip().splitlines()[-1])
     assert forced["torch_cpu_capability"] == "DEFAULT" and forced["torch_threads"] == 1
-    assert forced["blas_threads"] == 1  # OpenBLAS follows OMP_NUM_THREADS unless pinned (README section 1)
+    assert forced["blas_threads"] == 1  # OpenBLAS follows OMP_NUM_THREADS unless pinned (docs/log/01-quickstart.md)

@@ -18,7 +18,7 @@ def test_render_table_lists_every_method():
 def test_recipe_sets_one_thread_count_for_every_stage_and_the_experience_model(tmp_path):
     """The experience model's training used to set torch's threads as a side effect, so a recipe resumed with its
     model on disk trained SFT on a different count than a fresh one, and that alone moved the dial's SFT by 22
-    points (README section 1). The recipe now sets the count and hands the same one to the experience model."""
+    points (docs/log/01-quickstart.md). The recipe now sets the count and hands the same one to the experience model."""
     import threadpoolctl
     import torch
 
@@ -46,7 +46,7 @@ def test_recipe_sets_one_thread_count_for_every_stage_and_the_experience_model(t
 
 def test_report_names_the_machine_it_ran_on(tmp_path):
     """report.md ends with the machine line and summary.json keeps the record: the same recipe lands elsewhere on
-    other kernels (README section 1), so a table without its machine cannot be checked."""
+    other kernels (docs/log/01-quickstart.md), so a table without its machine cannot be checked."""
     r = Recipe("dial", tmp_path)
     r.results["SFT"] = {"success_rate": 0.5, "ci_low": 0.3, "ci_high": 0.7, "mean_reward": 0.5, "mean_steps": 3.0,
                         "real_data": 100, "real_steps": 0, "wall_time_s": 5}

@@ -32,7 +32,7 @@ receptacle type ("countertop 1" -> "countertop 2" in a room with one countertop)
 `searcher-list` explores its *last* name: that name sits a short, nearly fixed distance before where the policy
 starts writing. Trained from the tiny preset on such demonstrations, the policy copies it on 94% of exploring
 steps (teacher-forced, exact); fine-tuned on first-name demonstrations (from a checkpoint that counted), 5%
-(README, section 4). States written before the line existed still parse.
+(docs/log/04-agents-webshop-alfworld.md). States written before the line existed still parse.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def model_state(state: str) -> str:
     """What an experience model writes for `state` (ExperienceModelConfig.compact_states): every line but the
     carried ones, which `complete_state` restores from the previous state. Writing them cost the tiny model about
     half of each generated state, and it miscopied the receptacle lists of floor plans it never saw (one source of
-    its self-contradictions, README section 3). A text that is not a whole state is returned as it is."""
+    its self-contradictions, docs/log/03-em-fidelity.md). A text that is not a whole state is returned as it is."""
     if any(_line(state, key) is None for key in _KEYS):
         return state
     return _without_carried(state)
@@ -312,7 +312,7 @@ def model_observation(state: str) -> str:
     "Observation" line, the engine's feedback to the action. `state_after` derives every other line from it,
     exactly as the real environment's `StateTracker` does, so the model never rewrites the task, the inventory
     or the known contents. Why: the tiny model that wrote the other lines got the task line right on 18% of 100
-    held-out teacher-forced steps and "Known contents" on 3% (`experiments/alf_state_fields.py`, README section 7)."""
+    held-out teacher-forced steps and "Known contents" on 3% (`experiments/alf_state_fields.py`, docs/log/07-observation-only.md)."""
     line = _line(state, "Observation")
     return f"Observation: {line}" if line is not None else state.strip()
 
@@ -335,7 +335,7 @@ def noop_state(state: str, action: str) -> str:
     """The state the real environment shows after `action` did nothing: the engine answers "Nothing happens.",
     which `StateTracker` writes into the Observation line and nothing else. Why it matters: a synthetic
     environment that kept the previous state unchanged showed the policy a prompt the real game never does,
-    and a policy with no history saw the very prompt it had just failed on (README section 16)."""
+    and a policy with no history saw the very prompt it had just failed on (docs/log/16-noop-state.md)."""
     return state_after(state, "Observation: Nothing happens.")
 
 
@@ -367,7 +367,7 @@ def hidden_outcome_key(task: Any, state: str, action: str) -> str | None:
     recorded real one answers it exactly (`ExperienceModelConfig.copy_hidden_outcomes`). Every other step's
     outcome follows from the state itself, which is the model's job. Why only these: they are the steps the
     state cannot determine, and where dreams of data games first part from the real game (a `go to` in 54 of
-    64 greedy dream episodes, README section 10)."""
+    64 greedy dream episodes, docs/log/10-copy-real-steps.md)."""
     m = _REVEALING.match(normalize_command(action))
     if not m:
         return None
@@ -426,7 +426,7 @@ _HELP = " ".join(f"{cmd}: {what}" for cmd, what in (
 def determined_outcome(task: Any, state: str, action: str) -> str | None:
     """The engine's feedback to `action` when the state alone fixes it, else None (a first look into a
     receptacle, a command the state does not admit, examining the held object). Checked against every step of the real episodes
-    of README sections 12-13 and `tests/envs/test_alfworld.py::test_determined_outcome_is_the_engines_answer`:
+    of docs/log/12-contradictions-survey.md and 13-dream-follows-game.md and `tests/envs/test_alfworld.py::test_determined_outcome_is_the_engines_answer`:
 
     - "take O from R" at R with empty hands and O among R's known contents: "You pick up the O from the R.";
     - "go to R" from elsewhere, R's contents known: the arrival sentence with those contents (or "closed"), and
@@ -497,7 +497,7 @@ def outcome_contradiction(task: Any, state: str, action: str, next_state: str) -
     The engine opens its feedback with a sentence that restates the command it carried out ("go to stoveburner 3"
     -> "You arrive at stoveburner 3."). An observation that opens with such a sentence for a different command
     (another receptacle, object or verb) is not what this game says to this action, whatever the game's hidden
-    layout: an experience model wrote "You arrive at stoveburner 4" there (README section 11). Any other
+    layout: an experience model wrote "You arrive at stoveburner 4" there (docs/log/11-copy-hidden-world.md). Any other
     feedback ("Nothing happens.", a look, an examined object) is not judged. A reset (`state` empty) has no
     action to contradict."""
     if not state.strip():

@@ -1,4 +1,4 @@
-"""WebShop's purchase reward, following the original formula (DESIGN.md section 3).
+"""WebShop's purchase reward, following the original formula (WebShop, Yao et al., 2022, arXiv:2207.01206).
 
 Owns: `get_reward` and its parts (type, attribute, option and price matches), colour normalisation and
 title-noun extraction.

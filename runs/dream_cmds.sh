@@ -1,5 +1,0 @@
-# the two dream runs, full and no-curriculum, side by side (one thread each)
-cd /work/main && export PATH=/work/main/.venv/bin:$PATH HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-COMMON="--algo grpo --env alfworld --no-progress mode=dream init=runs/alf-sft14/final dream.em=runs/alf-em20 dream.em_data=runs/alf/rep3-survey.jsonl dream.iterations=4 dream.max_steps=40 dream.task_pool=data dream.em_overrides.temperature=1.0 dream.em_overrides.copy_hidden_outcomes=true dream.em_overrides.derive_determined_outcomes=true grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 grpo.loss_agg=episode optim.lr=0.0003 agent.show_admissible=false agent.history=0 rollout.max_new_tokens=32 rollout.ground_actions=0.8 rollout.max_turns=50 eval_at_start=false eval_max_tasks=60 eval_seeds=[0,1] eval_every=2 save_every=1"
-nohup dreamgym train $COMMON run_dir=runs/alf-dream22 > runs/alf-dream22.log 2>&1 &
-nohup dreamgym train $COMMON dream.curriculum.enabled=false run_dir=runs/alf-dream22-nocur > runs/alf-dream22-nocur.log 2>&1 &

@@ -1,3 +1,0 @@
-# real GRPO control from the same SFT start with the dream run's settings at 50 turns (section 4's alf-grpo10 recipe), one thread
-cd /work/main && export PATH=/work/main/.venv/bin:$PATH HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-nohup dreamgym train --algo grpo --env alfworld --no-progress init=runs/alf-sft14/final run_dir=runs/alf-grpo23 iterations=4 grpo.tasks_per_iteration=16 grpo.group_size=8 grpo.minibatches=4 grpo.loss_agg=episode optim.lr=0.0003 agent.show_admissible=false agent.history=0 rollout.max_new_tokens=32 rollout.ground_actions=0.8 rollout.max_turns=50 eval_at_start=false eval_max_tasks=60 eval_seeds=[0,1] eval_every=2 save_every=1 > runs/alf-grpo23.log 2>&1 &
