@@ -8,3 +8,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # threads spin instead of working (measured 10-150x slower generation with 2 threads under load).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu`-marked tests where torch sees no CUDA device (CI, this CPU machine); torch is only imported when
+    such a test was collected."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run by benchmarks/gpu_check.sh)")
+    for item in gpu:
+        item.add_marker(skip)
