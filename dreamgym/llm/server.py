@@ -174,7 +174,7 @@ class Adapters:
         try:
             if isinstance(model, PeftModel):
                 model.load_adapter(path, adapter_name=name)
-            else:  # the first adapter wraps the base model; the wrapper stays for every later one
+            else:  # the first adapter wraps the base model; unloading the last one unwraps it
                 self.backend.model = PeftModel.from_pretrained(model, path, adapter_name=name)
         except Exception as e:  # noqa: BLE001 - an adapter for another base model is the client's input
             raise _HTTPError(400, f"loading LoRA adapter {name!r} from {path!r} failed: {type(e).__name__}: {e}",
@@ -192,9 +192,9 @@ class Adapters:
             self.backend.model = model.unload()
             self.backend.model.eval()
             return
+        if name in model.active_adapters:  # activate another first: PEFT warns when the active one goes
+            model.set_adapter(self.own or next(iter(self.paths)))
         model.delete_adapter(name)
-        if self.own is None and name in model.active_adapters:
-            model.set_adapter(next(iter(self.paths)))  # PEFT keeps a deleted adapter "active" otherwise
 
     @contextmanager
     def selected(self, name: str | None) -> Iterator[None]:

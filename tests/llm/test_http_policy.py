@@ -6,6 +6,7 @@ import copy
 import httpx
 import pytest
 import torch
+from servers import cli_server
 from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_state  # noqa: F401
 
 from dreamgym.llm import SamplingParams, row_seed
@@ -150,6 +151,20 @@ def test_pushed_adapter_logprobs_match_the_learner(served, tiny_preset):  # noqa
         assert folders == [f"{backend.adapter_prefix}-2"]
         adapter_dir = backend.adapter_dir
     assert OpenAIHTTPBackend(handle.url, max_retries=0).models() == ["tiny"] and not adapter_dir.exists()
+
+
+def test_serve_model_process_serves_the_pushed_adapter(tiny_preset):  # noqa: F811
+    """The same through a `dreamgym serve-model` process: it reads the adapter folder the trainer's process wrote."""
+    model, tok = tiny_preset
+    with cli_server(["serve-model", "--preset", "tiny", "--port", "0", "--device", "cpu", "--threads", "1"]) as (_, base):
+        with HTTPPolicyBackend(base + "/v1", _lora_policy(model, 2), tok, max_retries=0) as backend:
+            trainer = _learner(backend)
+            prompts = [backend.prompt_ids(r) for r in REQS]
+            outs = backend.generate_from_ids(prompts, SamplingParams(max_tokens=10, seed=9, stop=["\n"]))
+            assert backend.pushes == 1 and backend.client.models() == ["tiny", backend.adapter]
+            learner = trainer.learner_logprobs(prompts, [o.token_ids for o in outs])
+            for o, lp in zip(outs, learner):
+                assert o.logprobs == pytest.approx(lp, abs=1e-4)
 
 
 def test_full_weight_policy_refuses_to_drift_from_the_server(served, tiny_preset):  # noqa: F811
