@@ -1,8 +1,13 @@
-"""The OpenAI-compatible HTTP backend of the LLM seam (vLLM, llama.cpp server, `dreamgym serve-model`, hosted APIs).
+"""The OpenAI-compatible HTTP backend of the LLM seam (vLLM, llama.cpp server, `dreamgym serve-model`, hosted APIs),
+and the policy backend whose samples come from such a server (vLLM or `dreamgym serve-model`).
 
-Owns: the chat-completions request/response mapping, concurrency for a batch, timeouts, retries with
-exponential backoff, and the errors a caller sees when an endpoint is dead or rejects a request.
-Must not know: environments, trainers, torch, any local model.
+Owns: the chat-completions and token-id completions request/response mapping, vLLM's runtime LoRA calls
+(`load_lora_adapter` / `unload_lora_adapter`), concurrency for a batch, timeouts, retries with exponential backoff,
+the errors a caller sees when an endpoint is dead or rejects a request; and `HTTPPolicyBackend`: the rollout
+engine's `PolicyBackend` over a server, which pushes the locally trained policy's LoRA adapter to it whenever the
+adapter's weights changed since the last push.
+Must not know: environments, trainers, torch (the policy backend handles its local model through the model's own
+`parameters()` and `save_pretrained`), how the server samples.
 
 Each request of a batch is one HTTP call (sent concurrently from a thread pool) with `n=1`; request `i` of a
 call seeded with `s` is sent with seed `row_seed(s, i)` (or the call's own per-request `seeds[i]`), which is what a
@@ -11,15 +16,24 @@ Token ids come back when the server provides them (`dreamgym serve-model` always
 request carries `return_token_ids`, pass it through `extra_body`); logprobs when the server supports them.
 The stop string is kept in the text as the seam promises: servers that strip it but report `stop_reason`
 (vLLM, ours) get it re-appended; servers that report neither (the OpenAI API itself) return text without it.
+
+Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
+`return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
+log-probs come back exactly as sampled, so a trainer can train on them (vLLM's default log-probs are the raw
+model's, before temperature, which is what `Completion.logprobs` means).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -93,21 +107,45 @@ class OpenAIHTTPBackend:
             seeds = [row_seed(params.seed, i) for i in range(len(requests))]
         futures = [self._pool.submit(self._one, model, req, params, None if seeds is None else int(seeds[i]))
                    for i, req in enumerate(requests)]
-        out: list[Completion] = []
-        rejected: list[_Rejected] = []
-        for f in futures:
-            try:
-                out.append(f.result())
-            except _Rejected as e:
-                rejected.append(e)
-                out.append(Completion(text="", finish_reason="error"))
-        if rejected:
-            self.errors += len(rejected)
-            if len(rejected) == len(requests):
-                raise LLMEndpointError(f"{self.base_url} rejected all {len(requests)} requests: {rejected[0]}")
-            log.warning("%s rejected %d of %d requests (first: %s)", self.base_url, len(rejected), len(requests),
-                        rejected[0])
-        return out
+        return self._gather(futures)
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
+                          *, seeds: Sequence[int] | None = None, model: str | None = None) -> list[Completion]:
+        """Token-in/token-out generation through `POST {base_url}/completions` (vLLM's token-id prompts), one
+        request per prompt, all in flight together. `params` is shared or one per prompt; seeds as in `generate`
+        (per prompt, else `row_seed(params.seed, i)`). `model` overrides the served model name (a LoRA adapter's
+        name). Failures as in `generate`."""
+        n = len(prompts)
+        plist = list(params) if isinstance(params, Sequence) else [params] * n
+        if len(plist) != n or (seeds is not None and len(seeds) != n):
+            raise ValueError("params and seeds must be one per prompt")
+        if not prompts:
+            return []
+        name = model or self.model
+        row = [int(seeds[i]) if seeds is not None else None if p.seed is None else row_seed(p.seed, i)
+               for i, p in enumerate(plist)]
+        futures = [self._pool.submit(self._one_ids, name, list(map(int, pr)), p, s)
+                   for pr, p, s in zip(prompts, plist, row)]
+        return self._gather(futures)
+
+    def load_lora_adapter(self, name: str, path: str, *, inplace: bool = False) -> None:
+        """vLLM's runtime LoRA loading: the server reads the PEFT adapter folder `path` (a path on the server's
+        machine) and serves it as model `name`. Raises `LLMEndpointError` when the server refuses."""
+        body: dict[str, Any] = {"lora_name": name, "lora_path": path}
+        if inplace:
+            body["load_inplace"] = True
+        try:
+            self._call("POST", "/load_lora_adapter", body, parse=False)
+        except _Rejected as e:
+            raise LLMEndpointError(f"{self.base_url} refused LoRA adapter {name!r} from {path}: {e} (a vLLM "
+                                   "server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)") from e
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """Drop a LoRA adapter loaded with `load_lora_adapter`. Raises `LLMEndpointError` when the server refuses."""
+        try:
+            self._call("POST", "/unload_lora_adapter", {"lora_name": name}, parse=False)
+        except _Rejected as e:
+            raise LLMEndpointError(f"{self.base_url} refused to unload LoRA adapter {name!r}: {e}") from e
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
@@ -120,6 +158,39 @@ class OpenAIHTTPBackend:
         self.close()
 
     # ------------------------------------------------------------------------------------------ internals
+
+    def _gather(self, futures: list[Future]) -> list[Completion]:
+        """The batch's completions in order; a rejected request becomes finish_reason 'error', all rejected raises."""
+        out: list[Completion] = []
+        rejected: list[_Rejected] = []
+        for f in futures:
+            try:
+                out.append(f.result())
+            except _Rejected as e:
+                rejected.append(e)
+                out.append(Completion(text="", finish_reason="error"))
+        if rejected:
+            self.errors += len(rejected)
+            if len(rejected) == len(futures):
+                raise LLMEndpointError(f"{self.base_url} rejected all {len(futures)} requests: {rejected[0]}")
+            log.warning("%s rejected %d of %d requests (first: %s)", self.base_url, len(rejected), len(futures),
+                        rejected[0])
+        return out
+
+    def _one_ids(self, model: str, prompt: list[int], params: SamplingParams, seed: int | None) -> Completion:
+        body: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1, "temperature": params.temperature,
+                                "top_p": params.top_p, "max_tokens": params.max_tokens, "logprobs": 0,
+                                "return_token_ids": True, "include_stop_str_in_output": True}
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if seed is not None:
+            body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
+        body.update(self.extra_body)
+        data = self._call("POST", "/completions", body)
+        try:
+            return _parse_text_choice(data, params, prompt)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise _Rejected(200, f"malformed completion from {self.base_url}: {e!r}") from e
 
     def _one(self, model: str, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
         body: dict[str, Any] = {"model": model, "messages": request, "n": 1, "temperature": params.temperature,
@@ -137,9 +208,11 @@ class OpenAIHTTPBackend:
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise _Rejected(200, f"malformed chat completion from {self.base_url}: {e!r}") from e
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+              parse: bool = True) -> dict[str, Any]:
         """One HTTP call with retries on connection errors, timeouts, 429 and 5xx (exponential backoff with
-        jitter, honouring Retry-After). 4xx raises `_Rejected` at once."""
+        jitter, honouring Retry-After). 4xx raises `_Rejected` at once. `parse=False` for endpoints that answer
+        success in plain text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`."""
         url = self.base_url + path
         last, last_response = "", None
         for attempt in range(self.max_retries + 1):
@@ -153,6 +226,8 @@ class OpenAIHTTPBackend:
                 last = f"{type(e).__name__}: {e}"
                 continue
             if resp.status_code < 400:
+                if not parse:
+                    return {"text": resp.text}
                 try:
                     return resp.json()
                 except ValueError as e:
@@ -202,3 +277,137 @@ def _parse_choice(data: dict[str, Any], params: SamplingParams) -> Completion:
     prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
     return Completion(text=text, token_ids=[int(t) for t in ids or []], logprobs=logprobs, finish_reason=finish,
                       prompt_token_ids=[int(t) for t in prompt_ids])
+
+
+def _parse_text_choice(data: dict[str, Any], params: SamplingParams, prompt: list[int]) -> Completion:
+    """A `/completions` answer as a `Completion`: ids from `token_ids` (vLLM's `return_token_ids`), log-probs from
+    the legacy `logprobs.token_logprobs`."""
+    choice = data["choices"][0]
+    ids = choice.get("token_ids")
+    if ids is None:
+        raise ValueError("the completion carries no token_ids (a vLLM server older than return_token_ids?)")
+    lp = choice.get("logprobs") or {}
+    logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+    if len(logprobs) != len(ids):
+        raise ValueError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
+    text = choice.get("text") or ""
+    stop_reason = choice.get("stop_reason")
+    finish = "length" if choice.get("finish_reason") == "length" else "stop"
+    if finish == "stop" and isinstance(stop_reason, str) and stop_reason in params.stop \
+            and not text.endswith(stop_reason):
+        text += stop_reason  # a server that ignored include_stop_str_in_output; the seam keeps it
+    return Completion(text=text, token_ids=[int(t) for t in ids], logprobs=logprobs, finish_reason=finish,
+                      prompt_token_ids=[int(t) for t in choice.get("prompt_token_ids") or prompt])
+
+
+class HTTPPolicyBackend:
+    """The rollout engine's `PolicyBackend` (and an `LLM`) whose samples come from a vLLM-style server while the
+    policy it samples, `model` with `tokenizer`, stays here for the trainer to train in place (`backend.model`).
+
+    Before each generation the trainable weights are compared with those last pushed (every optimiser step and every
+    checkpoint load changes them; `pushes` counts the pushes): a changed PEFT policy's adapter is saved under
+    `adapter_dir` and loaded with `load_lora_adapter` under a new name `<adapter_prefix>-<n>`, which the requests
+    then name as their model; the adapter it replaces is unloaded and its folder deleted. So every rollout samples
+    the policy as the last update left it, whoever calls the backend (trainer, evaluation), with no hook in the
+    loops. The first generation pushes the adapter too (a checkpoint's adapter is not the base model).
+
+    The server must serve the policy's base weights (`dreamgym serve-model --preset <the trainer's preset>`, or
+    `vllm serve <model folder> --enable-lora` with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and `--max-lora-rank` at
+    least the adapter's rank) and read `adapter_dir` at the same path (same machine or a shared filesystem).
+    A full-weight policy is sampled as the server serves it, and once its weights change here `generate_from_ids`
+    raises `LLMEndpointError`: reloading full weights into a server is not part of vLLM's OpenAI API.
+
+    Its sampler is not the learner (`sampling_model` is None), so trainers recompute "old" log-probs themselves.
+    """
+
+    sampling_model = None
+    """No local module samples: the trainer's `sampler_matches_learner()` is False for this backend."""
+
+    def __init__(self, base_url: str, model: Any, tokenizer: Any, *, served_model: str | None = None,
+                 adapter_dir: str | Path | None = None, adapter_prefix: str | None = None, **http: Any):
+        self.client = OpenAIHTTPBackend(base_url, model=served_model, **http)
+        self.model = model
+        self.tokenizer = tokenizer
+        if not getattr(tokenizer, "chat_template", None):
+            from dreamgym.llm.hf import FALLBACK_CHAT_TEMPLATE  # the local backend's template, for the same prompts
+
+            tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        self._own_dir = adapter_dir is None
+        self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \
+            Path(tempfile.mkdtemp(prefix="dreamgym-adapters-"))
+        self.adapter_prefix = adapter_prefix or f"policy-{uuid.uuid4().hex[:8]}"
+        self.adapter: str | None = None
+        """The adapter name requests are sent to (None: the served model itself)."""
+        self.pushes = 0
+        self._pushed: tuple[int, int] | None = None  # `_weights_version()` at the last push
+        self._baseline: tuple[int, int] | None = None  # a full-weight policy's version at its first generation
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        """Token ids of the chat-templated request with the generation prompt, exactly as `HFBackend.prompt_ids`."""
+        text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+                 seeds: Sequence[int] | None = None) -> list[Completion]:
+        return self.generate_from_ids([self.prompt_ids(r) for r in requests], params, seeds=seeds)
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
+                          *, seeds: Sequence[int] | None = None) -> list[Completion]:
+        """Token-in/token-out generation on the server with the current policy (pushed first when it changed)."""
+        self.sync()
+        return self.client.generate_from_ids(prompts, params, seeds=seeds, model=self.adapter)
+
+    def sync(self) -> bool:
+        """Push the policy to the server when its trainable weights changed since the last push. True if pushed."""
+        version = self._weights_version()
+        if not _is_peft(self.model):
+            if self._baseline is None:
+                self._baseline = version
+            elif version != self._baseline:
+                raise LLMEndpointError(
+                    "the full-weight policy changed but a server cannot reload full weights through vLLM's OpenAI "
+                    "API; train LoRA adapters (model.lora = true) to sample from a server")
+            return False
+        if version == self._pushed:
+            return False
+        name = f"{self.adapter_prefix}-{self.pushes + 1}"
+        path = self.adapter_dir / name
+        self.model.save_pretrained(str(path))
+        self.client.load_lora_adapter(name, str(path.resolve()))
+        old, self.adapter, self._pushed = self.adapter, name, version
+        self.pushes += 1
+        if old is not None:
+            self.client.unload_lora_adapter(old)
+            shutil.rmtree(self.adapter_dir / old, ignore_errors=True)
+        log.info("pushed policy adapter %s to %s", name, self.client.base_url)
+        return True
+
+    def close(self) -> None:
+        """Unload the pushed adapter (best effort) and close the connections; a temporary adapter_dir is deleted."""
+        if self.adapter is not None:
+            try:
+                self.client.unload_lora_adapter(self.adapter)
+            except LLMEndpointError as e:
+                log.warning("could not unload %s: %s", self.adapter, e)
+            self.adapter = None
+        self.client.close()
+        if self._own_dir:
+            shutil.rmtree(self.adapter_dir, ignore_errors=True)
+
+    def __enter__(self) -> HTTPPolicyBackend:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _weights_version(self) -> tuple[int, int]:
+        """(identity of the model, sum of its trainable tensors' version counters). Autograd's counter grows with
+        every in-place write (optimiser steps, `load_state_dict`), so an unchanged sum means unchanged weights;
+        hashing the weights instead would cost a pass over them before every generation."""
+        return id(self.model), sum(p._version for p in self.model.parameters() if p.requires_grad)
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")

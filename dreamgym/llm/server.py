@@ -1,8 +1,9 @@
-"""`dreamgym serve-model`: any local model of ours as an OpenAI-compatible chat-completions endpoint.
+"""`dreamgym serve-model`: any local model of ours as an OpenAI-compatible endpoint that speaks vLLM's dialect.
 
-Owns: the HTTP surface (`POST /v1/chat/completions`, `GET /v1/models`, `GET /health`), the request schema and
-OpenAI-style errors, micro-batching of concurrent requests into one `HFBackend` call, and starting a server
-in-process on a loopback port (`start_server`) for tests and for rollout workers in the same process.
+Owns: the HTTP surface (`POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/load_lora_adapter`,
+`POST /v1/unload_lora_adapter`, `GET /v1/models`, `GET /health`), the request schemas and OpenAI-style errors,
+micro-batching of concurrent requests into one `HFBackend` call, the LoRA adapters loaded at runtime, and starting
+a server in-process on a loopback port (`start_server`) for tests and for rollout workers in the same process.
 Must not know: environments, trainers; how generation works (that is `HFBackend`); how requests are bounded
 (that is `dreamgym.serving`, shared with `dreamgym webshop serve`).
 
@@ -11,9 +12,24 @@ Every error is OpenAI's JSON shape `{"error": {"message", "type", "code", "param
 (4 MiB by default, `--max-body-mb`), 431 head over 32 KiB, 408 body or head too slow, 503 past 256 open
 connections, 500 a failed generation. The listen backlog queues 1024 connections not yet accepted.
 
-Extensions over the OpenAI schema, all optional for clients: each choice carries `token_ids` (the sampled ids)
-and `stop_reason` (the stop string that ended it, null on eos/length), the response carries `prompt_token_ids`
+Extensions over the OpenAI chat schema, all optional for clients: each choice carries `token_ids` (the sampled
+ids) and `stop_reason` (the stop string that ended it, null on eos/length), the response carries `prompt_token_ids`
 (as vLLM's `return_token_ids` does). Choice `j` of a request with seed `s` samples with seed `row_seed(s, j)`.
+
+`/v1/completions` follows vLLM's OpenAI server, so a client written for vLLM (the trainer's `HTTPPolicyBackend`)
+runs unchanged against this one on a CPU: `prompt` is text, token ids, or a list of either (prompt `i`, choice `j`
+is choice `i * n + j`, sampled with `row_seed(seed, j)` as if each prompt were its own request); `logprobs: 0`
+returns the sampled tokens' log-probs (temperature-1 model log-probs, vLLM's raw log-probs) in the legacy
+`{tokens, token_logprobs, top_logprobs, text_offset}` shape; `return_token_ids: true` adds `prompt_token_ids` and
+`token_ids` to each choice; the stop string is cut from `text` unless `include_stop_str_in_output: true` (token ids
+always hold every sampled token, eos included). Top alternatives (`logprobs > 0`), `echo`, `prompt_logprobs` and
+streaming are refused with 400 rather than silently ignored.
+
+Runtime LoRA, as vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING` endpoints: `load_lora_adapter {lora_name, lora_path}`
+loads a PEFT adapter folder (what DreamGym's trainers save) onto the served model; requests whose `model` is that
+name sample with it, others with the bare base model; `load_inplace: true` replaces an adapter of the same name,
+`unload_lora_adapter {lora_name}` drops it. Success answers are plain text, as vLLM's. Loading and unloading run on
+the batcher's thread between batches, so no decode ever sees the model change under it.
 """
 
 from __future__ import annotations
@@ -26,12 +42,15 @@ import secrets
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamgym import serving
@@ -78,6 +97,39 @@ class ChatCompletionBody(BaseModel):
     stream: bool = False
 
 
+class CompletionBody(BaseModel):
+    """vLLM's `/v1/completions` fields we honour. Unknown fields are accepted and ignored, as vLLM does; the ones
+    whose silent omission would mislead (top alternatives, echo, prompt log-probs, streaming) are refused."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str | list[int] | list[str] | list[list[int]]
+    n: int = Field(1, ge=1, le=128)
+    temperature: float = Field(1.0, ge=0.0, le=100.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(16, ge=0)  # the OpenAI and vLLM default for completions
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: int | None = Field(None, ge=0)
+    echo: bool = False
+    stream: bool = False
+    prompt_logprobs: int | None = None
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+    include_stop_str_in_output: bool = False
+
+
+class LoadLoRABody(BaseModel):
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    load_inplace: bool = False
+
+
+class UnloadLoRABody(BaseModel):
+    model_config = ConfigDict(extra="allow")  # vLLM also takes lora_int_id; the name is what identifies it here
+    lora_name: str = Field(min_length=1)
+
+
 class _HTTPError(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
         super().__init__(message)
@@ -90,22 +142,102 @@ class _Job:
     params: SamplingParams
     seeds: list[int]
     future: Future
+    adapter: str | None = None
+    """The LoRA adapter to sample with (None: the base model)."""
+    control: Callable[[], Any] | None = None
+    """A model change (adapter load/unload) to run between batches instead of a generation."""
+
+
+class Adapters:
+    """LoRA adapters loaded at runtime onto the served model, by name. Used only from the batcher's thread."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.paths: dict[str, str] = {}
+        peft_config = getattr(backend.model, "peft_config", None)
+        self.own: str | None = backend.model.active_adapter if peft_config else None
+        """The adapter of a model served as a PEFT model (its own weights, not a runtime one)."""
+
+    def load(self, name: str, path: str, inplace: bool = False) -> None:
+        if name in self.paths and not inplace:
+            raise _HTTPError(400, f"The lora adapter {name!r} has already been loaded; unload it first or pass "
+                                  "load_inplace=true", code="adapter_exists")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise _HTTPError(400, f"lora_path {path!r} is not a PEFT adapter folder (no adapter_config.json there)",
+                             code="invalid_adapter")
+        from peft import PeftModel
+
+        model = self.backend.model
+        if name in self.paths:
+            model.delete_adapter(name)
+            del self.paths[name]
+        try:
+            if isinstance(model, PeftModel):
+                model.load_adapter(path, adapter_name=name)
+            else:  # the first adapter wraps the base model; unloading the last one unwraps it
+                self.backend.model = PeftModel.from_pretrained(model, path, adapter_name=name)
+        except Exception as e:  # noqa: BLE001 - an adapter for another base model is the client's input
+            raise _HTTPError(400, f"loading LoRA adapter {name!r} from {path!r} failed: {type(e).__name__}: {e}",
+                             code="invalid_adapter") from e
+        self.backend.model.eval()
+        self.paths[name] = path
+
+    def unload(self, name: str) -> None:
+        if name not in self.paths:
+            raise _HTTPError(404, f"The lora adapter {name!r} cannot be found", code="model_not_found")
+        model = self.backend.model
+        del self.paths[name]
+        if self.own is None and not self.paths:
+            # The last runtime adapter: unwrap the base model (a PeftModel left without adapters cannot run).
+            self.backend.model = model.unload()
+            self.backend.model.eval()
+            return
+        if name in model.active_adapters:  # activate another first: PEFT warns when the active one goes
+            model.set_adapter(self.own or next(iter(self.paths)))
+        model.delete_adapter(name)
+
+    @contextmanager
+    def selected(self, name: str | None) -> Iterator[None]:
+        """The model samples with adapter `name`, or as served at start (None): with the adapter it was served with
+        when it came as a PEFT model, with every loaded adapter off otherwise."""
+        model = self.backend.model
+        if name is not None and name not in self.paths:  # unloaded while the request waited
+            raise _HTTPError(404, f"The model {name!r} does not exist (its adapter was unloaded)",
+                             code="model_not_found")
+        if name is None and self.own is not None:
+            model.set_adapter(self.own)
+        elif name is not None:
+            model.set_adapter(name)
+        elif self.paths:
+            with model.disable_adapter():
+                yield
+            return
+        yield
 
 
 class MicroBatcher:
     """Collects requests arriving within `wait_s` of each other (up to the backend's batch size in rows) and
-    decodes them in one `generate_from_ids` call, so concurrent clients share batched decoding."""
+    decodes them in one `generate_from_ids` call per adapter, so concurrent clients share batched decoding.
+    Adapter loads and unloads (`call`) run on the same thread between batches."""
 
     def __init__(self, backend: Any, wait_s: float = 0.005):
         self.backend = backend
         self.wait_s = wait_s
+        self.adapters = Adapters(backend)
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="serve-model-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt: list[int], params: SamplingParams, seeds: list[int]) -> Future:
+    def submit(self, prompt: list[int], params: SamplingParams, seeds: list[int],
+               adapter: str | None = None) -> Future:
         fut: Future = Future()
-        self._queue.put(_Job(prompt, params, seeds, fut))
+        self._queue.put(_Job(prompt, params, seeds, fut, adapter))
+        return fut
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run `fn` on the batcher's thread once the batch in progress is done; its result or error in the future."""
+        fut: Future = Future()
+        self._queue.put(_Job([], SamplingParams(), [], fut, control=fn))
         return fut
 
     def stop(self) -> None:
@@ -117,7 +249,10 @@ class MicroBatcher:
             job = self._queue.get()
             if job is None:
                 return
-            jobs, rows = [job], len(job.seeds)
+            if job.control is not None:
+                self._control(job)
+                continue
+            jobs, rows, after = [job], len(job.seeds), None
             deadline = time.monotonic() + self.wait_s
             while rows < self.backend.batch_size:
                 try:
@@ -127,18 +262,33 @@ class MicroBatcher:
                 if nxt is None:
                     self._queue.put(None)  # stop after this batch
                     break
+                if nxt.control is not None:  # requests queued before a model change sample before it
+                    after = nxt
+                    break
                 jobs.append(nxt)
                 rows += len(nxt.seeds)
-            self._run(jobs)
+            for adapter in dict.fromkeys(j.adapter for j in jobs):
+                self._run([j for j in jobs if j.adapter == adapter], adapter)
+            if after is not None:
+                self._control(after)
 
-    def _run(self, jobs: list[_Job]) -> None:
+    def _control(self, job: _Job) -> None:
+        assert job.control is not None
+        try:
+            job.future.set_result(job.control())
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            job.future.set_exception(e)
+
+    def _run(self, jobs: list[_Job], adapter: str | None) -> None:
         prompts = [j.prompt for j in jobs for _ in j.seeds]
         params = [j.params for j in jobs for _ in j.seeds]
         seeds = [s for j in jobs for s in j.seeds]
         try:
-            outs = self.backend.generate_from_ids(prompts, params, seeds=seeds)
+            with self.adapters.selected(adapter):
+                outs = self.backend.generate_from_ids(prompts, params, seeds=seeds)
         except Exception as e:  # noqa: BLE001 - a failed batch is reported to its requests, the server lives on
-            log.exception("generation failed for %d requests", len(jobs))
+            if not isinstance(e, _HTTPError):
+                log.exception("generation failed for %d requests", len(jobs))
             for j in jobs:
                 j.future.set_exception(e)
             return
@@ -156,6 +306,8 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
     app.state.batcher = batcher
     serving.install(app, limits, error_body)
     context = getattr(backend.model.config, "max_position_embeddings", None)
+    # Ids past the embedding table would fail inside the model (a 500); the table may be larger than the tokenizer.
+    vocab = max(int(getattr(backend.model.config, "vocab_size", 0) or 0), len(backend.tokenizer))
 
     @app.exception_handler(_HTTPError)
     async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
@@ -165,16 +317,32 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    def adapter_of(name: str | None) -> str | None:
+        """The runtime adapter a request's `model` names (None: the served model itself)."""
+        if not name or name == model_name:
+            return None
+        if name in batcher.adapters.paths:
+            return name
+        raise _HTTPError(404, f"model {name!r} is not served here; this server serves {model_name!r}"
+                              + (f" and the LoRA adapters {sorted(batcher.adapters.paths)}" if batcher.adapters.paths
+                                 else ""), code="model_not_found")
+
+    def check_context(prompt: list[int], max_tokens: int) -> None:
+        if context and len(prompt) + max_tokens > context:
+            raise _HTTPError(400, f"the prompt has {len(prompt)} tokens; with max_tokens={max_tokens} that exceeds "
+                                  f"the model's context length of {context}", code="context_length_exceeded")
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
-                                            "owned_by": "dreamgym", "max_model_len": context}]}
+        card = {"object": "model", "created": 0, "owned_by": "dreamgym", "max_model_len": context}
+        data = [{"id": model_name, "root": model_name, "parent": None, **card}]
+        data += [{"id": name, "root": path, "parent": model_name, **card}
+                 for name, path in list(batcher.adapters.paths.items())]
+        return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionBody) -> dict[str, Any]:
-        if body.model and body.model != model_name:
-            raise _HTTPError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
-                             code="model_not_found")
+        adapter = adapter_of(body.model)
         if body.stream:
             raise _HTTPError(400, "stream=true is not supported by dreamgym serve-model")
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -184,18 +352,103 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
             raise _HTTPError(400, f"chat template failed on these messages: {e}") from e
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        if context and len(prompt) + max_tokens > context:
-            raise _HTTPError(400, f"the prompt has {len(prompt)} tokens; with max_tokens={max_tokens} that exceeds "
-                                  f"the model's context length of {context}", code="context_length_exceeded")
+        check_context(prompt, max_tokens)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
                                 seed=body.seed)
         base = body.seed if body.seed is not None else secrets.randbits(63)
-        fut = batcher.submit(prompt, params, [row_seed(base, j) for j in range(body.n)])
+        fut = batcher.submit(prompt, params, [row_seed(base, j) for j in range(body.n)], adapter)
         outs: list[Completion] = await asyncio.wrap_future(fut)
-        return _response(backend.tokenizer, model_name, prompt, outs, stop, body.logprobs)
+        return _response(backend.tokenizer, body.model or model_name, prompt, outs, stop, body.logprobs)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody) -> dict[str, Any]:
+        adapter = adapter_of(body.model)
+        for name, bad in (("stream", body.stream), ("echo", body.echo),
+                          ("prompt_logprobs", body.prompt_logprobs is not None)):
+            if bad:
+                raise _HTTPError(400, f"{name} is not supported by dreamgym serve-model")
+        if body.logprobs:
+            raise _HTTPError(400, f"logprobs={body.logprobs} asks for top alternatives, which dreamgym serve-model "
+                                  "does not compute; logprobs=0 returns the sampled tokens' log-probs")
+        prompts = _prompt_ids(backend.tokenizer, body.prompt, vocab)
+        max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+        for prompt in prompts:
+            check_context(prompt, max_tokens)
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
+                                seed=body.seed)
+        base = body.seed if body.seed is not None else secrets.randbits(63)
+        seeds = [row_seed(base, j) for j in range(body.n)]
+        futs = [batcher.submit(p, params, seeds, adapter) for p in prompts]
+        outs: list[list[Completion]] = [await asyncio.wrap_future(f) for f in futs]
+        return _completion_response(backend.tokenizer, body.model or model_name, body, prompts, outs, stop)
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(body: LoadLoRABody) -> PlainTextResponse:
+        if body.lora_name == model_name:
+            raise _HTTPError(400, f"lora_name {body.lora_name!r} is the served model's own name")
+        await asyncio.wrap_future(batcher.call(
+            lambda: batcher.adapters.load(body.lora_name, body.lora_path, inplace=body.load_inplace)))
+        log.info("loaded LoRA adapter %r from %s", body.lora_name, body.lora_path)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(body: UnloadLoRABody) -> PlainTextResponse:
+        await asyncio.wrap_future(batcher.call(lambda: batcher.adapters.unload(body.lora_name)))
+        log.info("unloaded LoRA adapter %r", body.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
     return app
+
+
+def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]],
+                vocab: int) -> list[list[int]]:
+    """The token ids of each prompt of a completions request: text is tokenized as vLLM does (the tokenizer's
+    special tokens added), ids are checked against the vocabulary."""
+    many: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
+    if not many:
+        raise _HTTPError(400, "prompt is empty")
+    out: list[list[int]] = []
+    for p in many:
+        ids = list(tokenizer(p)["input_ids"]) if isinstance(p, str) else list(p)
+        if not ids:
+            raise _HTTPError(400, "a prompt has no tokens")
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise _HTTPError(400, f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        out.append(ids)
+    return out
+
+
+def _completion_response(tokenizer: Any, model_name: str, body: CompletionBody, prompts: list[list[int]],
+                         outs: list[list[Completion]], stop: list[str]) -> dict[str, Any]:
+    choices = []
+    for i, (prompt, row) in enumerate(zip(prompts, outs)):
+        for j, o in enumerate(row):
+            stop_reason = next((s for s in stop if o.finish_reason == "stop" and s and o.text.endswith(s)), None)
+            text = o.text if stop_reason is None or body.include_stop_str_in_output else o.text[:-len(stop_reason)]
+            lp = None
+            if body.logprobs is not None:
+                tokens = ([f"token_id:{t}" for t in o.token_ids] if body.return_tokens_as_token_ids
+                          else [tokenizer.decode([t]) for t in o.token_ids])
+                offsets, at = [], 0
+                for tok in tokens:
+                    offsets.append(at)
+                    at += len(tok)
+                lp = {"text_offset": offsets, "token_logprobs": o.logprobs, "tokens": tokens,
+                      "top_logprobs": [{tok: p} for tok, p in zip(tokens, o.logprobs)]}
+            choice: dict[str, Any] = {"index": i * body.n + j, "text": text, "logprobs": lp,
+                                      "finish_reason": o.finish_reason, "stop_reason": stop_reason,
+                                      "prompt_logprobs": None, "prompt_token_ids": None, "token_ids": None}
+            if body.return_token_ids:
+                choice.update(prompt_token_ids=prompt, token_ids=o.token_ids)
+            choices.append(choice)
+    n_in = sum(len(p) for p in prompts) * body.n
+    n_out = sum(len(o.token_ids) for row in outs for o in row)
+    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": model_name, "choices": choices,
+            "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}}
 
 
 def _response(tokenizer: Any, model_name: str, prompt: list[int], outs: list[Completion], stop: list[str],
