@@ -155,5 +155,6 @@ def test_retries_with_backoff_on_5xx_and_429():
 
 
 def test_serve_model_cli_reports_a_bad_preset(capsys):
-    assert serve_main(["--preset", "no-such-preset-anywhere", "--device", "cpu"]) == 1
-    assert "neither a preset" in capsys.readouterr().out
+    assert serve_main(["--preset", "no-such-preset-anywhere", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dreamgym serve-model: ") and "neither a preset" in err[0]
