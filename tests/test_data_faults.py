@@ -271,5 +271,9 @@ def test_eval_em_refuses_an_empty_held_out_file_naming_it(tmp_path, capsys):
 
     held = tmp_path / "held.jsonl"
     held.write_bytes(b"")
-    assert main(["--env", "dial", "--model", str(tmp_path / "no-model"), "--data", str(held)]) == 2
-    assert f"dreamgym eval-em: {held}: holds no trajectories" in capsys.readouterr().err
+    em = tmp_path / "em"  # a checkpoint that passes the start-up check (its weights are never read)
+    (em / "model").mkdir(parents=True)
+    (em / "em_config.json").write_text('{"env": "dial", "model": {}}')
+    assert main(["--env", "dial", "--model", str(em), "--data", str(held)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dreamgym eval-em: --data: ") and str(held) in err and "holds no trajectories" in err
