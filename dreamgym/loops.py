@@ -34,6 +34,7 @@ from dreamgym.types import Task, Trajectory
 if TYPE_CHECKING:
     from dreamgym.buffer import ReplayBuffer
     from dreamgym.llm.hf import HFBackend
+    from dreamgym.llm.http import HTTPPolicyBackend
     from dreamgym.trainers.dpo import DPOConfig
     from dreamgym.trainers.grpo import GRPOConfig
     from dreamgym.trainers.ppo import PPOConfig
@@ -60,9 +61,11 @@ class EnvFamily(Protocol):
 
 
 # ------------------------------------------------------------------------------------------------ building
-def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None) -> HFBackend:
-    """The policy backend: `init` (a checkpoint or model dir) when given, else the preset, on CUDA when present."""
+def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None) -> HFBackend | HTTPPolicyBackend:
+    """The policy backend: `init` (a checkpoint or model dir) when given, else the preset, on CUDA when present;
+    sampling in this process, or on the server `cfg.model.policy_url` names (the model stays here, for training)."""
     from dreamgym.llm.hf import HFBackend
+    from dreamgym.llm.http import HTTPPolicyBackend
 
     model, tok, meta = load_policy(init or cfg.model.preset, device=device)
     if meta.get("kind") == "lora" and cfg.model.lora is not False:
@@ -72,10 +75,13 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
                 p.requires_grad_(True)
     elif meta.get("kind") == "lora":
         model = model.merge_and_unload()
+    if cfg.model.policy_url:
+        url, _, served = cfg.model.policy_url.partition("#")
+        return HTTPPolicyBackend(url, model, tok, served_model=served or None)
     return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
 
 
-def build_online_trainer(backend: HFBackend, cfg: TrainerConfig, algo: GRPOConfig | PPOConfig, *,
+def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: GRPOConfig | PPOConfig, *,
                          logger: MetricsLogger | None = None, budget: RealStepBudget | None = None) -> OnlineTrainer:
     """A GRPO or PPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings
     `cfg`; `budget` caps its real steps (default: `cfg.real_step_budget`)."""
@@ -87,7 +93,7 @@ def build_online_trainer(backend: HFBackend, cfg: TrainerConfig, algo: GRPOConfi
     return PPOTrainer(backend, algo, cfg, logger=logger, budget=budget)
 
 
-def build_offline_trainer(backend: HFBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,
+def build_offline_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,
                           logger: MetricsLogger | None = None,
                           admissible_fn: Callable[[str], list[str]] | None = None) -> OfflineTrainer:
     """An SFT or DPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings

@@ -211,3 +211,42 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(tiny_preset, warm_s
             assert moved > 1e-3
     finally:
         handle.stop()
+
+
+def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  # noqa: F811
+    """`dreamgym train model.policy_url=...` builds the HTTP policy backend: a real GRPO iteration on the dial samples
+    on the server (its request count rises) while the LoRA policy trains here; without LoRA the URL is refused at
+    start-up."""
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.loops import build_backend
+    from dreamgym.train import TrainConfig, main
+
+    with pytest.raises(ConfigError, match="policy_url"):
+        load_config(TrainConfig, None, ["model.policy_url=http://127.0.0.1:1/v1"])  # lora left to auto
+    with pytest.raises(ConfigError, match="policy_url"):
+        load_config(TrainConfig, None, ["model.policy_url=ftp://x", "model.lora=true"])
+    model, tok = tiny_preset
+    handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
+    try:
+        url = f"{handle.url}#tiny"
+        cfg = load_config(TrainConfig, None, [f"model.policy_url={url}", "model.lora=true"])
+        backend = build_backend(cfg)
+        assert isinstance(backend, HTTPPolicyBackend)
+        backend.close()
+        served = []
+        batcher = handle._app.state.batcher  # counts what the server samples (no public hook for it)
+        original = batcher.submit
+
+        def counting(*a, **k):
+            served.append(1)
+            return original(*a, **k)
+
+        batcher.submit = counting
+        rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
+                   f"model.policy_url={url}", "model.lora=true", "grpo.group_size=2", "grpo.tasks_per_iteration=2",
+                   "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
+                   "save_every=0"])
+        assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server
+        assert (tmp_path / "run" / "metrics.jsonl").is_file()
+    finally:
+        handle.stop()
