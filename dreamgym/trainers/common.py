@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -42,6 +42,16 @@ from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.rollout import RealStepBudget, RolloutConfig
+
+class _TurnSample(Protocol):
+    """What a clipped-ratio update reads of one turn (GRPO's and PPO's sample types both have it)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+
+
+SampleT = TypeVar("SampleT", bound=_TurnSample)
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -712,6 +722,16 @@ class BaseTrainer:
                     out[i] = logp[b, start:start + len(completions[i])].tolist()
         self.model.train(was_training)
         return out
+
+    def with_learner_old_logprobs(self, samples: Sequence[SampleT]) -> list[SampleT]:
+        """`samples` (dataclasses with prompt_ids, completion_ids, old_logprobs) ready for a clipped-ratio update:
+        unchanged when the sampler's log-probs are the learner's numerics (`sampler_matches_learner`), otherwise
+        copies whose `old_logprobs` the learner recomputed, so the ratio is 1 before the first step."""
+        if self.sampler_matches_learner():
+            return list(samples)
+        fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
+        # Both sample types are dataclasses; the Protocol bound cannot say so to mypy.
+        return [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]  # type: ignore[type-var]
 
     def policy_version(self) -> str:
         return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"

@@ -33,7 +33,6 @@ section 4).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -192,10 +191,7 @@ class GRPOTrainer(BaseTrainer):
         if not samples:  # every group had equal rewards: nothing to learn from (same keys, for the logs)
             return dict.fromkeys(("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm",
                                   "optimizer_steps", "update_tokens", "trained_tokens"), 0.0)
-        if not self.sampler_matches_learner():
-            # The ratio's "old" side must be the learner's numerics, or it is not 1 before the first step.
-            fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
-            samples = [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]
+        samples = self.with_learner_old_logprobs(samples)
         self.model.train()
         gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 1))
         sums: dict[str, float] = {}

@@ -16,7 +16,6 @@ and a separate critic use `value_lr`.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -194,10 +193,7 @@ class PPOTrainer(BaseTrainer):
             return dict.fromkeys(("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac",
                                   "approx_kl", "grad_norm", "optimizer_steps", "update_tokens",
                                   "explained_variance"), 0.0)
-        if not self.sampler_matches_learner():
-            # The ratio's "old" side must be the learner's numerics, or it is not 1 before the first step.
-            fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
-            samples = [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]
+        samples = self.with_learner_old_logprobs(samples)
         self.model.train()
         gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 2))
         sums: dict[str, float] = {}
