@@ -37,24 +37,12 @@ def family_choices() -> str:
 def trajectory_file(path: str) -> None:
     """A trajectory file the package's readers accept: it exists, is .jsonl/.json or .parquet, and its first
     record reads as a trajectory (the rest is read when the run needs it)."""
-    from dreamgym.data import read_jsonl, read_parquet
+    from dreamgym.data import first_trajectory
 
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: {'not a file' if p.exists() else 'no such file'}")
-    if p.suffix not in (".jsonl", ".json", ".parquet"):
-        raise ValueError(f"{path}: unknown trajectory file type {p.suffix!r} (expected .jsonl or .parquet)")
-    records = read_parquet(p) if p.suffix == ".parquet" else read_jsonl(p)
-    try:
-        first = next(records, None)  # the reader is a generator: closing it closes the file
-    except Exception as e:  # noqa: BLE001 - a columnar reader raises several types for a damaged file
-        if isinstance(e, (ValueError, OSError)):
-            raise
-        raise ValueError(f"{path}: not readable ({type(e).__name__}: {e})") from e
-    finally:
-        records.close()  # type: ignore[attr-defined]
-    if first is None:
-        raise ValueError(f"{path} holds no trajectories")
+    first_trajectory(p)
 
 
 def em_checkpoint(path: str) -> None:

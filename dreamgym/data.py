@@ -470,6 +470,21 @@ def load_trajectories(path: str | Path, skip_torn_tail: bool = False) -> list[Tr
     return trajs
 
 
+def first_trajectory(path: str | Path) -> Trajectory:
+    """The first trajectory of a file, read by the readers `load_trajectories` uses, which stop there and close it;
+    raises their `DataError`s (unknown file type, a damaged first record) and one when the file holds none. The
+    cheap start-up check of a file a config names: the rest is read when the run needs it."""
+    path = Path(path)
+    records = _read_by_suffix(path, skip_torn_tail=False)
+    try:
+        first = next(records, None)
+    finally:
+        records.close()  # type: ignore[attr-defined]  # the readers are generators
+    if first is None:
+        raise _no_trajectories(path)
+    return first
+
+
 def check_trajectory_file(path: str | Path) -> int:
     """Read a trajectory file as `load_trajectories` does, keeping nothing, and return how many trajectories it
     holds; raises the same `DataError`s. For checking the files a config names before any model loads."""
