@@ -30,6 +30,14 @@ setup() {
   fi
 }
 
+browser() {
+  # The web environments (MiniWoB++, WebArena-Lite) and `dreamgym view`'s tests drive Debian's Chromium through
+  # Playwright; Playwright's own browser download is not used (it needs a network this project cannot assume).
+  if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } || echo "run.sh: could not install chromium; browser tests will be skipped" >&2
+  fi
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -40,6 +48,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    browser
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     if [ $# -eq 0 ]; then
       "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
