@@ -3,8 +3,8 @@ raises ValueError (or OSError) saying what is wrong, cheaply and before any mode
 
 Owns: what "usable" means at start-up for an environment family name (registered), a trajectory file (it exists,
 has a known suffix and its first record reads as a trajectory), an experience-model checkpoint (its em_config.json
-reads and holds a model config this version runs) and a policy model source (a preset, an existing folder or a
-Hugging Face id).
+reads and holds a model config this version runs), a policy model source (a preset, an existing folder or a
+Hugging Face id) and a list of server URLs.
 Must not know: which configs use them; models, torch (nothing is loaded); training.
 """
 
@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+SERVER_URLS = "http://host:port/v1#MODEL, or several URLs separated by commas"
+"""What a server field (`model.policy_url`, `dream.em_url`) accepts, in words."""
 POLICY_MIX = "a policy mix such as oracle:0.5,random:0.5"
 """What a policy-mix field accepts, in words."""
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -88,6 +90,13 @@ def em_config_overrides(overrides: list[str]) -> None:
     from dreamgym.experience.config import ExperienceModelConfig
 
     from_dict(ExperienceModelConfig, parse_overrides(overrides))
+
+
+def server_urls(spec: str) -> None:
+    """One or more http(s) base URLs of OpenAI-compatible servers, with at most one served model name after `#`."""
+    from dreamgym.llm.http import split_urls
+
+    split_urls(spec)
 
 
 def policy_mix(spec: str) -> None:

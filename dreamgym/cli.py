@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "the full recipe on one environment with the tiny preset (the README's main job)"),
     "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
     "train-em": ("dreamgym.experience.train:main", "train the reasoning experience model (SFT)"),
+    "export-em": ("dreamgym.experience.checkpoint:export_main",
+                  "write a trained experience model as a plain HF folder (LoRA merged) for vLLM or serve-model"),
     "eval-em": ("dreamgym.fidelity:main", "fidelity of the experience model on held-out real transitions"),
     "train": ("dreamgym.train:main", "train an agent in a real environment: --algo grpo|ppo|sft|dpo --env NAME"),
     "eval": ("dreamgym.evaluate:main", "evaluate a policy on held-out real test tasks"),

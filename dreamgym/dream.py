@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from dreamgym.checks import em_checkpoint, em_config_overrides, task_source, trajectory_file
+from dreamgym.checks import SERVER_URLS, em_checkpoint, em_config_overrides, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
 from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, PeriodicEvaluation, task_pool, train_real
@@ -69,6 +69,9 @@ class DreamConfig:
     file played; curriculum variants are added to any pool."""
     em_overrides: list[str] = checked([], em_config_overrides, "key=value settings of the experience model's config")
     """Experience-model config overrides at load time, e.g. [use_retrieval=false] (the no-replay ablation)."""
+    em_url: str = checked("", server_urls, SERVER_URLS)
+    """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as
+    exported by `dreamgym export-em`; prompts are still fitted here by its tokenizer. Empty: in this process."""
 
 
 def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]], dict[str, Task]]:
@@ -96,7 +99,8 @@ class DreamWorld:
         self.config = dream
         self.buffer: ReplayBuffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
         self.model: ExperienceModel = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
-                                                           config_overrides=dream.em_overrides)
+                                                           config_overrides=dream.em_overrides,
+                                                           url=dream.em_url or None)
         self.base_tasks = task_pool(self.family.tasks("train"), dream.task_pool, name="dream.task_pool", env=env_name,
                                     buffer=self.buffer)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.

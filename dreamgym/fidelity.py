@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inference-ablations", action="store_true",
                    help="also evaluate each model with retrieval / history switched off at inference")
     p.add_argument("--device", default=None)
+    p.add_argument("--url", default=None, help="generate on servers serving the (one) --model exported by "
+                                                "`dreamgym export-em`: " + checks.SERVER_URLS)
     a = p.parse_args(argv)
 
     import random
@@ -358,9 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Every input is checked before any model or data loads.
         checks.env_family(a.env)
-        inputs = [("--model", checks.em_checkpoint, m) for m in a.model] + [("--data", checks.trajectory_file, a.data)]
+        inputs: list[tuple[str, Callable[[str], None], str]] = [("--model", checks.em_checkpoint, m) for m in a.model]
+        inputs.append(("--data", checks.trajectory_file, a.data))
         if a.train_data:
             inputs.append(("--train-data", checks.trajectory_file, a.train_data))
+        if a.url:
+            inputs.append(("--url", checks.server_urls, a.url))
+            if len(a.model) > 1:
+                raise ConfigError("--url", "the servers serve one model; give one --model with it")
         for option, check, value in inputs:
             try:
                 check(value)
@@ -386,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as e:  # DataError names the file and line of unreadable retrieval data
                 return fail("eval-em", e)
             buf = buffers[key]
-        model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size)
+        model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size, url=a.url)
         variants = [(_label(meta, path), model.config)]
         if a.inference_ablations:
             if model.config.use_retrieval:

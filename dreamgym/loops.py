@@ -65,7 +65,7 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
     """The policy backend: `init` (a checkpoint or model dir) when given, else the preset, on CUDA when present;
     sampling in this process, or on the server `cfg.model.policy_url` names (the model stays here, for training)."""
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.llm.http import HTTPPolicyBackend
+    from dreamgym.llm.http import HTTPPolicyBackend, split_urls
 
     model, tok, meta = load_policy(init or cfg.model.preset, device=device)
     if meta.get("kind") == "lora" and cfg.model.lora is not False:
@@ -76,8 +76,8 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
     elif meta.get("kind") == "lora":
         model = model.merge_and_unload()
     if cfg.model.policy_url:
-        url, _, served = cfg.model.policy_url.partition("#")
-        return HTTPPolicyBackend(url, model, tok, served_model=served or None)
+        urls, served = split_urls(cfg.model.policy_url)
+        return HTTPPolicyBackend(urls, model, tok, served_model=served)
     return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
 
 

@@ -20,6 +20,7 @@ BAD_INPUT: dict[str, list[str]] = {
     "collect": ["--env", "dial", "--episodes", "0", "--out", "never.jsonl"],
     "train-em": ["--data", "{data}", "batch_size=0"],
     "eval-em": ["--env", "dial", "--model", "{garbled_checkpoint}", "--data", "{data}"],
+    "export-em": ["{garbled_checkpoint}", "exported"],
     "train": ["--algo", "grpo", "--env", "dial", "iterations=0"],
     "eval": ["--env", "dial", "temperature=-1"],
     "table": ["--env", "dial", "rows=[Nope]"],

@@ -26,6 +26,8 @@ MODEL_SUBDIR = "model"
 """Weights and tokenizer (`save_pretrained`): the whole model, or a LoRA adapter."""
 CHECKPOINT_SUBDIR = "checkpoint"
 """The training run's resumable state (weights, optimizer, RNG, step), in the agent trainers' checkpoint format."""
+EXPORT_MARKER = "dreamgym_export.json"
+"""Written into an exported folder: which checkpoint it came from (prompts must be fitted by that checkpoint)."""
 OBSOLETE_MODEL_FIELDS: dict[str, Any] = {"history_state_chars": 0, "example_state_chars": 240,
                                          "retrieve_real_only": True, "retry_temperature": 0.7}
 """Fields earlier checkpoints saved under "model" that are no longer settings, each with the value now fixed."""
@@ -64,6 +66,43 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
     return from_dict(ExperienceModelConfig, fields)
 
 
+def load_checkpoint_tokenizer(path: str | Path) -> Any:
+    """The checkpoint's tokenizer alone (what prompts are fitted and tokenized with), without loading weights."""
+    from transformers import AutoTokenizer
+
+    read_checkpoint_meta(path)
+    return AutoTokenizer.from_pretrained(str(Path(path) / MODEL_SUBDIR))
+
+
+def export_checkpoint(path: str | Path, out: str | Path) -> Path:
+    """Write the checkpoint's model as one plain Hugging Face folder at `out` (LoRA merged into the base weights,
+    safetensors, the tokenizer with the chat template prompts were written with), which `vllm serve` and
+    `dreamgym serve-model --preset` load. Written beside `out` and renamed into place, so `out` is whole or absent."""
+    import shutil
+    import tempfile
+
+    from dreamgym.llm.hf import FALLBACK_CHAT_TEMPLATE
+
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; export to a new folder")
+    model, tokenizer = load_checkpoint_model(path, device="cpu")
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE  # what HFBackend rendered the training prompts with
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / EXPORT_MARKER).write_text(json.dumps({"checkpoint": str(Path(path).resolve()),
+                                                     "env": read_checkpoint_meta(path).get("env")}, indent=1))
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 def load_checkpoint_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) from a checkpoint: full weights, or the base preset plus the LoRA adapter (merged)."""
     from dreamgym.presets import load_preset
@@ -80,3 +119,26 @@ def load_checkpoint_model(path: str | Path, device: str | None = None) -> tuple[
         return model, AutoTokenizer.from_pretrained(str(mdir))
     return load_preset(str(mdir), device=device)
 
+
+
+def export_main(argv: list[str] | None = None) -> int:
+    """`dreamgym export-em CHECKPOINT OUT`: the checkpoint as a plain model folder for vLLM or serve-model."""
+    from dreamgym.config import CommandParser, fail
+
+    parser = CommandParser(prog="dreamgym export-em",
+                           description="Write a trained experience model as one Hugging Face model folder (LoRA "
+                                       "merged) that `vllm serve OUT` or `dreamgym serve-model --preset OUT` serves; "
+                                       "point a dream at it with dream.em=CHECKPOINT dream.em_url=http://host:port/v1.")
+    parser.add_argument("checkpoint", help="an experience-model checkpoint (from dreamgym train-em)")
+    parser.add_argument("out", help="the folder to create (must not exist)")
+    args = parser.parse_args(argv)
+    try:
+        meta = read_checkpoint_meta(args.checkpoint)
+        if not meta.get("final", True):
+            raise ValueError(f"{args.checkpoint} has not finished training (em_config.json says final: false)")
+        out = export_checkpoint(args.checkpoint, args.out)
+    except (OSError, ValueError) as e:
+        return fail("export-em", e)
+    what = f"LoRA merged into {meta.get('preset')}" if meta.get("lora") else "full weights"
+    print(f"exported {args.checkpoint} ({what}) to {out}")
+    return 0

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dreamgym.experience.checkpoint import checkpoint_model_config, load_checkpoint_model, read_checkpoint_meta
+from dreamgym.experience.checkpoint import (checkpoint_model_config, load_checkpoint_model, load_checkpoint_tokenizer,
+                                            read_checkpoint_meta)
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
                                         completed_state, parse_completion, query_for)
@@ -191,15 +192,26 @@ class ExperienceModel:
 
     @classmethod
     def load(cls, path: str | Path, buffer: ReplayBuffer | None = None, *, device: str | None = None,
-             batch_size: int = 32, config_overrides: Sequence[str] = ()) -> ExperienceModel:
+             batch_size: int = 32, config_overrides: Sequence[str] = (), url: str | None = None) -> ExperienceModel:
         """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `config_overrides` are `key=value`
         settings of its `ExperienceModelConfig` (e.g. `["temperature=1.0"]`), validated before the model loads.
         `buffer` is used for retrieval as is; `dreamgym.experience.data.checkpoint_buffer` builds the one the
-        checkpoint was trained against."""
-        from dreamgym.llm.hf import HFBackend
+        checkpoint was trained against.
 
+        `url` (`http://host:port/v1#MODEL`, several comma-separated): generate on those servers instead, which
+        serve this checkpoint's weights (`dreamgym export-em`). Only the tokenizer loads here, so prompts are fitted
+        and tokenized exactly as in training and sent as token ids (`HTTPTokenBackend`)."""
         meta = read_checkpoint_meta(path)
         cfg = checkpoint_model_config(meta, list(config_overrides))
-        model, tokenizer = load_checkpoint_model(path, device=device)
-        return cls(HFBackend(model, tokenizer, batch_size=batch_size), buffer=buffer, config=cfg,
-                   env=meta.get("env"))
+        llm: LLM
+        if url:
+            from dreamgym.llm.http import HTTPTokenBackend, split_urls
+
+            urls, served = split_urls(url)
+            llm = HTTPTokenBackend(urls, load_checkpoint_tokenizer(path), served_model=served)
+        else:
+            from dreamgym.llm.hf import HFBackend
+
+            model, tokenizer = load_checkpoint_model(path, device=device)
+            llm = HFBackend(model, tokenizer, batch_size=batch_size)
+        return cls(llm, buffer=buffer, config=cfg, env=meta.get("env"))

@@ -1,11 +1,12 @@
 """The OpenAI-compatible HTTP backend of the LLM seam (vLLM, llama.cpp server, `dreamgym serve-model`, hosted APIs),
-and the policy backend whose samples come from such a server (vLLM or `dreamgym serve-model`).
+and the backends whose samples come from one or more such servers (vLLM or `dreamgym serve-model`).
 
 Owns: the chat-completions and token-id completions request/response mapping, vLLM's runtime LoRA calls
 (`load_lora_adapter` / `unload_lora_adapter`), concurrency for a batch, timeouts, retries with exponential backoff,
-the errors a caller sees when an endpoint is dead or rejects a request; and `HTTPPolicyBackend`: the rollout
-engine's `PolicyBackend` over a server, which pushes the locally trained policy's LoRA adapter to it whenever the
-adapter's weights changed since the last push.
+the errors a caller sees when an endpoint is dead or rejects a request; `HTTPTokenBackend`: an `LLM` whose prompts
+are tokenized here (an experience model fitted exactly as in training) and whose rows are spread over several
+servers with failover; and `HTTPPolicyBackend`: the rollout engine's `PolicyBackend` over those servers, which pushes
+the locally trained policy's LoRA adapter to all of them whenever its weights changed since the last push.
 Must not know: environments, trainers, torch (the policy backend handles its local model through the model's own
 `parameters()` and `save_pretrained`), how the server samples.
 
@@ -115,18 +116,16 @@ class OpenAIHTTPBackend:
         request per prompt, all in flight together. `params` is shared or one per prompt; seeds as in `generate`
         (per prompt, else `row_seed(params.seed, i)`). `model` overrides the served model name (a LoRA adapter's
         name). Failures as in `generate`."""
-        n = len(prompts)
-        plist = list(params) if isinstance(params, Sequence) else [params] * n
-        if len(plist) != n or (seeds is not None and len(seeds) != n):
-            raise ValueError("params and seeds must be one per prompt")
+        plist, row = per_row(len(prompts), params, seeds)
         if not prompts:
             return []
         name = model or self.model
-        row = [int(seeds[i]) if seeds is not None else None if p.seed is None else row_seed(p.seed, i)
-               for i, p in enumerate(plist)]
-        futures = [self._pool.submit(self._one_ids, name, list(map(int, pr)), p, s)
-                   for pr, p, s in zip(prompts, plist, row)]
-        return self._gather(futures)
+        return self._gather([self.submit_ids(name, list(map(int, pr)), p, s) for pr, p, s in zip(prompts, plist, row)])
+
+    def submit_ids(self, model: str, prompt: list[int], params: SamplingParams, seed: int | None) -> Future:
+        """One token-id completion request, sent from the thread pool; the future raises `_Rejected` on a 4xx and
+        `LLMEndpointError` when the server stays unreachable."""
+        return self._pool.submit(self._one_ids, model, prompt, params, seed)
 
     def load_lora_adapter(self, name: str, path: str, *, inplace: bool = False) -> None:
         """vLLM's runtime LoRA loading: the server reads the PEFT adapter folder `path` (a path on the server's
@@ -169,13 +168,8 @@ class OpenAIHTTPBackend:
             except _Rejected as e:
                 rejected.append(e)
                 out.append(Completion(text="", finish_reason="error"))
-        if rejected:
-            self.errors += len(rejected)
-            if len(rejected) == len(futures):
-                raise LLMEndpointError(f"{self.base_url} rejected all {len(futures)} requests: {rejected[0]}")
-            log.warning("%s rejected %d of %d requests (first: %s)", self.base_url, len(rejected), len(futures),
-                        rejected[0])
-        return out
+        self.errors += len(rejected)
+        return _settle(out, rejected, self.base_url)
 
     def _one_ids(self, model: str, prompt: list[int], params: SamplingParams, seed: int | None) -> Completion:
         body: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1, "temperature": params.temperature,
@@ -243,6 +237,27 @@ class OpenAIHTTPBackend:
             f"OpenAI-compatible endpoint {url} failed after {self.max_retries + 1} attempts ({last}); {hint}")
 
 
+def per_row(n: int, params: SamplingParams | Sequence[SamplingParams],
+            seeds: Sequence[int] | None) -> tuple[list[SamplingParams], list[int | None]]:
+    """(params, seed) of each of `n` rows: `params` shared or one per row; the row's own seed when `seeds` is
+    given, else `row_seed(params.seed, i)` (None for an unseeded row)."""
+    plist = list(params) if isinstance(params, Sequence) else [params] * n
+    if len(plist) != n or (seeds is not None and len(seeds) != n):
+        raise ValueError("params and seeds must be one per prompt")
+    return plist, [int(seeds[i]) if seeds is not None else None if p.seed is None else row_seed(p.seed, i)
+                   for i, p in enumerate(plist)]
+
+
+def _settle(out: list[Completion], rejected: list[_Rejected], where: str) -> list[Completion]:
+    """A batch's completions once every request answered: rejected ones already hold finish_reason 'error'; a batch
+    the server(s) rejected whole raises, since no caller can use it."""
+    if rejected:
+        if len(rejected) == len(out):
+            raise LLMEndpointError(f"{where} rejected all {len(out)} requests: {rejected[0]}")
+        log.warning("%s rejected %d of %d requests (first: %s)", where, len(rejected), len(out), rejected[0])
+    return out
+
+
 def _retry_after(resp: httpx.Response) -> float:
     try:
         return min(float(resp.headers.get("retry-after", 0.0)), 60.0)
@@ -300,49 +315,57 @@ def _parse_text_choice(data: dict[str, Any], params: SamplingParams, prompt: lis
                       prompt_token_ids=[int(t) for t in choice.get("prompt_token_ids") or prompt])
 
 
-class HTTPPolicyBackend:
-    """The rollout engine's `PolicyBackend` (and an `LLM`) whose samples come from a vLLM-style server while the
-    policy it samples, `model` with `tokenizer`, stays here for the trainer to train in place (`backend.model`).
+def split_urls(spec: str) -> tuple[list[str], str | None]:
+    """(base URLs, served model name) from a config's server string: one URL or several separated by commas, with
+    the model name after `#` (`http://a:8000/v1,http://b:8000/v1#policy`). Every URL must be http(s)."""
+    urls, names = [], set()
+    for part in (p.strip() for p in spec.split(",")):
+        url, _, name = part.partition("#")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{part!r} is not an http(s) URL")
+        urls.append(url)
+        if name:
+            names.add(name)
+    if len(names) > 1:
+        raise ValueError(f"the servers name different models ({', '.join(sorted(names))}); give one #MODEL")
+    return urls, names.pop() if names else None
 
-    Before each generation the trainable weights are compared with those last pushed (every optimiser step and every
-    checkpoint load changes them; `pushes` counts the pushes): a changed PEFT policy's adapter is saved under
-    `adapter_dir` and loaded with `load_lora_adapter` under a new name `<adapter_prefix>-<n>`, which the requests
-    then name as their model; the adapter it replaces is unloaded and its folder deleted. So every rollout samples
-    the policy as the last update left it, whoever calls the backend (trainer, evaluation), with no hook in the
-    loops. The first generation pushes the adapter too (a checkpoint's adapter is not the base model).
 
-    The server must serve the policy's base weights (`dreamgym serve-model --preset <the trainer's preset>`, or
-    `vllm serve <model folder> --enable-lora` with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and `--max-lora-rank` at
-    least the adapter's rank) and read `adapter_dir` at the same path (same machine or a shared filesystem).
-    A full-weight policy is sampled as the server serves it, and once its weights change here `generate_from_ids`
-    raises `LLMEndpointError`: reloading full weights into a server is not part of vLLM's OpenAI API.
+class HTTPTokenBackend:
+    """`LLM` over one or more vLLM-style servers that all serve the same model, with prompts written here.
 
-    Its sampler is not the learner (`sampling_model` is None), so trainers recompute "old" log-probs themselves.
+    `tokenizer` renders each chat request (its chat template, or the local backend's fallback) and tokenizes it,
+    exactly as `HFBackend.prompt_ids` does, and the ids go to `POST /completions`: the server's own chat template
+    and tokenizer never touch the prompt, so a model trained on prompts fitted by `tokenizer` sees the same ids
+    wherever it runs, and `prompt_ids` lets callers fit prompts to a token budget as in training.
+
+    Several servers: the rows of a batch are dealt round-robin over them (the start rotating between calls) and
+    sent together. A server that stays unreachable after the client's retries is marked down for this backend's
+    lifetime and its rows go to the others (`failovers` counts them); when every server is down the call raises
+    `LLMEndpointError` naming each one and why. Seeds are fixed per row before the rows are dealt, so which server
+    answers a row does not change its sample.
     """
 
-    sampling_model = None
-    """No local module samples: the trainer's `sampler_matches_learner()` is False for this backend."""
-
-    def __init__(self, base_url: str, model: Any, tokenizer: Any, *, served_model: str | None = None,
-                 adapter_dir: str | Path | None = None, adapter_prefix: str | None = None, **http: Any):
-        self.client = OpenAIHTTPBackend(base_url, model=served_model, **http)
-        self.model = model
+    def __init__(self, base_url: str | Sequence[str], tokenizer: Any, *, served_model: str | None = None,
+                 **http: Any):
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("HTTPTokenBackend needs at least one server URL")
+        self.clients = [OpenAIHTTPBackend(u, model=served_model, **http) for u in urls]
         self.tokenizer = tokenizer
         if not getattr(tokenizer, "chat_template", None):
             from dreamgym.llm.hf import FALLBACK_CHAT_TEMPLATE  # the local backend's template, for the same prompts
 
             tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
-        self._own_dir = adapter_dir is None
-        self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \
-            Path(tempfile.mkdtemp(prefix="dreamgym-adapters-"))
-        self.adapter_prefix = adapter_prefix or f"policy-{uuid.uuid4().hex[:8]}"
-        self.adapter: str | None = None
-        """The adapter name requests are sent to (None: the served model itself)."""
-        self.pushes = 0
-        self._pushed: tuple[int, int] | None = None  # `_weights_version()` at the last push
-        self._baseline: tuple[int, int] | None = None  # a full-weight policy's version at its first generation
+        self.down: dict[str, str] = {}
+        """Servers marked down: base URL -> the error that took it out."""
+        self.failovers = 0
+        self._next = 0
 
-    # ------------------------------------------------------------------------------------------ public API
+    @property
+    def client(self) -> OpenAIHTTPBackend:
+        """The first server's client (the only one when a single URL was given)."""
+        return self.clients[0]
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """Token ids of the chat-templated request with the generation prompt, exactly as `HFBackend.prompt_ids`."""
@@ -354,13 +377,113 @@ class HTTPPolicyBackend:
         return self.generate_from_ids([self.prompt_ids(r) for r in requests], params, seeds=seeds)
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
-                          *, seeds: Sequence[int] | None = None) -> list[Completion]:
-        """Token-in/token-out generation on the server with the current policy (pushed first when it changed)."""
+                          *, seeds: Sequence[int] | None = None, model: str | None = None) -> list[Completion]:
+        """Token-in/token-out generation spread over the live servers; `model` names a LoRA adapter loaded on all of
+        them (default: the served model). Seeds and failures as in `OpenAIHTTPBackend.generate_from_ids`."""
+        plist, rows = per_row(len(prompts), params, seeds)
+        if not prompts:
+            return []
+        live = self._live()
+        start, self._next = self._next, self._next + len(prompts)
+        futures: list[tuple[OpenAIHTTPBackend, Future]] = []
+        for i, (pr, p, s) in enumerate(zip(prompts, plist, rows)):
+            c = live[(start + i) % len(live)]
+            futures.append((c, c.submit_ids(model or c.model, list(map(int, pr)), p, s)))
+        out: list[Completion] = []
+        rejected: list[_Rejected] = []
+        for i, (c, f) in enumerate(futures):
+            while True:
+                try:
+                    out.append(f.result())
+                    break
+                except _Rejected as e:
+                    c.errors += 1
+                    rejected.append(e)
+                    out.append(Completion(text="", finish_reason="error"))
+                    break
+                except LLMEndpointError as e:  # this server is gone: the row goes to another one
+                    self._mark_down(c, e)
+                    c = self._live()[i % len(self._live())]
+                    self.failovers += 1
+                    f = c.submit_ids(model or c.model, list(map(int, prompts[i])), plist[i], rows[i])
+        return _settle(out, rejected, ", ".join(c.base_url for c in self.clients))
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter folder `path` as model `name` on every live server."""
+        for c in self._live():
+            c.load_lora_adapter(name, path)
+
+    def unload_lora_adapter(self, name: str) -> None:
+        for c in self._live():
+            c.unload_lora_adapter(name)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+    def __enter__(self) -> HTTPTokenBackend:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _live(self) -> list[OpenAIHTTPBackend]:
+        live = [c for c in self.clients if c.base_url not in self.down]
+        if not live:
+            raise LLMEndpointError("every server is down: " + "; ".join(f"{u}: {e}" for u, e in self.down.items()))
+        return live
+
+    def _mark_down(self, client: OpenAIHTTPBackend, error: Exception) -> None:
+        if client.base_url not in self.down:
+            self.down[client.base_url] = str(error)
+            log.warning("server %s marked down (%s); its requests go to the other servers", client.base_url, error)
+
+
+class HTTPPolicyBackend(HTTPTokenBackend):
+    """The rollout engine's `PolicyBackend` (and an `LLM`) whose samples come from vLLM-style servers while the
+    policy it samples, `model` with `tokenizer`, stays here for the trainer to train in place (`backend.model`).
+
+    Before each generation the trainable weights are compared with those last pushed (every optimiser step and every
+    checkpoint load changes them; `pushes` counts the pushes): a changed PEFT policy's adapter is saved under
+    `adapter_dir` and loaded with `load_lora_adapter` under a new name `<adapter_prefix>-<n>` on every server, which
+    the requests then name as their model; the adapter it replaces is unloaded and its folder deleted. So every
+    rollout samples the policy as the last update left it, whoever calls the backend (trainer, evaluation), with no
+    hook in the loops. The first generation pushes the adapter too (a checkpoint's adapter is not the base model).
+
+    The servers must serve the policy's base weights (`dreamgym serve-model --preset <the trainer's preset>`, or
+    `vllm serve <model folder> --enable-lora` with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and `--max-lora-rank` at
+    least the adapter's rank) and read `adapter_dir` at the same path (same machine or a shared filesystem).
+    A full-weight policy is sampled as the server serves it, and once its weights change here `generate_from_ids`
+    raises `LLMEndpointError`: reloading full weights into a server is not part of vLLM's OpenAI API.
+
+    Its sampler is not the learner (`sampling_model` is None), so trainers recompute "old" log-probs themselves.
+    """
+
+    sampling_model = None
+    """No local module samples: the trainer's `sampler_matches_learner()` is False for this backend."""
+
+    def __init__(self, base_url: str | Sequence[str], model: Any, tokenizer: Any, *, served_model: str | None = None,
+                 adapter_dir: str | Path | None = None, adapter_prefix: str | None = None, **http: Any):
+        super().__init__(base_url, tokenizer, served_model=served_model, **http)
+        self.model = model
+        self._own_dir = adapter_dir is None
+        self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \
+            Path(tempfile.mkdtemp(prefix="dreamgym-adapters-"))
+        self.adapter_prefix = adapter_prefix or f"policy-{uuid.uuid4().hex[:8]}"
+        self.adapter: str | None = None
+        """The adapter name requests are sent to (None: the served model itself)."""
+        self.pushes = 0
+        self._pushed: tuple[int, int] | None = None  # `_weights_version()` at the last push
+        self._baseline: tuple[int, int] | None = None  # a full-weight policy's version at its first generation
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
+                          *, seeds: Sequence[int] | None = None, model: str | None = None) -> list[Completion]:
+        """Token-in/token-out generation on the servers with the current policy (pushed first when it changed)."""
         self.sync()
-        return self.client.generate_from_ids(prompts, params, seeds=seeds, model=self.adapter)
+        return super().generate_from_ids(prompts, params, seeds=seeds, model=model or self.adapter)
 
     def sync(self) -> bool:
-        """Push the policy to the server when its trainable weights changed since the last push. True if pushed."""
+        """Push the policy to the servers when its trainable weights changed since the last push. True if pushed."""
         version = self._weights_version()
         if not _is_peft(self.model):
             if self._baseline is None:
@@ -375,32 +498,29 @@ class HTTPPolicyBackend:
         name = f"{self.adapter_prefix}-{self.pushes + 1}"
         path = self.adapter_dir / name
         self.model.save_pretrained(str(path))
-        self.client.load_lora_adapter(name, str(path.resolve()))
+        self.load_lora_adapter(name, str(path.resolve()))
         old, self.adapter, self._pushed = self.adapter, name, version
         self.pushes += 1
         if old is not None:
-            self.client.unload_lora_adapter(old)
+            self.unload_lora_adapter(old)
             shutil.rmtree(self.adapter_dir / old, ignore_errors=True)
-        log.info("pushed policy adapter %s to %s", name, self.client.base_url)
+        log.info("pushed policy adapter %s to %s", name, ", ".join(c.base_url for c in self._live()))
         return True
 
     def close(self) -> None:
         """Unload the pushed adapter (best effort) and close the connections; a temporary adapter_dir is deleted."""
         if self.adapter is not None:
             try:
-                self.client.unload_lora_adapter(self.adapter)
+                self.unload_lora_adapter(self.adapter)
             except LLMEndpointError as e:
                 log.warning("could not unload %s: %s", self.adapter, e)
             self.adapter = None
-        self.client.close()
+        super().close()
         if self._own_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def __enter__(self) -> HTTPPolicyBackend:
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def _weights_version(self) -> tuple[int, int]:
         """(identity of the model, sum of its trainable tensors' version counters). Autograd's counter grows with

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from dreamgym.agent import AgentConfig
-from dreamgym.checks import model_source
+from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
@@ -76,14 +76,12 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, ~30% slower)."""
     generation_batch_size: int = ranged(64, ge=1)
     """Rows the policy backend decodes together."""
-    policy_url: str = ""
-    """Sample the policy's rollouts on an OpenAI-compatible server (`dreamgym serve-model`, vLLM) serving the same
-    base model, as `http://host:port/v1#MODEL`; the LoRA adapter trained here is pushed there whenever it changed.
-    Empty: sample in this process."""
+    policy_url: str = checked("", server_urls, SERVER_URLS)
+    """Sample the policy's rollouts on OpenAI-compatible servers (`dreamgym serve-model`, vLLM) serving the same base
+    model, `http://host:port/v1#MODEL` (several: comma-separated); the LoRA adapter trained here is pushed to each
+    whenever it changed. Empty: sample in this process."""
 
     def validate(self) -> None:
-        if self.policy_url and not self.policy_url.startswith(("http://", "https://")):
-            raise ConfigError("policy_url", f"{self.policy_url!r} is not an http(s) URL", "http://host:port/v1#MODEL")
         if self.policy_url and self.lora is not True:
             raise ConfigError("policy_url", "a server samples only what the trainer can push to it: a LoRA adapter",
                               "lora=true with policy_url")
