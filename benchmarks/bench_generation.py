@@ -4,7 +4,11 @@ Prints generated tokens per second (wall clock) and the CPU seconds spent, for e
 to Hugging Face `model.generate` on the same prompts as a reference. Every row decodes exactly `--new-tokens` tokens (eos is ignored) so figures compare.
 
     python benchmarks/bench_generation.py [--presets tiny smollm2-135m] [--batch-sizes 1 16] [--new-tokens 64]
-        [--stop '</no-such-tag>'] [--no-reference]
+        [--stop '</no-such-tag>'] [--no-reference] [--http 1 2]
+
+`--http 1 2` also measures the HTTP path: for each count, that many `dreamgym serve-model` processes (one CPU
+thread each) serve the preset and an `HTTPTokenBackend` deals the batch over them; tokens/s counts the tokens the
+servers returned (they stop at eos, so rows can be shorter than `--new-tokens`).
 
 `--stop` gives every request a stop string (as rollouts do: the policy stops at `</action>`) that the random text
 never completes, so the figure includes the per-token stop-string check. To compare two versions of the backend
@@ -72,6 +76,58 @@ def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | No
               f"HF generate {n / ref[0]:8.1f} tok/s ({ref[0]:6.2f}s wall, {ref[1]:6.2f}s CPU)")
 
 
+def bench_http(preset: str, counts: list[int], batch_sizes: list[int], new_tokens: int, repeats: int) -> None:
+    import re
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from dreamgym.llm.http import HTTPTokenBackend
+    from dreamgym.presets import load_preset
+
+    root = Path(__file__).resolve().parents[1]
+    _, tok = load_preset(preset, device="cpu")
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
+    print(f"\n{preset} over HTTP: serve-model processes (1 thread each), HTTPTokenBackend, best of {repeats}")
+    for count in counts:
+        procs, urls = [], []
+        try:
+            for _ in range(count):
+                log = tempfile.TemporaryFile(mode="w+")
+                proc = subprocess.Popen([sys.executable, "-m", "dreamgym.cli", "serve-model", "--preset", preset,
+                                         "--port", "0", "--threads", "1", "--batch-size", str(max(batch_sizes)),
+                                         "--device", "cpu"], cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
+                                        env={**os.environ, "PYTHONPATH": str(root)})
+                procs.append(proc)
+                assert proc.stdout is not None
+                m = re.search(r"(http://127\.0\.0\.1:\d+/v1)", proc.stdout.readline())
+                if not m:
+                    log.seek(0)
+                    raise RuntimeError(f"serve-model did not start: {log.read()[-1000:]}")
+                urls.append(m.group(1))
+            backend = HTTPTokenBackend(urls, tok, concurrency=max(batch_sizes))
+            for bs in batch_sizes:
+                reqs = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(bs)]
+                backend.generate(reqs[:count], SamplingParams(temperature=1.0, max_tokens=4))  # warm-up
+                best = None
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    outs = backend.generate(reqs, params)
+                    wall = time.perf_counter() - t
+                    n = sum(len(o.token_ids) for o in outs)
+                    if best is None or n / wall > best[0]:
+                        best = (n / wall, wall, n)
+                assert best is not None
+                print(f"  {count} server{'s' if count > 1 else ' '} batch {bs:>3}: {best[0]:8.1f} tok/s "
+                      f"({best[1]:6.2f}s wall, {best[2]} tokens)")
+            backend.close()
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=["tiny", "smollm2-135m"])
@@ -83,12 +139,18 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--stop", action="append", default=[], help="a stop string every request carries (repeatable)")
     p.add_argument("--no-reference", action="store_true", help="skip transformers' generate")
+    p.add_argument("--http", nargs="*", type=int, default=[],
+                   help="also measure generation through this many serve-model servers (e.g. --http 1 2)")
+    p.add_argument("--no-local", action="store_true", help="skip the in-process backend (with --http)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} CPU threads, cuda={torch.cuda.is_available()}")
     for preset in args.presets:
-        bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats, args.stop,
-              not args.no_reference)
+        if not args.no_local:
+            bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats, args.stop,
+                  not args.no_reference)
+        if args.http:
+            bench_http(preset, args.http, args.batch_sizes, args.new_tokens, args.repeats)
 
 
 if __name__ == "__main__":

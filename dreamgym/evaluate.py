@@ -148,26 +148,29 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
 
 
 # --------------------------------------------------------------------------------------------- loading policies
-def load_policy(spec: str, device: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+def load_policy(spec: str, device: str | None = None, quantize: str = "none") -> tuple[Any, Any, dict[str, Any]]:
     """(model, tokenizer, checkpoint meta) for a preset name, local model directory, Hugging Face id, or a
     trainer checkpoint (a directory with `trainer_state.json`: full weights under `model/`, or a LoRA adapter
-    under `adapter/` on top of the base preset recorded in the meta). Meta is {} for non-checkpoints."""
+    under `adapter/` on top of the base preset recorded in the meta). Meta is {} for non-checkpoints.
+    `quantize` ("4bit") loads the base weights quantized; a full-weight checkpoint is never quantized."""
     from dreamgym.presets import load_preset
 
     path = Path(spec)
     meta_file = path / "trainer_state.json"
     if not meta_file.is_file():
-        model, tok = load_preset(spec, device=device)
+        model, tok = load_preset(spec, device=device, quantize=quantize)
         return model, tok, {}
     meta = json.loads(meta_file.read_text())
     if meta.get("kind") == "lora":
         from peft import PeftModel
         from transformers import AutoTokenizer
 
-        base, _ = load_preset(meta["base"], device=device)
+        base, _ = load_preset(meta["base"], device=device, quantize=quantize)
         model = PeftModel.from_pretrained(base, str(path / "adapter"))
         model.eval()
         return model, AutoTokenizer.from_pretrained(str(path / "adapter")), meta
+    if quantize != "none":
+        raise ValueError(f"{spec} holds full weights, which train in full precision; quantize applies to LoRA bases")
     model, tok = load_preset(str(path / "model"), device=device)
     return model, tok, meta
 

@@ -156,15 +156,17 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def pin_threads(n: int) -> None:
+def pin_threads(n: int, *, torch_threads: bool = True) -> None:
     """Set torch's CPU threads and numpy's BLAS threads to `n`, for the rest of the process. Both change results,
     not only speed: BLAS scores retrieved examples and otherwise takes its count from OPENBLAS_NUM_THREADS /
     OMP_NUM_THREADS, so the shell changed which near-tied example a prompt showed and the trained weights with it
-    (docs/log/01-quickstart.md: the dial experience model's loss differed from step 100 under OMP_NUM_THREADS=1)."""
+    (docs/log/01-quickstart.md: the dial experience model's loss differed from step 100 under OMP_NUM_THREADS=1).
+    `torch_threads=False` (a model on a GPU) leaves torch's pool alone: its CPU work is then host-side glue."""
     import threadpoolctl
     import torch
 
-    torch.set_num_threads(n)
+    if torch_threads:
+        torch.set_num_threads(n)
     threadpoolctl.threadpool_limits(limits=n, user_api="blas")
 
 

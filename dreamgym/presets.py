@@ -370,9 +370,12 @@ def resolve(name: str) -> Path | str:
     return Path(name) if os.path.exists(name) else name
 
 
-def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> tuple[Any, Any]:
+def load_preset(name: str, *, device: str | None = None, dtype: Any = None,
+                quantize: str = "none") -> tuple[Any, Any]:
     """(model, tokenizer) for a preset name, a local directory or a Hugging Face id. The model is on `device`
-    (default `pick_device()`), float32 on CPU and bf16 on CUDA unless `dtype` says otherwise, in eval mode."""
+    (default `pick_device()`), float32 on CPU and bf16 on CUDA unless `dtype` says otherwise, in eval mode.
+    `quantize="4bit"` loads the linear layers' weights in 4-bit NF4 with bitsandbytes (the frozen base of QLoRA);
+    the other weights and the compute stay in `dtype`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or pick_device()
@@ -384,9 +387,14 @@ def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> t
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     where = resolve(name)
+    extra: dict[str, Any] = {}
+    if quantize == "4bit":
+        extra = {"quantization_config": _four_bit(dtype), "device_map": {"": str(device)}}
+    elif quantize != "none":
+        raise PresetError(f"quantize must be none or 4bit, got {quantize!r}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         if isinstance(where, Path):
             hint = (f"the directory {where} is not a loadable Hugging Face causal LM (needs config.json, weights "
@@ -398,11 +406,24 @@ def load_preset(name: str, *, device: str | None = None, dtype: Any = None) -> t
                     f"Face id available offline; download it first (e.g. `huggingface-cli download {name}` with "
                     f"network access) or pass a local path")
         raise PresetError(f"cannot load model {name!r}: {hint}. ({type(e).__name__}: {e})") from e
-    # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to); mypy then sees the unbound
-    # signature and takes `device` for `self`.
-    model.to(device)  # type: ignore[arg-type]
+    if not extra:  # a quantized model is placed by device_map and refuses .to()
+        # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to); mypy then sees the unbound
+        # signature and takes `device` for `self`.
+        model.to(device)  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
+
+
+def _four_bit(dtype: Any) -> Any:
+    """bitsandbytes' NF4 with double quantization (QLoRA's recipe), computing in `dtype`."""
+    from transformers import BitsAndBytesConfig
+
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as e:
+        raise PresetError("quantize=4bit needs bitsandbytes (pip install bitsandbytes)") from e
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------------------------- CLI

@@ -60,6 +60,8 @@ class TrainEMConfig:
     """LoRA rank."""
     lora_alpha: int = ranged(32, ge=1)
     """LoRA scaling numerator."""
+    quantize: Literal["none", "4bit"] = "none"
+    """'4bit': hold the frozen base in 4-bit NF4 (QLoRA; needs bitsandbytes and lora=true)."""
     lr: float | None = ranged(None, gt=0)
     """Peak learning rate; None: 1e-3 for full fine-tuning, 2e-4 for LoRA."""
     weight_decay: float = ranged(0.0, ge=0)
@@ -99,6 +101,10 @@ class TrainEMConfig:
     """Also teach the curriculum's two prompts (write harder variants of a task; pick one) with at most this many
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
+    def validate(self) -> None:
+        if self.quantize != "none" and self.lora is not True:
+            raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
+
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
     """Shuffled batches of similar length (sorted within windows of 50 batches) to cut padding."""
@@ -130,7 +136,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     """
     from dreamgym.llm.hf import HFBackend
     from dreamgym.metrics import MetricsLogger, pin_threads
-    from dreamgym.presets import load_preset
+    from dreamgym.presets import load_preset, pick_device
     from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
                                           model_device, prepare_policy, read_checkpoint_state, read_meta,
                                           resumable_checkpoint, rng_state, set_lr, set_rng_state, supervised_step,
@@ -140,7 +146,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     t_start = time.perf_counter()
     # Both pools: numpy's BLAS scores the retrieved examples of every training prompt, so the shell's
     # OMP_NUM_THREADS would otherwise change the trained weights.
-    pin_threads(max(1, cfg.threads))
+    pin_threads(max(1, cfg.threads), torch_threads=not str(cfg.device or pick_device()).startswith("cuda"))
     out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.model
@@ -184,10 +190,11 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
 
-    model, tokenizer = load_preset(cfg.preset, device=cfg.device)
+    model, tokenizer = load_preset(cfg.preset, device=cfg.device, quantize=cfg.quantize)
     model = prepare_policy(model, ModelConfig(
         preset=cfg.preset, lora=resumed_lora if ckpt is not None else cfg.lora, lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing))
+        lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing,
+        quantize=cfg.quantize))
     use_lora = is_peft(model)
     backend = HFBackend(model, tokenizer)
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)

@@ -64,6 +64,8 @@ class ModelConfig:
     lora: bool | None = None
     """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning below
     `presets.FULL_FT_MAX_PARAMS` parameters, LoRA above."""
+    quantize: Literal["none", "4bit"] = "none"
+    """'4bit': hold the frozen base in 4-bit NF4 (QLoRA; needs bitsandbytes and lora=true)."""
     lora_r: int = ranged(16, ge=1)
     """LoRA rank."""
     lora_alpha: int = ranged(32, ge=1)
@@ -82,6 +84,8 @@ class ModelConfig:
     whenever it changed. Empty: sample in this process."""
 
     def validate(self) -> None:
+        if self.quantize != "none" and self.lora is not True:
+            raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
         if self.policy_url and self.lora is not True:
             raise ConfigError("policy_url", "a server samples only what the trainer can push to it: a LoRA adapter",
                               "lora=true with policy_url")
@@ -185,8 +189,11 @@ def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
     with float32 weights. Idempotent on an already-wrapped PEFT model."""
     if is_peft(model) or cfg.use_lora(model):
         if not is_peft(model):
-            from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
+            if getattr(model, "is_loaded_in_4bit", False):
+                # Norms and the head to float32, input grads on: what QLoRA needs to train adapters stably.
+                model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
             lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                               target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM", bias="none")
             model = get_peft_model(model, lora)
