@@ -67,6 +67,9 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
     from dreamgym.llm.hf import HFBackend
     from dreamgym.llm.http import HTTPPolicyBackend, split_urls
 
+    from dreamgym import distributed
+
+    device = device or (distributed.device() if distributed.launched() else None)  # each rank its own GPU
     model, tok, meta = load_policy(init or cfg.model.preset, device=device, quantize=cfg.model.quantize)
     if meta.get("kind") == "lora" and cfg.model.lora is not False:
         # Continue training the same adapters (the PEFT model loads them frozen by default).

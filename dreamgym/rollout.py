@@ -47,7 +47,7 @@ from typing import Any, Literal, Protocol
 from dreamgym.config import ranged
 from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, ground_action, parse_action, parse_thought
 from dreamgym.env import TextEnv
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
 from dreamgym.types import Step, Task, Trajectory
 
 # End reasons. The first group are outcomes of the policy's own behaviour (trained on); the rest are failures
@@ -62,7 +62,8 @@ class PolicyBackend(Protocol):
 
     def prompt_ids(self, request: ChatRequest) -> list[int]: ...
 
-    def generate_from_ids(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+    def generate_from_ids(self, prompts: list[list[int]], params: SamplingParams, *,
+                          seeds: Sequence[int] | None = None) -> list[Completion]: ...
 
 
 @dataclass
@@ -292,14 +293,20 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
                  group_size: int = 1, seed: int = 0, config: RolloutConfig | None = None,
                  budget: RealStepBudget | None = None, agent: AgentConfig | None = None,
                  policy_version: str = "", stats: dict[str, float] | None = None,
-                 task_seeds: Sequence[int] | None = None) -> list[Episode]:
+                 task_seeds: Sequence[int] | None = None, first_task: int = 0,
+                 share_rows: Callable[[int], tuple[int, int]] | None = None) -> list[Episode]:
     """Play `group_size` episodes of every task (members of a group share the environment seed) and return
     them in order (task-major). Never raises for environment or parse failures; see the module docstring.
 
     `seed` fixes the environment seeds (`reset(seed=_mix(seed, task_index))`, or `task_seeds[task_index]` when
     given) and the sampling seed of each turn, so the same seed, policy and environments give the same
-    episodes. `stats`, when given, is filled with timing and token counts (gen_time_s, env_time_s,
-    gen_tokens, prompt_tokens, generate_calls, real_steps, synthetic_steps).
+    episodes. `first_task` is the index of `tasks[0]` in a larger list split between processes: task indices
+    (environment seeds, group ids) are then those of the whole list, and `share_rows` (every process calls it
+    once per turn with the number of prompts it generates) returns (the position of this process's first prompt
+    among all processes' prompts of the turn, their total): each prompt is sampled with the seed of its position in
+    the whole turn, and the loop runs until no process has one, so N processes sample what one process would.
+    `stats`, when given, is filled with timing and token counts (gen_time_s, env_time_s, gen_tokens, prompt_tokens,
+    generate_calls, real_steps, synthetic_steps).
     """
     cfg = config or RolloutConfig()
     agent = agent or AgentConfig()
@@ -308,8 +315,8 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
               "synthetic_steps"):
         st.setdefault(k, 0.0)
     slots: list[_Slot] = []
-    for ti, task in enumerate(tasks):
-        env_seed = int(task_seeds[ti]) if task_seeds is not None else _mix(seed, ti)
+    for ti, task in enumerate(tasks, start=first_task):
+        env_seed = int(task_seeds[ti - first_task]) if task_seeds is not None else _mix(seed, ti)
         for m in range(group_size):
             slots.append(_Slot(Episode(task=task, seed=env_seed, group=ti, member=m, policy_version=policy_version)))
     if not slots:
@@ -339,9 +346,11 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
                 elif len(s.ep.turns) >= cfg.max_turns:
                     _close(s, "max_turns")
             live = [s for s in slots if not s.ep.done]
-            if not live:
+            if not live and share_rows is None:
                 break
-            to_step = _policy_turn(backend, live, cfg, agent, _mix(seed, 7919, turn), st)
+            to_step = _policy_turn(backend, live, cfg, agent, _mix(seed, 7919, turn), st, share_rows)
+            if to_step is None:  # no process has a prompt left
+                break
             _env_turn(pool, to_step, cfg, budget, st)
             turn += 1
     finally:
@@ -403,8 +412,10 @@ def _fit_prompt(backend: PolicyBackend, s: _Slot, cfg: RolloutConfig,
 
 
 def _policy_turn(backend: PolicyBackend, live: list[_Slot], cfg: RolloutConfig, agent: AgentConfig,
-                 turn_seed: int, st: dict[str, float]) -> list[tuple[_Slot, str]]:
-    """Generate one reply for every live episode in a single batched call; return (slot, action) to step."""
+                 turn_seed: int, st: dict[str, float],
+                 share_rows: Callable[[int], tuple[int, int]] | None = None) -> list[tuple[_Slot, str]] | None:
+    """Generate one reply for every live episode in a single batched call; return (slot, action) to step, or None
+    when `share_rows` says no process has a prompt this turn."""
     prompts, owners, shown = [], [], []
     for s in live:
         fit = _fit_prompt(backend, s, cfg, agent)
@@ -414,12 +425,20 @@ def _policy_turn(backend: PolicyBackend, live: list[_Slot], cfg: RolloutConfig, 
         prompts.append(fit[0])
         shown.append(fit[1])
         owners.append(s)
+    seeds = None
+    if share_rows is not None:
+        offset, total = share_rows(len(prompts))
+        if total == 0:
+            return None
+        seeds = [row_seed(turn_seed, offset + i) for i in range(len(prompts))]
     if not prompts:
         return []
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
                             stop=[ACTION_STOP], seed=turn_seed)
     t0 = time.monotonic()
-    completions = backend.generate_from_ids(prompts, params)
+    # Without shared rows the call stays the seam's plain form (row i seeded row_seed(turn_seed, i)).
+    completions = backend.generate_from_ids(prompts, params) if seeds is None else \
+        backend.generate_from_ids(prompts, params, seeds=seeds)
     st["gen_time_s"] += time.monotonic() - t0
     st["generate_calls"] += 1
     to_step: list[tuple[_Slot, str]] = []

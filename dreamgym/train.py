@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dreamgym import distributed
 from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
                              trajectory_file)
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
@@ -45,6 +46,8 @@ from dreamgym.types import Task, Trajectory
 
 ONLINE_ALGOS = ("grpo", "ppo")
 OFFLINE_ALGOS = ("sft", "dpo")
+DISTRIBUTED_ALGOS = ("grpo", "sft")
+"""What runs on several processes (`dreamgym/distributed.py`); PPO, DPO and the dream modes are refused there."""
 
 
 @dataclass
@@ -143,12 +146,14 @@ def _demonstrations(cfg: TrainConfig, run_dir: Path) -> list[Trajectory]:
         return load_trajectories(cfg.data)
     mix = cfg.demo_policies or ("expert" if cfg.algo == "sft" else "noisy:0.7,random:0.3")
     out = run_dir / "demos.jsonl"
-    collect(cfg.env, parse_mix(mix), cfg.demo_episodes, out, split="train", seed=cfg.seed, resume=True)
+    if distributed.is_main():  # the other ranks read what rank 0 wrote
+        collect(cfg.env, parse_mix(mix), cfg.demo_episodes, out, split="train", seed=cfg.seed, resume=True)
+    distributed.barrier("collecting demonstrations")
     return load_trajectories(out)
 
 
 def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg: TrainConfig, run_dir: Path,
-                  logger: MetricsLogger, evaluation: Evaluation, progress: bool) -> None:
+                  logger: MetricsLogger | None, evaluation: Evaluation, progress: bool) -> None:
     """GRPO/PPO in `cfg.mode`: real RL on `pool`, RL inside the experience model, or S2R (the dream, then real RL)."""
     n_tasks = cfg.online_config().tasks_per_iteration
 
@@ -197,17 +202,30 @@ def main(argv: list[str] | None = None) -> int:
         # A real_task_pool that played no train task fails here, at start-up.
         pool = task_pool(fam.tasks("train"), cfg.real_task_pool, name="real_task_pool", env=cfg.env) \
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
+        # Several processes (torchrun): every rank runs this same command; see dreamgym/distributed.py.
+        distributed.init()
+        if distributed.world() > 1 and (cfg.algo not in DISTRIBUTED_ALGOS or
+                                        (cfg.algo in ONLINE_ALGOS and cfg.mode != "real")):
+            raise ConfigError("algo", f"{cfg.algo} in mode={cfg.mode} runs in one process only for now",
+                              "several processes: sft, or grpo with mode=real")
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
-        ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint") if args.resume else None
+        # Rank 0 first, since recovering writes.
+        ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint") \
+            if args.resume and distributed.is_main() else None
+        distributed.barrier("opening the checkpoint")
+        if args.resume and not distributed.is_main():
+            ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint")
     except (ValueError, OSError, ImportError, CheckpointError) as e:
         return fail("train", e)
     run_dir = cfg.resolved_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     import yaml
 
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard)
+    main_rank = distributed.is_main()  # the only writer of files
+    if main_rank:
+        atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard) if main_rank else None
     progress = not args.no_progress
     t0 = time.time()
     try:
@@ -215,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluation = Evaluation(fam, cfg.eval_split, eval_tasks[: cfg.eval_max_tasks] if cfg.eval_max_tasks else
                                 eval_tasks, list(cfg.eval_seeds),
                                 EvalConfig(temperature=cfg.eval_temperature, sample_seed=cfg.seed, agent=cfg.agent,
-                                           rollout=cfg.rollout), log=run_dir / "eval.jsonl", logger=logger)
+                                           rollout=cfg.rollout), log=run_dir / "eval.jsonl" if main_rank else None,
+                                logger=logger)
         try:
             backend = build_backend(cfg, cfg.init)
         except PresetError as e:  # a Hugging Face id that cannot be fetched is known only now
@@ -234,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         if ckpt is not None:
             trainer.load(ckpt)
             print(f"resumed from {ckpt} at iteration {trainer.iteration}, step {trainer.global_step}")
-        if args.resume:
+        if args.resume and logger is not None:
             # Rows logged after the checkpoint are redone now: drop them (online trainers log per iteration, offline
             # ones per optimiser step).
             logger.resume(None if ckpt is None else
@@ -246,13 +265,19 @@ def main(argv: list[str] | None = None) -> int:
         trainer.save(run_dir / "final")
         after = evaluation.recorded_at(trainer.iteration) or evaluation(backend, "final", trainer.iteration)
     finally:
-        logger.close()
+        if logger is not None:
+            logger.close()
+    distributed.barrier("finishing")
+    if not main_rank:
+        distributed.shutdown()
+        return 0
     summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
                "real_steps_used": trainer.budget.used, "iterations": trainer.iteration,
                "optimizer_steps": trainer.global_step, "final": after.to_dict(),
                "start": before.to_dict() if before is not None else None, "machine": machine_info()}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start", "machine")}))
+    distributed.shutdown()
     return 0
 
 

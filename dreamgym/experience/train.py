@@ -135,6 +135,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     micro-batches of [b, T] padded tokens (b x T <= micro_batch_tokens) by `trainers.common.supervised_step`.
     """
     from dreamgym.llm.hf import HFBackend
+    from dreamgym import distributed
     from dreamgym.metrics import MetricsLogger, pin_threads
     from dreamgym.presets import load_preset, pick_device
     from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
@@ -146,12 +147,19 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     t_start = time.perf_counter()
     # Both pools: numpy's BLAS scores the retrieved examples of every training prompt, so the shell's
     # OMP_NUM_THREADS would otherwise change the trained weights.
-    pin_threads(max(1, cfg.threads), torch_threads=not str(cfg.device or pick_device()).startswith("cuda"))
+    # Several processes (torchrun): each takes its share of every step's micro-batches; rank 0 alone writes.
+    distributed.init()
+    device = cfg.device or (distributed.device() if distributed.launched() else pick_device())
+    pin_threads(max(1, cfg.threads), torch_threads=not str(device).startswith("cuda"))
     out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.model
     # A checkpoint that cannot be resumed fails here, before data or model load (CheckpointError names the problem).
-    ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR) if cfg.resume else None
+    # Rank 0 first: opening a checkpoint can repair an interrupted switch, which must happen once.
+    ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR) if cfg.resume and distributed.is_main() else None
+    distributed.barrier("opening the checkpoint")
+    if cfg.resume and not distributed.is_main():
+        ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR)
     resumed_lora = ckpt is not None and read_meta(ckpt).get("kind") == "lora"
     if ckpt is not None and cfg.lora is not None and cfg.lora != resumed_lora:
         raise ConfigError(f"lora={cfg.lora} but the run in {out} trained "
@@ -190,7 +198,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
 
-    model, tokenizer = load_preset(cfg.preset, device=cfg.device, quantize=cfg.quantize)
+    model, tokenizer = load_preset(cfg.preset, device=device, quantize=cfg.quantize)
     model = prepare_policy(model, ModelConfig(
         preset=cfg.preset, lora=resumed_lora if ckpt is not None else cfg.lora, lora_r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -236,9 +244,11 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         set_rng_state(state["rng"])
         say(f"resuming from step {step}")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device = model_device(model)
+    torch_device = model_device(model)
 
     def save_state() -> None:
+        if not distributed.is_main():
+            return
         write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
                          {"optimizer": opt.state_dict(), "rng": rng_state(), "iteration": step // n_batches,
                           "global_step": step},
@@ -249,8 +259,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     def schedule(epoch: int) -> list[list[int]]:
         return _batches(lengths, cfg.batch_size, random.Random(cfg.seed * 1000 + epoch))
 
-    metrics = MetricsLogger(out, tensorboard=False)
-    metrics.resume(step if ckpt is not None else None)  # rows logged after the checkpoint are logged again
+    metrics = MetricsLogger(out, tensorboard=False) if distributed.is_main() else None
+    if metrics is not None:
+        metrics.resume(step if ckpt is not None else None)  # rows logged after the checkpoint are logged again
     model.train()
     t0 = time.perf_counter()
     tokens_seen, loss_sum, loss_n = 0, 0.0, 0
@@ -263,25 +274,34 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                 epoch_batches = (epoch, schedule(epoch))
             batch = epoch_batches[1][pos]
             lr = set_lr(opt, optim, step, total)
-            st = supervised_step(model, opt, params, optim, [rows[i] for i in batch], pad, device)
+            st = supervised_step(model, opt, params, optim, [rows[i] for i in batch], pad, torch_device)
             step += 1
             tokens_seen += sum(lengths[i] for i in batch)
             loss_sum, loss_n = loss_sum + st["loss"], loss_n + 1
             if step % cfg.log_every == 0 or step == total:
                 last_loss = loss_sum / loss_n
                 el = time.perf_counter() - t0
-                metrics.log(step, {"loss": last_loss, "lr": lr, "grad_norm": st["grad_norm"],
-                                   "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
+                if metrics is not None:
+                    metrics.log(step, {"loss": last_loss, "lr": lr, "grad_norm": st["grad_norm"],
+                                       "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
                 say(f"step {step}/{total} loss {last_loss:.4f} ({el:.0f}s)")
                 loss_sum, loss_n = 0.0, 0
             if cfg.save_every and step % cfg.save_every == 0 and step < total:
                 save_state()
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
     model.eval()
     # The final resumable state first (a later run with more steps continues from it), then the experience model:
     # its weights switched atomically, and em_config.json, which makes the folder a finished checkpoint, last.
     save_state()
+    summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
+               "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
+               "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
+               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
+               "processes": distributed.world()}
+    if not distributed.is_main():
+        return summary
     with atomic_dir(out / MODEL_SUBDIR) as tmp:
         model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers or PEFT method
         tokenizer.save_pretrained(str(tmp))
@@ -289,10 +309,6 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION,
             "steps": step, "final": True}
     atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
-    summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
-               "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
-               "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
-               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats)}
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
 

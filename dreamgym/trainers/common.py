@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dreamgym import distributed
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
@@ -256,7 +257,9 @@ def set_lr(optimizer: torch.optim.Optimizer, cfg: OptimConfig, step: int, total_
 
 
 def clip_and_step(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter], cfg: OptimConfig) -> float:
-    """Clip the gradient norm (when configured), step, zero the gradients; returns the pre-clip norm."""
+    """Sum the gradients over ranks (several processes: each back-propagated its share of the step), clip the
+    gradient norm (when configured), step, zero the gradients; returns the pre-clip norm."""
+    distributed.sum_gradients(params)
     grads = [p for p in params if p.grad is not None]
     if cfg.max_grad_norm > 0 and grads:
         norm = float(torch.nn.utils.clip_grad_norm_(grads, cfg.max_grad_norm, foreach=False))
@@ -420,14 +423,15 @@ def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: 
     ([b, T] each); each chunk's mean loss is weighted by its share of the step's completion tokens before its
     backward, so the accumulated gradient is that of the mean over all of them. The caller sets the learning rate
     (`set_lr`) and the model's train/eval mode. Returns loss, grad_norm, tokens_per_s (and entropy, a detached
-    metric, when asked)."""
+    metric, when asked). With several processes every rank passes the same `rows` and back-propagates its share of
+    the micro-batches (`distributed.mine`); the figures returned are the whole step's."""
     from dreamgym import algos
 
     t0 = time.perf_counter()
     rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
     n_trained = sum(len(c) for _, c in rows)
-    loss_sum, ent_sum, n_tok = 0.0, 0.0, 0
-    for chunk in micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens):
+    loss_sum, ent_sum, n_tok = 0.0, 0.0, 0.0
+    for chunk in distributed.mine(micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens)):
         packed = pack([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], pad_id, device)
         out = policy_forward(model, packed, entropy=entropy)
         loss = -algos.masked_mean(out.logp, packed.loss_mask)
@@ -438,6 +442,7 @@ def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: 
             ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
         n_tok += packed.n_tokens
     norm = clip_and_step(optimizer, params, cfg)
+    loss_sum, ent_sum, n_tok = distributed.sum_floats([loss_sum, ent_sum, n_tok])
     dt = time.perf_counter() - t0
     stats = {"loss": loss_sum, "grad_norm": norm, "tokens_per_s": n_tok / dt if dt > 0 else 0.0}
     if entropy:
@@ -712,7 +717,8 @@ class BaseTrainer:
         """Per-token log-probs of each completion under the current policy, computed the way the update computes
         them (`policy_forward`, eval mode, micro-batches of `optim.micro_batch_tokens`, no gradient): the "old"
         log-probs of PPO/GRPO when the sampler's own are not the learner's (`sampler_matches_learner`)."""
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+        # Several processes: each computes the rows at its positions, then every rank gets all of them.
+        order = sorted(distributed.mine(range(len(prompts))), key=lambda i: len(prompts[i]) + len(completions[i]))
         out: list[list[float]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
@@ -726,6 +732,10 @@ class BaseTrainer:
                     start = len(prompts[i]) - 1
                     out[i] = logp[b, start:start + len(completions[i])].tolist()
         self.model.train(was_training)
+        if distributed.active():
+            for part in distributed.gather({i: out[i] for i in order}):
+                for i, lp in part.items():
+                    out[i] = lp
         return out
 
     def with_learner_old_logprobs(self, samples: Sequence[SampleT]) -> list[SampleT]:
@@ -774,7 +784,10 @@ class BaseTrainer:
     # -- checkpoints
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
-        RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one."""
+        RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one. With several
+        processes only rank 0 writes (every rank holds the same state)."""
+        if not distributed.is_main():
+            return Path(directory)
         state = {
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "rng": rng_state(),

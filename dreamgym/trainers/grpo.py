@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import torch
 
-from dreamgym import algos
+from dreamgym import algos, distributed
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
@@ -142,10 +142,26 @@ class GRPOTrainer(BaseTrainer):
         cfg = self.config
         t0 = time.perf_counter()
         stats: dict[str, float] = {}
-        episodes = run_rollouts(self.backend, env_factory, tasks, group_size=cfg.group_size,
-                                seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                                budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
-                                stats=stats)
+        # Several processes: each plays a contiguous share of the tasks (whole groups) within its share of the
+        # real-step budget, and every rank then holds all the episodes, in the order one process would have them.
+        start, end = distributed.my_range(len(tasks))
+        budget = self.budget
+        if distributed.active():
+            remaining = self.budget.remaining
+            lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
+            budget = RealStepBudget(None if remaining is None else hi - lo)
+        mine = run_rollouts(self.backend, env_factory, tasks[start:end], group_size=cfg.group_size,
+                            seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
+                            budget=budget, agent=self.common.agent, policy_version=self.policy_version(),
+                            stats=stats, first_task=start,
+                            share_rows=distributed.share_rows if distributed.active() else None)
+        episodes = mine
+        if distributed.active():
+            episodes = [e for part in distributed.gather(mine) for e in part]
+            keys = sorted(stats)
+            *totals, used = distributed.sum_floats([stats[k] for k in keys] + [budget.used])
+            stats = dict(zip(keys, totals))
+            self.budget.used += int(used)
         t_roll = time.perf_counter() - t0
 
         ok = [e for e in episodes if e.trainable]
@@ -207,7 +223,8 @@ class GRPOTrainer(BaseTrainer):
                 # Sort by length inside the step so micro-batches carry little padding (the sum is order-free).
                 mb_samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
                 lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
-                for chunk in micro_batches(lengths, opt_cfg.micro_batch_tokens):
+                # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
+                for chunk in distributed.mine(micro_batches(lengths, opt_cfg.micro_batch_tokens)):
                     part = [mb_samples[i] for i in chunk]
                     w = sum(len(s.completion_ids) * s.weight for s in part) / w_step
                     st, n_tok = self._micro_step(part, w)
@@ -218,9 +235,12 @@ class GRPOTrainer(BaseTrainer):
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + clip_and_step(self._opt, self.params, opt_cfg)
                 self.global_step += 1
         n_steps = cfg.epochs * len(_split(list(range(len(samples))), cfg.minibatches))
-        out = {k: v / weight for k, v in sums.items() if k != "grad_norm"}
+        # Every rank sums the same keys (one that back-propagated nothing holds zeros) in the same order.
+        keys = ("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl")
+        *totals, weight, n_tokens = distributed.sum_floats([sums.get(k, 0.0) for k in keys] + [weight, tokens])
+        out = {k: t / weight for k, t in zip(keys, totals)}
         out["grad_norm"] = sums["grad_norm"] / n_steps
-        out.update(optimizer_steps=float(n_steps), update_tokens=float(tokens),
+        out.update(optimizer_steps=float(n_steps), update_tokens=n_tokens,
                    trained_tokens=float(sum(len(s.completion_ids) for s in samples) * cfg.epochs))
         self.model.eval()
         return out
