@@ -18,7 +18,7 @@ from dreamgym.view.site import STATIC, STATIC_FILES, NotFound, Site, StaticLinks
 def export(site: Site, out: Path, *, episodes: int = 20, replays: bool = False) -> int:
     """Write the site under `out`; returns the number of pages. Lists cover the first `episodes` episodes of each
     file, each of them has its page (and, with `replays`, one per experience model)."""
-    links = StaticLinks()
+    links = StaticLinks(replays=replays)
     pages = 0
 
     def write(rel: str, html: str) -> None:
@@ -35,12 +35,12 @@ def export(site: Site, out: Path, *, episodes: int = 20, replays: bool = False) 
         write(f"runs/{run.id}/index.html", site.run_page(run.id, links.at(2)))
         for sid, src in enumerate(run.sources):
             base = f"runs/{run.id}/files/{sid}"
-            for start in range(0, max(1, episodes), site.page_size):
-                write(f"{base}/list-{start}.html", site.episodes_page(run.id, sid, start, Filter(), links.at(4)))
             try:
                 n = min(episodes, src.source.count())
             except (OSError, EpisodeError):
                 n = 0
+            for start in range(0, max(1, n), site.page_size):
+                write(f"{base}/list-{start}.html", site.episodes_page(run.id, sid, start, Filter(), links.at(4), n))
             for i in range(n):
                 for em in [None, *(range(len(models)) if replays else [])]:
                     try:

@@ -40,6 +40,8 @@ class Links:
     """Links of the served site (query strings for lists and replays)."""
 
     static = False
+    replays = True
+    """Whether episode pages replayed in a model exist to link to."""
 
     def __init__(self, depth: int = 0):
         self.root = "/"
@@ -75,11 +77,12 @@ class StaticLinks(Links):
 
     static = True
 
-    def __init__(self, depth: int = 0):
+    def __init__(self, depth: int = 0, replays: bool = False):
         self.root = "../" * depth
+        self.replays = replays
 
     def at(self, depth: int) -> Links:
-        return StaticLinks(depth)
+        return StaticLinks(depth, self.replays)
 
     def home(self) -> str:
         return f"{self.root}index.html"
@@ -222,7 +225,9 @@ class Site:
         return self._render("curves.html", links, runs=runs, all_runs=self.runs(), metric=metric, names=names,
                             chart=chart, selected=[r.id for r in runs])
 
-    def episodes_page(self, rid: int, sid: int, start: int, flt: Filter, links: Links) -> str:
+    def episodes_page(self, rid: int, sid: int, start: int, flt: Filter, links: Links,
+                      limit: int | None = None) -> str:
+        """A page of the episode list; `limit` (an export) lists only the episodes before it."""
         run, src = self._source(rid, sid)
         try:
             page = src.source.page(start, self.page_size, flt)
@@ -230,8 +235,10 @@ class Site:
             from dreamgym.view.episodes import Page
 
             page = Page([], 0, None, 0, 0, [f"{src.name}: {e}"])
+        if limit is not None:
+            page.rows = [r for r in page.rows if r.index < limit]
         return self._render("episodes.html", links, run=run, sid=sid, src=src, page=page, flt=flt,
-                            page_size=self.page_size)
+                            page_size=self.page_size, export_limit=page.total if limit is None else limit)
 
     def episode_page(self, rid: int, sid: int, index: int, em: int | None, mode: ReplayMode, links: Links) -> str:
         run, src = self._source(rid, sid)
