@@ -227,3 +227,21 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert main([str(tmp_path), "--em", str(tmp_path)]) == 2
+
+
+def test_webshop_states_render_as_the_shops_own_pages(tmp_path):
+    """A WebShop state (each page kind of a real episode) is drawn as the page the shop renders: mapped back to an
+    abstract state it is the state itself; a product the catalog lacks falls back to text."""
+    from dreamgym.envs.webshop.pages import html_to_abstract
+    from dreamgym.view.states import shop_page
+
+    collect("webshop", parse_mix("shopper:1.0"), 1, tmp_path / "ws.jsonl", overwrite=True, progress=False)
+    traj = next(iter(read_jsonl(tmp_path / "ws.jsonl")))
+    kinds = set()
+    for step in traj.steps:
+        html = shop_page(step.next_state, traj.task, step.info.get("catalog_key"))
+        assert html is not None and "<html" in html
+        assert html_to_abstract(html) == step.next_state
+        kinds.add(step.next_state.splitlines()[0].split()[1])
+    assert {"results", "item", "done"} <= kinds
+    assert shop_page("[page] item B0NOTREAL00\n[button] Buy Now", traj.task) is None
