@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "webshop": ("dreamgym.envs.webshop.server:cli_main", "WebShop tools: `dreamgym webshop serve`"),
     "alfworld": ("dreamgym.envs.alfworld.games:cli_main", "ALFWorld tools: `dreamgym alfworld generate`"),
     "presets": ("dreamgym.presets:main", "build or inspect model presets (tiny, smollm2-135m)"),
+    "view": ("dreamgym.view.command:main", "a local web page of runs, curves, results and real-vs-dream episodes"),
 }
 
 
