@@ -28,6 +28,7 @@ BAD_INPUT: dict[str, list[str]] = {
     "presets": ["info", "no/such/model/folder"],
     "serve-model": ["--preset", "no/such/model/folder"],
     "webshop": ["serve", "--max-steps", "0"],
+    "view": ["no/such/run/folder"],
 }
 """One bad input per subcommand."""
 
