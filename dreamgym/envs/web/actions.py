@@ -15,8 +15,8 @@ from typing import Any
 
 # bid: click/fill/select/hover/press/focus/clear/drag on element ids; nav: goto/go_back/go_forward; chat:
 # send_msg_to_user (WebArena's answer); infeas: report_infeasible (WebArena's "N/A").
-MINIWOB_SUBSETS = ("bid",)
-WEBARENA_SUBSETS = ("chat", "infeas", "bid", "nav", "tab")
+MINIWOB_SUBSETS: tuple[str, ...] = ("bid",)
+WEBARENA_SUBSETS: tuple[str, ...] = ("chat", "infeas", "bid", "nav", "tab")
 
 
 @functools.lru_cache(maxsize=8)

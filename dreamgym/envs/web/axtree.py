@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 _IGNORED_ROLES = ("LineBreak", "InlineTextBox", "ListMarker")
-_LINE_RE = re.compile(r"^(?P<indent> *)(?:\[(?P<bid>[a-zA-Z]*\d+)\] )?(?P<role>[A-Za-z]+)(?: '(?P<name>(?:[^'\\]|\\.)*)')?"
-                      r"(?P<rest>.*)$")
+_LINE_RE = re.compile(r"^(?P<indent> *)(?:\[(?P<bid>[a-zA-Z]*\d+)\] )?(?P<role>[A-Za-z]+)"
+                      r"(?: '(?P<name>(?:[^'\\]|\\.)*)')?(?P<rest>.*)$")
 # Roles a click acts on; other elements with a bid are offered a click only when BrowserGym finds them clickable.
 _CLICK_ROLES = frozenset({"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "treeitem",
                           "switch", "menuitemcheckbox", "menuitemradio", "textbox", "searchbox", "spinbutton",

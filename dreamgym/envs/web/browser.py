@@ -142,7 +142,7 @@ class BrowserWorker:
                                      "restarts on the next call")
         if job.error is not None:
             raise job.error
-        return job.result  # type: ignore[no-any-return]
+        return job.result
 
     def kill(self) -> None:
         """Kill the browser process (as a crash would); the next call starts a new one."""

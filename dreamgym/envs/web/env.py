@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from dreamgym.env import TextEnv
 from dreamgym.envs.web.actions import InvalidAction, Outcome, execute, parse_action
-from dreamgym.envs.web.axtree import extract_tree, format_state
+from dreamgym.envs.web.axtree import admissible_from_state, extract_tree, format_state
 from dreamgym.envs.web.browser import BrowserFailure, BrowserPool, BrowserWorker
 from dreamgym.types import Task
 
@@ -90,7 +90,8 @@ class WebEnv(TextEnv):
         try:
             code = parse_action(action, self.source.subsets)
         except InvalidAction as e:
-            state, info = self._call(lambda _: self._observe(f"invalid action: {e}"), "step")
+            why = f"invalid action: {e}"
+            state, info = self._call(lambda _: self._observe(why), "step")
             obs, info = self._observe_result((state, info), reward_info={})
             info["invalid_action"] = True
             return obs, 0.0, False, ep.steps >= self.max_steps, info
@@ -155,8 +156,6 @@ class WebEnv(TextEnv):
 
     def _observe_result(self, observed: tuple[str, dict[str, Any]],
                         reward_info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        from dreamgym.envs.web.axtree import admissible_from_state
-
         state, info = observed
         return state, {"task": self.task, "abstract_state": state, "admissible_actions": admissible_from_state(state),
                        "won": False, **info, **reward_info}

@@ -180,8 +180,9 @@ def _call_helper(spec: str, page: Page, context: dict[str, Any]) -> Any:
             args.append(ast.literal_eval(part.replace("__last_url__", page.url)))
     if name == "shopping_get_latest_order_url":
         return shopping_get_latest_order_url(context["urls"], context["credentials"])
-    return {"reddit_get_post_url": reddit_get_post_url,
-            "gitlab_get_project_memeber_role": gitlab_get_project_memeber_role}[name](*args)
+    if name == "reddit_get_post_url":
+        return reddit_get_post_url(*args)
+    return gitlab_get_project_memeber_role(*args)
 
 
 def program_html(config: dict[str, Any], page: Page, judge: Judge = strict_judge, settle_s: float = 1.0,

