@@ -1,7 +1,7 @@
 """Concrete environment families, and the public face of the family registry.
 
-Owns: the table of built-in families (dial, webshop, alfworld, textworld, miniwob, webarena_lite) with their gymnasium ids
-`dreamgym/<Name>-v0`, registered by module path, so importing this package imports none of them.
+Owns: the table of built-in families (dial, webshop, alfworld, textworld, miniwob, webarena_lite) with their
+gymnasium ids `dreamgym/<Name>-v0`, registered by module path, so importing this package imports none of them.
 Must not know: models, torch, trainers.
 
 What a family offers is `EnvFamily` (`dreamgym.envs.family`: the required surface and the optional hooks, each
