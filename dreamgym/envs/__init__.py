@@ -1,7 +1,7 @@
 """Concrete environment families, and the public face of the family registry.
 
-Owns: the table of built-in families (dial, webshop, alfworld, textworld) with their gymnasium ids
-`dreamgym/<Name>-v0`, registered by module path, so importing this package imports none of them.
+Owns: the table of built-in families (dial, webshop, alfworld, textworld, miniwob, webarena_lite) with their
+gymnasium ids `dreamgym/<Name>-v0`, registered by module path, so importing this package imports none of them.
 Must not know: models, torch, trainers.
 
 What a family offers is `EnvFamily` (`dreamgym.envs.family`: the required surface and the optional hooks, each
@@ -21,6 +21,8 @@ _BUILTIN = (
     ("webshop", "dreamgym.envs.webshop", "dreamgym/WebShop-v0", "dreamgym.envs.webshop.env:WebShopEnv"),
     ("alfworld", "dreamgym.envs.alfworld", "dreamgym/ALFWorld-v0", "dreamgym.envs.alfworld.env:ALFWorldEnv"),
     ("textworld", "dreamgym.envs.textworld_env", "dreamgym/TextWorld-v0", "dreamgym.envs.textworld_env:TextWorldEnv"),
+    ("miniwob", "dreamgym.envs.web.miniwob", "dreamgym/MiniWoB-v0", None),
+    ("webarena_lite", "dreamgym.envs.web.webarena", "dreamgym/WebArenaLite-v0", None),
 )
 for _name, _module, _gym_id, _env_class in _BUILTIN:
     register_family(_name, _module, gym_id=_gym_id, env_entry_point=_env_class)

@@ -1,0 +1,192 @@
+"""The web abstract state: a page's accessibility tree, pruned, as text; and what can be read back from that text.
+
+Owns: extracting a page's observation with BrowserGym's own code (element marking, the merged accessibility
+tree, the DOM snapshot's visibility and clickability) and flattening it with BrowserGym's
+`flatten_axtree_to_str`, the pruning on top (hidden and non-visible nodes, inline text boxes, a page's URL
+reduced to what tells pages apart), the state's layout (`[goal]`, `[page]`, the tree, `[error]`), and parsing a
+state back into its elements (`elements`) and the admissible actions they offer (`admissible_from_state`).
+Must not know: Chromium processes, which benchmark a page belongs to, DreamGym's environment contract.
+
+A state reads:
+
+    [goal] Enter "Myron" into the text field and press Submit.
+    [page] Enter Text Task
+    [15] textbox '', clickable
+    [16] button 'Submit', clickable
+    [error] ValueError: Could not find element with bid "99"
+
+`[n]` are BrowserGym element ids (`bid`), the arguments of its high-level actions. The `[error]` line is there
+only after an action that failed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+_IGNORED_ROLES = ("LineBreak", "InlineTextBox", "ListMarker")
+_LINE_RE = re.compile(r"^(?P<indent> *)(?:\[(?P<bid>[a-zA-Z]*\d+)\] )?(?P<role>[A-Za-z]+)"
+                      r"(?: '(?P<name>(?:[^'\\]|\\.)*)')?(?P<rest>.*)$")
+# Roles a click acts on; other elements with a bid are offered a click only when BrowserGym finds them clickable.
+_CLICK_ROLES = frozenset({"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "treeitem",
+                          "switch", "menuitemcheckbox", "menuitemradio", "textbox", "searchbox", "spinbutton",
+                          "combobox", "listitem", "cell", "gridcell", "heading", "img"})
+_FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
+_SELECT_ROLES = frozenset({"combobox", "listbox"})
+_QUOTED_RE = re.compile(r'"([^"]+)"')
+
+
+@dataclass(frozen=True)
+class Element:
+    """One line of the tree in a state."""
+
+    bid: str | None
+    role: str
+    name: str
+    attrs: str
+    depth: int
+
+    @property
+    def clickable(self) -> bool:
+        return "clickable" in self.attrs
+
+
+def extract_tree(page: Any, *, visible_only: bool = True, retries: int = 3) -> str:
+    """The pruned accessibility tree of `page` as text (BrowserGym's flattening, our pruning on top).
+
+    Runs BrowserGym's marking (`_pre_extract`), reads the merged tree and the DOM snapshot's properties, and
+    always removes the marks again (`_post_extract`), retrying while frames are still attaching."""
+    import playwright.sync_api
+    from browsergym.core.observation import (MarkingError, _post_extract, _pre_extract, extract_dom_extra_properties,
+                                             extract_dom_snapshot, extract_merged_axtree)
+    from browsergym.utils.obs import flatten_axtree_to_str
+
+    for left in reversed(range(retries)):
+        try:
+            _pre_extract(page, tags_to_mark="standard_html", lenient=left == 0)
+            dom = extract_dom_snapshot(page)
+            axtree = extract_merged_axtree(page)
+            extra = extract_dom_extra_properties(dom, scale_factor=1.0)
+            break
+        except (playwright.sync_api.Error, MarkingError):
+            if left == 0:
+                raise
+            time.sleep(0.2)
+        finally:
+            _post_extract(page)
+    _keep_clickable_generics(axtree, extra)
+    text = flatten_axtree_to_str(axtree, extra_properties=extra, with_clickable=True,
+                                 filter_visible_only=visible_only, ignored_roles=list(_IGNORED_ROLES),
+                                 hide_bid_if_invisible=False)
+    return prune_tree(text)
+
+
+def _keep_clickable_generics(axtree: dict[str, Any], extra: dict[str, Any]) -> None:
+    """BrowserGym's flattening skips every unnamed `generic` node, including a `<span>` the page made clickable
+    (a MiniWoB link, a tree node). Such a node, when it has a bid and a click listener, is kept: it gets a
+    property the flattening prints, so its id can be clicked."""
+    for node in axtree["nodes"]:
+        bid = node.get("browsergym_id")
+        if node.get("role", {}).get("value") == "generic" and bid and extra.get(bid, {}).get("clickable"):
+            node.setdefault("properties", []).append({"name": "clickable", "value": {"value": True}})
+
+
+def prune_tree(text: str) -> str:
+    """Tabs to two spaces, the root's URL cut to its path (a file:// URL to the file name), `clickable=True` (our
+    marker, see `_keep_clickable_generics`) merged into BrowserGym's `clickable`, empty static text dropped."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.lstrip("\t")
+        depth = len(line) - len(stripped)
+        if stripped.startswith("StaticText ''"):
+            continue
+        stripped = stripped.replace(", clickable=True", "")
+        stripped = re.sub(r"url='([^']*)'", lambda m: f"url='{short_url(m.group(1))}'", stripped)
+        out.append("  " * depth + stripped)
+    return "\n".join(out)
+
+
+def short_url(url: str) -> str:
+    """What tells pages of a site apart: path and query for http(s), the file name for file://."""
+    p = urlparse(url)
+    if p.scheme == "file":
+        return p.path.rsplit("/", 1)[-1]
+    return (p.path or "/") + (f"?{p.query}" if p.query else "")
+
+
+def format_state(goal: str, title: str, tree: str, error: str = "") -> str:
+    """The abstract state: goal, page title, the tree without its root line, and the last action's error."""
+    lines = tree.splitlines()
+    if lines and lines[0].startswith("RootWebArea"):
+        lines = [ln[2:] if ln.startswith("  ") else ln for ln in lines[1:]]
+    parts = [f"[goal] {' '.join(goal.split())}", f"[page] {title}", *lines]
+    if error:
+        parts.append(f"[error] {' '.join(error.split())[:300]}")
+    return "\n".join(parts)
+
+
+def parse_state(state: str) -> tuple[str, str, list[Element], str]:
+    """(goal, page title, elements, error) of a state written by `format_state` (missing parts are empty)."""
+    goal = title = error = ""
+    elements: list[Element] = []
+    for line in state.splitlines():
+        if line.startswith("[goal] "):
+            goal = line[7:]
+        elif line.startswith("[page] "):
+            title = line[7:]
+        elif line.startswith("[error] "):
+            error = line[8:]
+        else:
+            m = _LINE_RE.match(line)
+            if m:
+                name = (m.group("name") or "").replace("\\'", "'")
+                elements.append(Element(m.group("bid"), m.group("role"), name, m.group("rest") or "",
+                                        len(m.group("indent")) // 2))
+    return goal, title, elements, error
+
+
+def elements(state: str) -> list[Element]:
+    return parse_state(state)[2]
+
+
+def goal_values(goal: str) -> list[str]:
+    """The quoted strings of a goal ("Enter \"Myron\" ..."): what a text field might be filled with."""
+    return list(dict.fromkeys(_QUOTED_RE.findall(goal)))
+
+
+def _options(els: list[Element], i: int) -> list[str]:
+    """The names of the options below element i (its subtree)."""
+    out = []
+    for o in els[i + 1:]:
+        if o.depth <= els[i].depth:
+            break
+        if o.role == "option":
+            out.append(o.name)
+    return out
+
+
+def admissible_from_state(state: str) -> list[str]:
+    """The high-level actions a state offers: a click on each element a click acts on, a fill of each text field
+    with each quoted value of the goal, a choice of each option of a select list."""
+    goal, _, els, _ = parse_state(state)
+    values = goal_values(goal)
+    out: list[str] = []
+    select_depth: int | None = None  # inside a select list: its options are chosen, not clicked
+    for i, e in enumerate(els):
+        if select_depth is not None and e.depth <= select_depth:
+            select_depth = None
+        if e.bid is None:
+            continue
+        if e.role in _FILL_ROLES:
+            out += [f"fill({e.bid!r}, {v!r})" for v in values]
+        if e.role in _SELECT_ROLES:
+            out += [f"select_option({e.bid!r}, {o!r})" for o in _options(els, i)]
+            select_depth = e.depth
+        elif select_depth is not None:
+            continue
+        if e.role in _CLICK_ROLES or e.clickable:
+            out.append(f"click({e.bid!r})")
+    return list(dict.fromkeys(out))

@@ -1,0 +1,156 @@
+"""MiniWoB++ as a `WebTaskSource`: the task pages the `miniwob` package ships as local HTML, opened from disk.
+
+Owns: which MiniWoB++ tasks the family plays and their train/test split (tasks and seeds), a task's start (seed
+the page's random numbers, start the episode, hide the benchmark's own display), its reward and end (the page's
+`WOB_*` globals), and the instructions of a split (each seed's utterance, read from the page once and cached on
+disk).
+Must not know: Chromium processes, observations, scripted policies, DreamGym's trainers.
+
+Split: the train tasks with seeds 0..`n_seeds`-1 are "train"; "test" holds every train task at held-out seeds
+(from 10,000 on) and three tasks never trained on (`TEST_ONLY`), so a test score mixes new instances of known
+tasks with new tasks. A reward counts as 1 when MiniWoB's raw reward is positive (as BrowserGym scores it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dreamgym.envs.web.actions import MINIWOB_SUBSETS, Outcome
+from dreamgym.paths import atomic_write_text, cache_dir
+from dreamgym.types import Task
+
+NAME = "miniwob"
+TRAIN_TASKS = ("click-test", "click-test-2", "click-button", "click-link", "click-dialog", "click-dialog-2",
+               "click-checkboxes", "click-option", "enter-text", "enter-password", "login-user", "focus-text",
+               "focus-text-2", "choose-list", "click-tab")
+"""Tasks solvable from the accessibility tree in a few clicks and fills (the scripted oracle solves each)."""
+TEST_ONLY = ("click-button-sequence", "enter-text-2", "click-collapsible")
+"""Held out entirely: test tasks whose kind of step (a sequence, a case change, expanding a section) the train
+tasks teach but whose pages the agent never saw."""
+TEST_SEED_BASE = 10_000
+CACHE_VERSION = 1
+_HIDE = ("reward-display", "click-canvas", "sync-task-cover", "query")
+
+
+def html_dir() -> Path:
+    """The `miniwob` package's task pages."""
+    import miniwob
+
+    return Path(miniwob.__file__).resolve().parent / "html" / "miniwob"
+
+
+def task_url(subdomain: str) -> str:
+    return (html_dir() / f"{subdomain}.html").as_uri()
+
+
+def split_specs(split: str, n_seeds: int | None = None) -> list[tuple[str, int]]:
+    """(task name, seed) pairs of a split: "train" (20 seeds per train task by default), "test" (5 held-out seeds
+    of every train and test-only task)."""
+    if split == "train":
+        n = 20 if n_seeds is None else n_seeds
+        return [(t, s) for t in TRAIN_TASKS for s in range(n)]
+    if split == "test":
+        n = 5 if n_seeds is None else n_seeds
+        return [(t, TEST_SEED_BASE + s) for t in (*TRAIN_TASKS, *TEST_ONLY) for s in range(n)]
+    raise ValueError(f"miniwob has the splits 'train' and 'test', not {split!r}")
+
+
+class MiniWoBSource:
+    """MiniWoB++ pages as `WebEnv` plays them."""
+
+    name = NAME
+    subsets = MINIWOB_SUBSETS
+    viewport = {"width": 500, "height": 320}
+    settle_s = 0.05
+    visible_only = False  # a MiniWoB page fits its viewport; a closed select list's options are not "visible"
+
+    def setup(self, page: Any, task: Task) -> str:
+        sub, seed = task.goal["subdomain"], task.goal["seed"]
+        page.goto(task_url(sub))
+        return str(page.evaluate(_START_JS, [str(seed), list(_HIDE)]))
+
+    def validate(self, page: Any, task: Task, outcome: Outcome) -> tuple[float, bool, dict[str, Any]]:
+        raw, done, reason = page.evaluate("() => [WOB_RAW_REWARD_GLOBAL, WOB_DONE_GLOBAL, WOB_REWARD_REASON]")
+        return (1.0 if raw > 0 else 0.0), bool(done), {"miniwob_raw_reward": float(raw or 0.0),
+                                                       "miniwob_reason": None if reason is None else str(reason)}
+
+
+# Seeds the page's Math.random, starts an episode with a timer that never runs out, reads the utterance, then
+# hides the benchmark's display (query, reward, timer, click canvas) so the tree holds only the task's widgets.
+_START_JS = """async ([seed, hide]) => {
+  Math.seedrandom(seed);
+  core.EPISODE_MAX_TIME = 100000000;
+  core.startEpisodeReal();
+  for (let i = 0; i < 200 && !WOB_TASK_READY; i++) await new Promise(r => setTimeout(r, 10));
+  const utterance = core.getUtterance();
+  document.body.removeEventListener('click', core.canvasDrawClick);
+  for (const id of hide) { const el = document.getElementById(id); if (el) el.style.display = 'none'; }
+  return typeof utterance === 'string' ? utterance : utterance.utterance;
+}"""
+
+_UTTERANCE_JS = """([seeds]) => seeds.map(seed => {
+  Math.seedrandom(seed);
+  core.EPISODE_MAX_TIME = 100000000;
+  core.startEpisodeReal();
+  const u = core.getUtterance();
+  return typeof u === 'string' ? u : u.utterance;
+})"""
+
+_LOCK = threading.Lock()
+
+
+def _cache_path() -> Path:
+    import miniwob
+
+    return cache_dir("miniwob") / f"utterances-miniwob{getattr(miniwob, '__version__', '0')}-v{CACHE_VERSION}.json"
+
+
+def utterances(specs: list[tuple[str, int]], worker: Any) -> dict[tuple[str, int], str]:
+    """Each (task, seed)'s instruction, from the on-disk cache or from the page (one page load per task, every
+    seed started on it in turn); new ones are added to the cache."""
+    with _LOCK:
+        path = _cache_path()
+        try:
+            cached: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError):
+            cached = {}  # a damaged cache is rebuilt
+        missing: dict[str, list[int]] = {}
+        for sub, seed in specs:
+            if f"{sub}:{seed}" not in cached:
+                missing.setdefault(sub, []).append(seed)
+        if missing:
+            def read(browser: Any) -> dict[str, str]:
+                out: dict[str, str] = {}
+                context = browser.new_context(viewport=MiniWoBSource.viewport)
+                try:
+                    page = context.new_page()
+                    for sub, seeds in missing.items():
+                        page.goto(task_url(sub))
+                        texts = page.evaluate(_UTTERANCE_JS, [[str(s) for s in seeds]])
+                        out.update({f"{sub}:{s}": str(t) for s, t in zip(seeds, texts)})
+                finally:
+                    context.close()
+                return out
+
+            cached.update(worker.call(read, timeout_s=120.0))
+            atomic_write_text(path, json.dumps(cached, indent=0, sort_keys=True))
+        return {(sub, seed): cached[f"{sub}:{seed}"] for sub, seed in specs}
+
+
+@lru_cache(maxsize=16)
+def _tasks(split: str, n_seeds: int | None) -> tuple[Task, ...]:
+    from dreamgym.envs.web.browser import DEFAULT_BROWSERS, shared_pool
+
+    specs = split_specs(split, n_seeds)
+    texts = utterances(specs, shared_pool(DEFAULT_BROWSERS).worker())
+    return tuple(Task(id=f"miniwob-{sub}-{seed}", env=NAME, instruction=texts[(sub, seed)],
+                      goal={"subdomain": sub, "seed": seed}, split=split) for sub, seed in specs)
+
+
+def tasks(split: str = "train", n_seeds: int | None = None) -> list[Task]:
+    """The tasks of a split (see `split_specs`), instructions included."""
+    return list(_tasks(split, n_seeds))
