@@ -14,6 +14,8 @@ from pathlib import Path
 
 CRASH_ENV = "DREAMGYM_CRASH_AT"
 """Environment variable that arms one crash point: `NAME` kills the process at its first pass, `NAME@N` at the N-th."""
+CRASH_RANK_ENV = "DREAMGYM_CRASH_RANK"
+"""When set, only the process whose `RANK` (torchrun's) it names is killed: one rank of several dies."""
 
 _crash_hits: dict[str, int] = {}
 
@@ -28,6 +30,9 @@ def crash_point(name: str, fd: int | None = None, data: bytes = b"") -> None:
         return
     want, _, nth = armed.partition("@")
     if want != name:
+        return
+    only = os.environ.get(CRASH_RANK_ENV)
+    if only is not None and os.environ.get("RANK", "0") != only:
         return
     _crash_hits[name] = _crash_hits.get(name, 0) + 1
     if _crash_hits[name] < int(nth or 1):

@@ -338,7 +338,7 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
         turn = 0
         while True:
             live = [s for s in slots if not s.ep.done]
-            if not live:
+            if not live and share_rows is None:
                 break
             for s in live:
                 if s.ep.env_time_s > cfg.episode_timeout_s:

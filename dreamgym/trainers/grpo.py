@@ -44,6 +44,7 @@ from dreamgym import algos, distributed
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
+from dreamgym.paths import crash_point
 from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
 from dreamgym.trainers.common import (
     BaseTrainer,
@@ -163,6 +164,7 @@ class GRPOTrainer(BaseTrainer):
             stats = dict(zip(keys, totals))
             self.budget.used += int(used)
         t_roll = time.perf_counter() - t0
+        crash_point("grpo.rolled_out")  # fault tests: a rank dies between its rollouts and the update
 
         ok = [e for e in episodes if e.trainable]
         metrics: dict[str, Any] = rollout_metrics(episodes)
