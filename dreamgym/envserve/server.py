@@ -332,8 +332,8 @@ class _Guard:
         if scope["type"] == "http" and not self._authorized(scope):
             data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token>")).encode()
             await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                                    (b"www-authenticate", b"Bearer")]})
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": data})
             return
         if scope["type"] != "websocket":
