@@ -227,7 +227,7 @@ def test_a_pool_fails_a_dead_servers_sessions_over_to_a_live_one():
         assert pool.events and pool.events[0]["server"] == a.url and pool.events[0]["reason"]
         # Each episode goes on exactly as it would have on one server.
         real = dial.make_env("train")
-        for i, (e, o) in enumerate(zip(envs, outs)):
+        for i, o in enumerate(outs):
             assert firsts[i][0] == real.reset(seed=10 + i)[0]
             real.step("turn up")
             assert o[0] == real.step("turn up")[0]
