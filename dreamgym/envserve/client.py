@@ -54,7 +54,7 @@ def server_info(url: str, token: str | None = None, timeout_s: float = 10.0) -> 
         raise ServerGone(url, f"{type(e).__name__}: {e}") from e
     if r.status_code != 200:
         raise RemoteEnvError(url, f"HTTP {r.status_code}", r.text[:300])
-    return r.json()  # type: ignore[no-any-return]
+    return r.json()
 
 
 class RemoteTextEnv(TextEnv):
@@ -153,7 +153,7 @@ class RemoteBuffer:
         if r.status_code != 200:
             detail = r.json().get("detail", r.text) if r.headers.get("content-type") == "application/json" else r.text
             raise RemoteEnvError(self.url, f"HTTP {r.status_code}", str(detail)[:500])
-        return r.json()  # type: ignore[no-any-return]
+        return r.json()
 
     def add(self, transitions: Iterable[Transition], seed_data: bool = False) -> int:
         body = {"transitions": [t.to_dict() for t in transitions], "seed_data": seed_data}

@@ -130,7 +130,8 @@ class StepGatherer:
                 if cls is object:
                     outs = [j.env.step(j.action) for j in group]  # type: ignore[union-attr]
                 else:
-                    outs = cls.step_batch([j.env for j in group], [j.action for j in group])  # type: ignore[attr-defined]
+                    envs = [j.env for j in group if j.env is not None]
+                    outs = cls.step_batch(envs, [j.action for j in group])
             except Exception as e:  # noqa: BLE001 - a failed batch is reported to its sessions, the server lives on
                 log.exception("a batch of %d steps failed", len(group))
                 with self._lock:

@@ -123,7 +123,7 @@ class PooledEnv(TextEnv):
         """Each move of a session: {"server" it left, "reason", "to"}."""
 
     @property
-    def is_synthetic(self) -> bool:  # type: ignore[override]
+    def is_synthetic(self) -> bool:
         return bool(self.remote is not None and self.remote.is_synthetic)
 
     def _session(self) -> RemoteTextEnv:

@@ -99,7 +99,7 @@ def _jsonable(value: Any) -> Any:
 
 def info_to_json(info: dict[str, Any]) -> dict[str, Any]:
     """A step's info as JSON: the task as its record, numbers as plain numbers, anything else as its repr."""
-    return _jsonable(info)  # type: ignore[no-any-return]
+    return _jsonable(info)
 
 
 def info_from_json(data: dict[str, Any]) -> dict[str, Any]:

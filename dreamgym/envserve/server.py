@@ -142,7 +142,7 @@ class EnvHost:
 
     def make_env(self) -> TextEnv:
         if not self.config.dream:
-            return self.family.make_env(self.config.split)  # type: ignore[no-any-return]
+            return self.family.make_env(self.config.split)
         from dreamgym.synthetic_env import SyntheticEnv
 
         return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
@@ -210,7 +210,7 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
     def __init__(self, host: EnvHost):
         super().__init__()
         self.host = host
-        self.env = host.make_env()
+        self.env: TextEnv | None = host.make_env()
         self.episode: dict[str, Any] = {}
         self.steps = 0
         self._ended = (False, False)
@@ -223,7 +223,7 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task: Any = None,
               task_id: str | None = None, **kwargs: Any) -> TextObservation:
-        return self._reset_future(seed, episode_id, task, task_id, kwargs).result()  # type: ignore[no-any-return]
+        return self._reset_future(seed, episode_id, task, task_id, kwargs).result()
 
     def _reset_future(self, seed: Any, episode_id: str | None, task: Any, task_id: str | None,
                       extra: dict[str, Any]) -> Future:
@@ -234,15 +234,21 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
             raise HTTPException(400, f"reset: seed must be an integer, got {seed!r}")
         chosen = self._task(task, task_id)
         options = {"task": chosen} if chosen is not None else {}
+        env = self._open()
 
         def run() -> TextObservation:
-            obs, info = self.env.reset(seed=seed, options=options)
+            obs, info = env.reset(seed=seed, options=options)
             self.steps, self._ended = 0, (False, False)
             self.episode = {"episode_id": episode_id or uuid.uuid4().hex, "task": info["task"].to_dict(),
                             "seed": seed, "provenance": self.host.provenance.to_dict()}
             self.host.count("episodes")
             return TextObservation(text=obs, info=info_to_json(info), episode=self.episode)
-        return self.host.run(self.env, run)
+        return self.host.run(env, run)
+
+    def _open(self) -> TextEnv:
+        if self.env is None:
+            raise HTTPException(409, "this session's environment is closed")
+        return self.env
 
     def _task(self, task: Any, task_id: str | None) -> Task | None:
         if task is not None and task_id is not None:
@@ -274,7 +280,7 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
         if not self.episode:
             raise HTTPException(409, "step: this session has no episode; send reset first (OpenEnv's HTTP /step is "
                                      "stateless: multi-step episodes use the WebSocket session at /ws)")
-        return self.host.step(self.env, action.action)
+        return self.host.step(self._open(), action.action)
 
     def _observation(self, obs: str, reward: float, terminated: bool, truncated: bool,
                      info: dict[str, Any]) -> TextObservation:
@@ -410,7 +416,7 @@ def create_env_app(host: EnvHost, *, token: str | None = None, limits: serving.L
 
         @app.get("/buffer/stats")
         async def buffer_stats() -> dict[str, Any]:
-            return await asyncio.wrap_future(host.gatherer.call(buffer.stats))  # type: ignore[no-any-return]
+            return await asyncio.wrap_future(host.gatherer.call(buffer.stats))
 
     app.add_middleware(_Guard, token=token, max_message_bytes=limits.max_body_bytes)
     return app

@@ -235,3 +235,23 @@ def test_a_pool_fails_a_dead_servers_sessions_over_to_a_live_one():
     finally:
         b.stop()
         a.stop()
+
+
+def test_dreamgym_evaluation_runs_unchanged_against_a_served_environment():
+    """The rollout engine (threads stepping sessions) and the budget accounting see a served real family as they see
+    the in-process one: same episodes, same outcome, real steps charged."""
+    from dreamgym.evaluate import EvalConfig, evaluate_policy
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.rollout import RealStepBudget, RolloutConfig
+
+    backend = HFBackend.from_preset("tiny", device="cpu")
+    tasks = dial.tasks("test")[:3]
+    # The untrained tiny policy writes no <action> tags: its raw text goes to the environment as the action.
+    cfg = EvalConfig(rollout=RolloutConfig(on_invalid_action="pass", max_new_tokens=8))
+    local = evaluate_policy(backend, lambda: dial.make_env("test"), tasks, [0, 1], cfg)
+    with start_env_server(EnvServerConfig(env="dial", split="test")) as srv:
+        budget = RealStepBudget(10_000)
+        served = evaluate_policy(backend, lambda: RemoteTextEnv(srv.url), tasks, [0, 1], cfg, budget=budget)
+    assert (served.n, served.n_success, served.mean_steps, served.mean_reward) == \
+        (local.n, local.n_success, local.mean_steps, local.mean_reward)
+    assert budget.used == round(served.mean_steps * served.n) > 0
