@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
-from websockets.exceptions import WebSocketException
+from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from dreamgym.env import TextEnv
@@ -90,8 +90,14 @@ class RemoteTextEnv(TextEnv):
         """Send one OpenEnv message on the session and return the answer's `data`."""
         ws = self._connect()
         try:
-            ws.send(json.dumps(message))
-            answer = json.loads(ws.recv(timeout=self.timeout_s))
+            try:
+                ws.send(json.dumps(message))
+            except ConnectionClosed:
+                # A server refusing a session (CAPACITY_REACHED) answers and closes before our first message
+                # arrives: its answer still waits to be read.
+                answer = json.loads(ws.recv(timeout=1.0))
+            else:
+                answer = json.loads(ws.recv(timeout=self.timeout_s))
         except (OSError, WebSocketException, TimeoutError) as e:
             self._drop()
             raise ServerGone(self.url, f"{type(e).__name__}: {e}") from e
