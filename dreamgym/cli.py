@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("dreamgym.evaluate:main", "evaluate a policy on held-out real test tasks"),
     "table": ("dreamgym.table:main", "reproduce the shape of the paper's Table 1 at small scale"),
     "serve-model": ("dreamgym.llm.server:main", "serve a local model as an OpenAI-compatible endpoint"),
+    "serve-env": ("dreamgym.envserve.server:main",
+                  "serve an environment family, real or synthetic (--dream), over OpenEnv's protocol"),
     "webshop": ("dreamgym.envs.webshop.server:cli_main", "WebShop tools: `dreamgym webshop serve`"),
     "alfworld": ("dreamgym.envs.alfworld.games:cli_main", "ALFWorld tools: `dreamgym alfworld generate`"),
     "presets": ("dreamgym.presets:main", "build or inspect model presets (tiny, smollm2-135m)"),

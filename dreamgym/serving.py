@@ -201,7 +201,10 @@ class _LingeringTransport:
         t = self._transport
         if self.lingering or t.is_closing():
             return
-        if self._protocol.conn.their_state in (h11.SEND_BODY, h11.ERROR) and t.can_write_eof():
+        # After a WebSocket upgrade the connection belongs to the WebSocket protocol (h11 has no say any more): its
+        # close is a plain close, so that protocol hears the connection end and leaves the server's connection set.
+        upgraded = t.get_protocol() is not self._protocol
+        if not upgraded and self._protocol.conn.their_state in (h11.SEND_BODY, h11.ERROR) and t.can_write_eof():
             self.lingering = True
             t.set_protocol(_Drain(self._protocol))
             t.resume_reading()  # uvicorn pauses reading while a body waits for the app

@@ -1,8 +1,9 @@
 """The synthetic environment: a `TextEnv` whose dynamics are the reasoning experience model.
 
 Owns: episodes inside the experience model (task choice, initial state, step limit, admissibility of actions,
-the failure state as an episode end), batched stepping of many synthetic episodes with one model call, and
-writing every synthetic transition into the replay buffer.
+the failure state as an episode end), batched stepping of many synthetic episodes with one model call
+(`SyntheticBatcher`, shared by the rollout engine's `step_batch` and environment servers), and writing every
+synthetic transition into the replay buffer.
 Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
 concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
 `admissible_from_state`, optional `canonical_state`, `noop_state` and `grounded_outcome`).
@@ -38,7 +39,9 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 from __future__ import annotations
 
 import re
+import threading
 import uuid
+from collections.abc import Sequence
 import zlib
 from typing import Any
 
@@ -47,6 +50,8 @@ from dreamgym.envs import family
 from dreamgym.types import Task, Transition
 
 DEFAULT_MAX_STEPS = 30
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+"""What `TextEnv.step` returns: (obs, reward, terminated, truncated, info)."""
 
 
 def _norm(a: str) -> str:
@@ -82,8 +87,9 @@ def noise_seed(episode_id: str, action: str) -> int:
 class SyntheticEnv(TextEnv):
     """`SyntheticEnv(model, buffer=None, tasks=None, env=None, ...)`; `buffer` defaults to `model.buffer`.
 
-    Set `batched_step`: the rollout engine calls `SyntheticEnv.step_batch(envs, actions)` once per turn and all
-    live episodes sharing a model are predicted in one `model.predict` call."""
+    Set `batched_step`: the rollout engine calls `SyntheticEnv.step_batch(envs, actions)` once per turn and the
+    episodes' `batcher` (a `SyntheticBatcher`, by default the one this module shares) predicts all live episodes
+    sharing a model in one `model.predict` call."""
 
     batched_step = True
     is_synthetic = True
@@ -91,7 +97,7 @@ class SyntheticEnv(TextEnv):
     def __init__(self, model: Any, buffer: Any = None, tasks: list[Task] | None = None, *, env: str | None = None,
                  split: str = "train", max_steps: int | None = None, initial_state: str = "auto",
                  add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = "",
-                 reward_from: str = "model", shared_noise: bool = True):
+                 reward_from: str = "model", shared_noise: bool = True, batcher: SyntheticBatcher | None = None):
         super().__init__()
         if initial_state not in ("auto", "real", "model"):
             raise ValueError(f"initial_state must be 'auto', 'real' or 'model', got {initial_state!r}")
@@ -118,6 +124,7 @@ class SyntheticEnv(TextEnv):
         self.invalid_action = invalid_action
         self.policy_version = policy_version
         self.shared_noise = shared_noise
+        self.batcher = batcher if batcher is not None else DEFAULT_BATCHER
         self._max_steps = max_steps
         self._real_envs: dict[str, Any] = {}
         self._init_cache: dict[tuple[str, str], str] = {}
@@ -217,7 +224,7 @@ class SyntheticEnv(TextEnv):
     # ------------------------------------------------------------------------------------------- step
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return type(self)._step_batch([self], [action])[0]
+        return self.batcher.step([self], [action])[0]
 
     def _advance(self) -> None:
         self.t += 1
@@ -263,60 +270,59 @@ class SyntheticEnv(TextEnv):
     @classmethod
     def _step_batch(cls, envs: list[TextEnv],
                     actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
-        results: list[Any] = [None] * len(envs)
-        by_model: dict[tuple[int, bool], list[int]] = {}
         synth: list[SyntheticEnv] = []
-        for i, (e, a) in enumerate(zip(envs, actions)):
+        for e in envs:
             assert isinstance(e, SyntheticEnv)
             synth.append(e)
-            if e._init_failed:
-                results[i] = e._failure_end("no initial state")
-            elif e.invalid_action == "noop" and not is_admissible(a, e.family.admissible_from_state(e.state)):
-                results[i] = e._noop(a)
-            else:
-                by_model.setdefault((id(e.model), e.shared_noise), []).append(i)
-        for idx in by_model.values():
-            batch = [synth[i] for i in idx]
-            model = batch[0].model
-            h = int(getattr(getattr(model, "config", None), "history", 4))
-            queries = [Transition(task=e.task, history=list(e.history[-h:]) if h else [], state=e.state,
-                                  action=actions[i], next_state="", reward=0.0, done=False, source="synthetic",
-                                  seed=e.seed_value, trajectory_id=e.episode_id, step_index=e.t)
-                       for e, i in zip(batch, idx)]
-            if batch[0].shared_noise:
-                preds = model.predict(queries, seeds=[noise_seed(q.trajectory_id, q.action) for q in queries])
-            else:
-                # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
-                key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
-                preds = model.predict(queries, seed=zlib.crc32(key.encode()))
-            new: dict[int, tuple[Any, list[Transition]]] = {}
-            for e, q, p, i in zip(batch, queries, preds, idx):
-                if p.failed:
-                    results[i] = e._failure_end(p.error)
-                    continue
-                e.stats["model_steps"] += 1
-                before = e.state
-                e.history.append((e.state, actions[i]))
-                e.state = e._canonical(p.next_state)
-                # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
-                reward, terminated, model_won = e._outcome(before, actions[i], float(p.reward), bool(p.done))
-                q.next_state, q.reward, q.done, q.reasoning = e.state, reward, terminated, p.reasoning
-                e._advance()
-                truncated = not terminated and e.t >= e.max_steps
-                won = terminated and reward >= 1.0
-                extra = {} if model_won is None else {"model_won": model_won}
-                results[i] = (e.state, reward, terminated, truncated,
-                              e._info(won=won, reasoning=p.reasoning, em_failure=False, **extra))
-                if e.add_to_buffer and e.buffer is not None:
-                    q.policy_version = e.policy_version
-                    new.setdefault(id(e.buffer), (e.buffer, []))[1].append(q)
-            for buf, trs in new.values():
-                try:
-                    buf.add(trs)
-                except Exception:  # noqa: BLE001 - losing buffer growth must not end the rollout
-                    for e in batch:
-                        e.stats["buffer_errors"] = e.stats.get("buffer_errors", 0) + 1
+        results: list[Any] = [None] * len(synth)
+        by_batcher: dict[int, list[int]] = {}
+        for i, e in enumerate(synth):
+            by_batcher.setdefault(id(e.batcher), []).append(i)
+        for idx in by_batcher.values():
+            outs = synth[idx[0]].batcher.step([synth[i] for i in idx], [actions[i] for i in idx])
+            for i, out in zip(idx, outs):
+                results[i] = out
         return results
+
+    # The batcher's seam: one episode's side of a batched step, in the order `SyntheticBatcher.step` calls them.
+    def answer_without_model(self, action: str) -> StepResult | None:
+        """This step's answer when it needs no model call (the episode has no initial state, or the action is
+        not admissible under `invalid_action="noop"`), else None."""
+        if self._init_failed:
+            return self._failure_end("no initial state")
+        if self.invalid_action == "noop" and not is_admissible(action, self.family.admissible_from_state(self.state)):
+            return self._noop(action)
+        return None
+
+    def query(self, action: str) -> Transition:
+        """The experience-model query for `action` in the current state (history cut to the model's window)."""
+        h = int(getattr(getattr(self.model, "config", None), "history", 4))
+        return Transition(task=self.task, history=list(self.history[-h:]) if h else [], state=self.state,
+                          action=action, next_state="", reward=0.0, done=False, source="synthetic",
+                          seed=self.seed_value, trajectory_id=self.episode_id, step_index=self.t)
+
+    def apply(self, query: Transition, pred: Any) -> tuple[StepResult, Transition | None]:
+        """Advance the episode by the model's prediction for `query`; returns the step's answer and the completed
+        transition to add to the buffer (None when nothing is to be added)."""
+        if pred.failed:
+            return self._failure_end(pred.error), None
+        self.stats["model_steps"] += 1
+        before = self.state
+        self.history.append((self.state, query.action))
+        self.state = self._canonical(pred.next_state)
+        # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
+        reward, terminated, model_won = self._outcome(before, query.action, float(pred.reward), bool(pred.done))
+        query.next_state, query.reward, query.done, query.reasoning = self.state, reward, terminated, pred.reasoning
+        self._advance()
+        truncated = not terminated and self.t >= self.max_steps
+        won = terminated and reward >= 1.0
+        extra = {} if model_won is None else {"model_won": model_won}
+        result = (self.state, reward, terminated, truncated,
+                  self._info(won=won, reasoning=pred.reasoning, em_failure=False, **extra))
+        if not (self.add_to_buffer and self.buffer is not None):
+            return result, None
+        query.policy_version = self.policy_version
+        return result, query
 
     def close(self) -> None:
         for real in self._real_envs.values():
@@ -328,3 +334,73 @@ class SyntheticEnv(TextEnv):
         self._real_envs = {}
         super().close()
 
+
+
+class SyntheticBatcher:
+    """Steps many synthetic episodes with one `model.predict` call per (experience model, noise mode).
+
+    The one place a synthetic step meets the model and the buffer: episodes say what they need (`query`), the
+    batcher makes the call and hands each episode its prediction (`apply`), then adds the batch's transitions to
+    each buffer once. `SyntheticEnv.step_batch` (the rollout engine's path) and an environment server's gathering
+    of concurrent sessions both end here, so a step comes out the same whichever way it was batched. Where the
+    model runs is the model's business: the batcher only calls `predict`.
+
+    A step whose transition reached the buffer carries `info["buffered"] = True` (False when the add failed); the
+    buffer's `add` returns after its write is durable, so a caller that saw `buffered` knows the transition
+    survives a crash of this process. Counters (`stats`) say how large the model batches were."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # counters only: callers serialise model and buffer use themselves
+        self.stats = {"steps": 0, "model_calls": 0, "model_rows": 0, "largest_batch": 0, "buffer_errors": 0}
+
+    def step(self, envs: Sequence[SyntheticEnv], actions: Sequence[str]) -> list[StepResult]:
+        """One step of each episode (none of them over), in order: `apply`'s answers and `answer_without_model`'s."""
+        results: list[StepResult | None] = [None] * len(envs)
+        by_model: dict[tuple[int, bool], list[int]] = {}
+        for i, (e, a) in enumerate(zip(envs, actions)):
+            out = e.answer_without_model(a)
+            if out is not None:
+                results[i] = out
+            else:
+                by_model.setdefault((id(e.model), e.shared_noise), []).append(i)
+        for idx in by_model.values():
+            batch = [envs[i] for i in idx]
+            model = batch[0].model
+            queries = [e.query(actions[i]) for e, i in zip(batch, idx)]
+            if batch[0].shared_noise:
+                preds = model.predict(queries, seeds=[noise_seed(q.trajectory_id, q.action) for q in queries])
+            else:
+                # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
+                key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
+                preds = model.predict(queries, seed=zlib.crc32(key.encode()))
+            new: dict[int, tuple[Any, list[Transition], list[dict[str, Any]]]] = {}
+            for e, q, p, i in zip(batch, queries, preds, idx):
+                results[i], tr = e.apply(q, p)
+                if tr is not None:
+                    entry = new.setdefault(id(e.buffer), (e.buffer, [], []))
+                    entry[1].append(tr)
+                    entry[2].append(results[i][4])  # type: ignore[index]
+            for buf, trs, infos in new.values():
+                try:
+                    buf.add(trs)
+                    ok = True
+                except Exception:  # noqa: BLE001 - losing buffer growth must not end the rollout
+                    ok = False
+                    for e in batch:
+                        e.stats["buffer_errors"] = e.stats.get("buffer_errors", 0) + 1
+                for info in infos:
+                    info["buffered"] = ok
+                if not ok:
+                    with self._lock:
+                        self.stats["buffer_errors"] += 1
+            with self._lock:
+                self.stats["model_calls"] += 1
+                self.stats["model_rows"] += len(queries)
+                self.stats["largest_batch"] = max(self.stats["largest_batch"], len(queries))
+        with self._lock:
+            self.stats["steps"] += len(envs)
+        return results  # type: ignore[return-value]
+
+
+DEFAULT_BATCHER = SyntheticBatcher()
+"""The batcher of every `SyntheticEnv` not given its own."""

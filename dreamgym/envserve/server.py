@@ -1,0 +1,532 @@
+"""`dreamgym serve-env`: any registered environment family, real or dreamed, served over OpenEnv's protocol.
+
+Owns: `EnvServerConfig`, `EnvHost` (what one server serves: the family, its episodes' provenance, for a dream the
+experience model and the replay buffer this process alone owns, the gatherer that batches concurrent sessions'
+synthetic steps), `ServedEnv` (a `TextEnv` as an OpenEnv `Environment`), the app (`create_env_app`: OpenEnv's
+`create_app` under `dreamgym.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
+stats routes), `start_env_server` (a background thread, for tests and in-process use) and the command.
+Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
+are bounded (`dreamgym.serving`).
+
+Protocol (OpenEnv's, unchanged, so OpenEnv's `EnvClient`s work): `WS /ws` is a session -- one environment per
+connection, isolated from the others, messages `{"type": "reset", "data": {seed, episode_id, task, task_id}}`,
+`{"type": "step", "data": {"action": TEXT}}`, `{"type": "state"}`, `{"type": "close"}`. `POST /reset`, `POST
+/step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request: a step without a reset
+is answered 409); `GET /schema`, `/metadata`, `/health`. Added here: `GET /stats` (episodes, steps, batch sizes
+reached, buffer size) and, for a dream, `POST /buffer/transitions` (other processes add transitions through the
+owner; answered once they are durable) and `GET /buffer/stats`.
+
+Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
+`idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
+messages over `max_body_mb` are refused (413, or an error message naming the limit while the session stays open),
+plus every limit of `dreamgym.serving`. With a token (`DREAMGYM_ENV_TOKEN` or `--token-file`) every request but
+`/health` needs `Authorization: Bearer TOKEN` (401; a WebSocket handshake without it is refused with 403).
+
+Durability: the dream's buffer lives in this process; every synthetic transition is appended (fsync'ed, see
+`dreamgym.buffer`) before its step is answered, and the answer's `info["buffered"]` says so. A server killed at any
+point leaves a buffer that reopens with every answered transition in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import json
+import logging
+import os
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
+from pydantic import BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dreamgym import serving
+from dreamgym.checks import em_checkpoint, env_family, family_choices, trajectory_file
+from dreamgym.config import ConfigError, checked, ranged, validate_config
+from dreamgym.env import TextEnv
+from dreamgym.envs import family
+from dreamgym.envserve.gather import StepGatherer
+from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
+from dreamgym.types import Task, Transition
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "DREAMGYM_ENV_TOKEN"
+"""The environment variable a server reads its bearer token from (a command line would show it to `ps`)."""
+OPEN_PATHS = frozenset({"/health"})
+"""Paths answered without the token: a load balancer's or a client pool's health check."""
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """FastAPI's (and so OpenEnv's) error shape, with the status."""
+    return {"detail": message, "status": status}
+
+
+@dataclass
+class EnvServerConfig:
+    """What `dreamgym serve-env` serves and the limits it keeps."""
+
+    env: str = checked("dial", env_family, family_choices)
+    """The environment family to serve."""
+    split: str = "train"
+    """The task split episodes draw from when a reset names no task."""
+    dream: bool = False
+    """Serve the synthetic environment (the experience model) instead of the real one."""
+    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
+    """dream: the experience-model checkpoint."""
+    em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
+    """dream: offline real trajectories that seed the replay buffer (default: the model's training data)."""
+    buffer: str = ""
+    """dream: the replay buffer's folder, owned by this process (empty: in memory, gone when the server stops)."""
+    max_steps: int = ranged(0, ge=0)
+    """dream: step limit of a synthetic episode (0: the real environment's own)."""
+    device: str = ""
+    """dream: where the experience model runs (cpu, cuda; empty: cuda when available)."""
+    max_sessions: int = ranged(64, ge=1, le=4096)
+    """Most WebSocket sessions open at once."""
+    idle_timeout_s: float = ranged(600.0, gt=0)
+    """A session without a message for this long is closed and its environment freed."""
+    batch_wait_ms: float = ranged(5.0, ge=0, le=1000)
+    """How long the first synthetic step of a batch waits for other sessions' steps to join it."""
+    max_batch: int = ranged(64, ge=1)
+    """Most synthetic steps in one experience-model batch."""
+    max_body_mb: float = ranged(1.0, gt=0, le=1024)
+    """Largest HTTP request body or WebSocket message, in MiB."""
+
+    def __post_init__(self) -> None:
+        validate_config(self)
+        if self.dream and not self.em:
+            raise ConfigError("em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
+
+    def limits(self) -> serving.Limits:
+        # A connection per session, plus room for HTTP requests and health checks.
+        return serving.Limits(max_body_bytes=int(self.max_body_mb * 2**20),
+                              max_connections=max(256, self.max_sessions + 64))
+
+
+class EnvHost:
+    """What one server serves. Its environments' shared parts (experience model, replay buffer) are used only on
+    the gatherer's thread; real environments that are not `thread_safe` step one at a time."""
+
+    def __init__(self, cfg: EnvServerConfig, *, model: Any = None, buffer: Any = None):
+        self.config = cfg
+        self.family = family(cfg.env)
+        self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")
+        self.model, self.buffer, self.batcher = model, buffer, None
+        if cfg.dream:
+            from dreamgym.synthetic_env import SyntheticBatcher
+
+            if self.model is None:
+                self.model, self.buffer = load_dream(cfg)
+            self.batcher = SyntheticBatcher()
+        self.provenance = Provenance(server=uuid.uuid4().hex[:12], env=cfg.env, synthetic=cfg.dream, split=cfg.split,
+                                     em=str(Path(cfg.em).resolve()) if cfg.em else None,
+                                     buffer=str(Path(cfg.buffer).resolve()) if cfg.dream and cfg.buffer else None)
+        self._tasks: dict[str, Task] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=min(64, cfg.max_sessions), thread_name_prefix="serve-env")
+        self._one_at_a_time = threading.Lock()
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def make_env(self) -> TextEnv:
+        if not self.config.dream:
+            return self.family.make_env(self.config.split)
+        from dreamgym.synthetic_env import SyntheticEnv
+
+        return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
+                            max_steps=self.config.max_steps or None, batcher=self.batcher)
+
+    def task(self, task_id: str) -> Task:
+        if self._tasks is None:
+            self._tasks = {t.id: t for t in self.family.tasks(self.config.split)}
+        if task_id not in self._tasks:
+            raise HTTPException(400, f"reset: task_id {task_id!r} is not a task of {self.config.env}/"
+                                     f"{self.config.split}")
+        return self._tasks[task_id]
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
+    def run(self, env: TextEnv, fn: Callable[[], Any]) -> Future:
+        """Run `fn` (a reset, a close) where `env` may be used: the gatherer's thread for a dream, else a worker."""
+        if self.config.dream:
+            return self.gatherer.call(fn)
+        if getattr(env, "thread_safe", True):
+            return self._executor.submit(fn)
+
+        def serial() -> Any:
+            with self._one_at_a_time:
+                return fn()
+        return self._executor.submit(serial)
+
+    def step(self, env: TextEnv, action: str) -> Future:
+        if self.config.dream:
+            return self.gatherer.submit(env, action)
+        return self.run(env, lambda: env.step(action))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            counts = dict(self.counts)
+        out: dict[str, Any] = {"provenance": self.provenance.to_dict(), **counts,
+                               "gatherer": self.gatherer.stats}
+        if self.batcher is not None:
+            out["experience_model_batches"] = dict(self.batcher.stats)
+        return out
+
+    def close(self) -> None:
+        self.gatherer.stop()
+        self._executor.shutdown(wait=False)
+        if self.buffer is not None and hasattr(self.buffer, "close"):
+            self.buffer.close()
+
+
+def load_dream(cfg: EnvServerConfig) -> tuple[Any, Any]:
+    """The experience model and the replay buffer it retrieves from (seeded as in training, at `cfg.buffer`)."""
+    from dreamgym.experience import ExperienceModel, checkpoint_buffer
+
+    buffer = checkpoint_buffer(cfg.em, data=cfg.em_data or None, path=cfg.buffer or None)
+    model = ExperienceModel.load(cfg.em, buffer=buffer, device=cfg.device or None, batch_size=cfg.max_batch)
+    return model, buffer
+
+
+class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
+    """One session's environment: a fresh `TextEnv` of the host's family, its episode and what it is."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, host: EnvHost):
+        super().__init__()
+        self.host = host
+        self.env: TextEnv | None = host.make_env()
+        self.episode: dict[str, Any] = {}
+        self.steps = 0
+        self._ended = (False, False)
+        host.count("environments")
+
+    # OpenEnv calls the async forms when a class defines them; the sync ones serve direct (in-process) use.
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task: Any = None,
+                          task_id: str | None = None, **kwargs: Any) -> TextObservation:
+        return await asyncio.wrap_future(self._reset_future(seed, episode_id, task, task_id, kwargs))
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, task: Any = None,
+              task_id: str | None = None, **kwargs: Any) -> TextObservation:
+        return self._reset_future(seed, episode_id, task, task_id, kwargs).result()
+
+    def _reset_future(self, seed: Any, episode_id: str | None, task: Any, task_id: str | None,
+                      extra: dict[str, Any]) -> Future:
+        if extra:
+            raise HTTPException(400, f"reset: unknown field(s) {', '.join(sorted(extra))} (allowed: seed, "
+                                     "episode_id, task, task_id)")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise HTTPException(400, f"reset: seed must be an integer, got {seed!r}")
+        chosen = self._task(task, task_id)
+        options = {"task": chosen} if chosen is not None else {}
+        env = self._open()
+
+        def run() -> TextObservation:
+            obs, info = env.reset(seed=seed, options=options)
+            self.steps, self._ended = 0, (False, False)
+            self.episode = {"episode_id": episode_id or uuid.uuid4().hex, "task": info["task"].to_dict(),
+                            "seed": seed, "provenance": self.host.provenance.to_dict()}
+            self.host.count("episodes")
+            return TextObservation(text=obs, info=info_to_json(info), episode=self.episode)
+        return self.host.run(env, run)
+
+    def _open(self) -> TextEnv:
+        if self.env is None:
+            raise HTTPException(409, "this session's environment is closed")
+        return self.env
+
+    def _task(self, task: Any, task_id: str | None) -> Task | None:
+        if task is not None and task_id is not None:
+            raise HTTPException(400, "reset: give task or task_id, not both")
+        if task_id is not None:
+            return self.host.task(str(task_id))
+        if task is None:
+            return None
+        try:
+            t = Task.from_dict(task) if isinstance(task, dict) else None
+        except (KeyError, TypeError) as e:
+            raise HTTPException(400, f"reset: task is not a task record: {e}") from e
+        if t is None:
+            raise HTTPException(400, f"reset: task must be a task record (an object), got {type(task).__name__}")
+        if t.env != self.host.config.env:
+            raise HTTPException(400, f"reset: task {t.id!r} is a {t.env!r} task; this server serves "
+                                     f"{self.host.config.env!r}")
+        return t
+
+    async def step_async(self, action: TextAction, timeout_s: float | None = None,
+                         **kwargs: Any) -> TextObservation:
+        fut = self._step_future(action)
+        return self._observation(*(await asyncio.wrap_future(fut)))
+
+    def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
+        return self._observation(*self._step_future(action).result())
+
+    def _step_future(self, action: TextAction) -> Future:
+        if not self.episode:
+            raise HTTPException(409, "step: this session has no episode; send reset first (OpenEnv's HTTP /step is "
+                                     "stateless: multi-step episodes use the WebSocket session at /ws)")
+        return self.host.step(self._open(), action.action)
+
+    def _observation(self, obs: str, reward: float, terminated: bool, truncated: bool,
+                     info: dict[str, Any]) -> TextObservation:
+        if not info.get("episode_over"):
+            self.steps += 1
+            self.host.count("steps")
+        self._ended = (terminated, truncated)
+        return TextObservation(text=obs, reward=float(reward), done=terminated or truncated, terminated=terminated,
+                               truncated=truncated, info=info_to_json(info), episode=self.episode)
+
+    @property
+    def state(self) -> EpisodeState:
+        return EpisodeState(episode_id=self.episode.get("episode_id"), step_count=self.steps,
+                            task=self.episode.get("task"), seed=self.episode.get("seed"),
+                            terminated=self._ended[0], truncated=self._ended[1],
+                            provenance=self.host.provenance.to_dict())
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        kind = "synthetic (experience model)" if self.host.config.dream else "real"
+        return EnvironmentMetadata(name=f"dreamgym/{self.host.config.env}",
+                                   description=f"DreamGym's {self.host.config.env} environment, {kind}; text actions "
+                                               "and observations", version="1")
+
+    def close(self) -> None:
+        if self.env is None:
+            return
+        env, self.env = self.env, None
+        self.host.count("environments", -1)
+        try:
+            # A synthetic environment's close touches only its own real environments, not the shared model.
+            if self.host.config.dream or getattr(env, "thread_safe", True):
+                env.close()
+            else:
+                self.host.run(env, env.close).result(timeout=30)
+        except Exception:  # noqa: BLE001 - a failing close must not take the session's cleanup down with it
+            log.exception("closing a served environment failed")
+
+
+class _Guard:
+    """The bearer token on every request (but `OPEN_PATHS`) and a size limit on WebSocket messages.
+
+    An oversized message is not passed on: the session gets an OpenEnv error message naming the limit and stays
+    open. (uvicorn's own `ws_max_size`, set well above, closes the connection for anything larger still.)"""
+
+    def __init__(self, app: ASGIApp, token: str | None, max_message_bytes: int):
+        self.app, self.token, self.max_message_bytes = app, token, max_message_bytes
+
+    def _authorized(self, scope: Scope) -> bool:
+        if not self.token or scope.get("path") in OPEN_PATHS:
+            return True
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._authorized(scope):
+            data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token>")).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        if not self._authorized(scope):
+            await receive()  # the connect event
+            await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
+            return
+        limit = self.max_message_bytes
+
+        async def bounded() -> Message:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    return message
+                size = len(message.get("text") or "") + len(message.get("bytes") or b"")
+                if size <= limit:
+                    return message
+                await send({"type": "websocket.send", "text": json.dumps(
+                    {"type": "error", "data": {"code": "MESSAGE_TOO_LARGE", "message": (
+                        f"the message ({size} bytes) is over this server's limit of {limit} bytes; it was dropped")}})})
+
+        async def quiet_close(message: Message) -> None:
+            try:
+                await send(message)
+            except OSError:  # closing a connection the client already closed (OpenEnv closes after "close")
+                if message["type"] != "websocket.close":
+                    raise
+
+        await self.app(scope, bounded, quiet_close)
+
+
+class _TransitionsBody(BaseModel):
+    transitions: list[dict[str, Any]] = Field(description="transition records (dreamgym.types.Transition.to_dict)")
+    seed_data: bool = Field(default=False, description="offline real seed data (evicted last)")
+
+
+def create_env_app(host: EnvHost, *, token: str | None = None, limits: serving.Limits | None = None) -> FastAPI:
+    """The server's app: OpenEnv's routes for `host`'s environments, the limits, the token, stats and buffer routes."""
+    cfg = host.config
+    limits = limits or cfg.limits()
+    app = create_app(functools.partial(ServedEnv, host), TextAction, TextObservation, env_name=cfg.env,
+                     concurrency_config=ConcurrencyConfig(max_concurrent_envs=cfg.max_sessions,
+                                                          session_timeout=cfg.idle_timeout_s))
+    serving.install(app, limits, error_body)
+    app.state.host = host
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, e: HTTPException) -> JSONResponse:
+        # OpenEnv answers an invalid action with pydantic's error list as the detail: say it in one line.
+        message = serving.validation_message(e.detail, drop=0) if isinstance(e.detail, list) else str(e.detail)
+        return JSONResponse(error_body(e.status_code, message), status_code=e.status_code, headers=e.headers)
+
+    @app.get("/stats")
+    def stats() -> dict[str, Any]:
+        return host.stats()
+
+    if host.buffer is not None:
+        buffer = host.buffer
+
+        @app.post("/buffer/transitions")
+        async def add_transitions(body: _TransitionsBody) -> dict[str, Any]:
+            trs = []
+            for i, d in enumerate(body.transitions):
+                try:
+                    trs.append(Transition.from_dict(d))
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise HTTPException(400, f"transitions[{i}]: not a transition record ({type(e).__name__}: "
+                                             f"{e})") from e
+            added = await asyncio.wrap_future(host.gatherer.call(lambda: buffer.add(trs, seed_data=body.seed_data)))
+            host.count("buffer_added_remotely", int(added))
+            return {"added": int(added), "size": await asyncio.wrap_future(host.gatherer.call(lambda: len(buffer)))}
+
+        @app.get("/buffer/stats")
+        async def buffer_stats() -> dict[str, Any]:
+            return await asyncio.wrap_future(host.gatherer.call(buffer.stats))
+
+    app.add_middleware(_Guard, token=token, max_message_bytes=limits.max_body_bytes)
+    return app
+
+
+def _make_server(app: FastAPI, limits: serving.Limits, **kwargs: Any) -> Any:
+    srv = serving.make_server(app, **kwargs)
+    srv.config.ws_max_size = max(16 << 20, 4 * limits.max_body_bytes)
+    return srv
+
+
+class EnvServerHandle:
+    """A server running on a background thread of this process; `url` is its root (http://host:port)."""
+
+    def __init__(self, running: serving.RunningServer, host: EnvHost):
+        self._running, self.host = running, host
+        self.url = running.base
+
+    def stop(self) -> None:
+        self._running.stop()
+        self.host.close()
+
+    def __enter__(self) -> EnvServerHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_env_server(cfg: EnvServerConfig, *, model: Any = None, buffer: Any = None, token: str | None = None,
+                     host: str = "127.0.0.1", port: int = 0) -> EnvServerHandle:
+    """Serve `cfg` from a background thread (`port=0` picks a free one); returns once it accepts requests. A dream
+    may be given its experience model and buffer instead of loading them from `cfg.em`."""
+    env_host = EnvHost(cfg, model=model, buffer=buffer)
+    try:
+        app = create_env_app(env_host, token=token)
+        running = serving.start(_make_server(app, cfg.limits()), host, port)
+    except BaseException:
+        env_host.close()
+        raise
+    return EnvServerHandle(running, env_host)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dreamgym.config import CommandParser, at_least, fail
+
+    parser = CommandParser(prog="dreamgym serve-env", description=(
+        "Serve an environment family over OpenEnv's protocol (WebSocket sessions at /ws, /reset, /step, /state, "
+        f"/schema). A bearer token is read from ${TOKEN_ENV} or --token-file."))
+    defaults = EnvServerConfig()
+    parser.add_argument("--env", default=defaults.env, help="the environment family")
+    parser.add_argument("--split", default=defaults.split, help="task split of resets that name no task")
+    parser.add_argument("--dream", action="store_true", help="serve the synthetic environment (needs --em)")
+    parser.add_argument("--em", default="", help="experience-model checkpoint folder (dreamgym train-em)")
+    parser.add_argument("--em-data", default="", help="trajectories that seed the buffer (default: the EM's data)")
+    parser.add_argument("--buffer", default="", help="replay-buffer folder this server owns (default: in memory)")
+    parser.add_argument("--max-steps", type=at_least(0), default=0, help="synthetic step limit (0: the real one)")
+    parser.add_argument("--device", default="", help="experience model device (cpu, cuda)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=at_least(0, 65535), default=8100, help="port; 0 picks a free one (printed)")
+    parser.add_argument("--max-sessions", type=at_least(1), default=defaults.max_sessions)
+    parser.add_argument("--idle-timeout-s", type=float, default=defaults.idle_timeout_s)
+    parser.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
+    parser.add_argument("--max-batch", type=at_least(1), default=defaults.max_batch)
+    parser.add_argument("--max-body-mb", type=float, default=defaults.max_body_mb)
+    parser.add_argument("--token-file", default="", help="a file holding the bearer token")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (dream)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        cfg = EnvServerConfig(env=args.env, split=args.split, dream=args.dream, em=args.em, em_data=args.em_data,
+                              buffer=args.buffer, max_steps=args.max_steps, device=args.device,
+                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s,
+                              batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
+                              max_body_mb=args.max_body_mb)
+    except ConfigError as e:
+        return fail("serve-env", e)
+    token = os.environ.get(TOKEN_ENV) or None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            return fail("serve-env", f"--token-file {args.token_file}: {e.strerror or e}")
+        if not token:
+            return fail("serve-env", f"--token-file {args.token_file} is empty")
+    if args.threads and cfg.dream:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        env_host = EnvHost(cfg)
+    except Exception as e:  # noqa: BLE001 - a checkpoint or buffer that cannot be opened: one line, exit 2
+        return fail("serve-env", f"{type(e).__name__}: {e}")
+    limits = cfg.limits()
+    app = create_env_app(env_host, token=token, limits=limits)
+    try:
+        sock = serving.bind(args.host, args.port, limits.backlog)
+    except OSError as e:
+        env_host.close()
+        return fail("serve-env", f"cannot listen on {args.host}:{args.port}: {e}")
+    host, port = sock.getsockname()[:2]
+    kind = f"synthetic, experience model {cfg.em}" if cfg.dream else "real"
+    print(f"serving {cfg.env} ({kind}) at http://{host}:{port} (OpenEnv: ws://{host}:{port}/ws; Ctrl-C stops)",
+          flush=True)
+    try:
+        _make_server(app, limits, log_level="info").run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+        env_host.close()
+    return 0
+

@@ -1,0 +1,174 @@
+"""TRL's GRPOTrainer training a policy on multi-turn episodes of a served synthetic environment.
+
+The environment is DreamGym's dream of the dial (the experience model) behind `dreamgym serve-env --dream`; TRL
+never imports it: its `rollout_func` opens one WebSocket session per rollout (`RemoteTextEnv`), plays the episode
+turn by turn -- the policy writes an action, the server's experience model writes the next observation -- and
+hands TRL one sequence per rollout: the first observation as the prompt, then the policy's action tokens (trained,
+`env_mask` 1) interleaved with the observation tokens the environment wrote (not trained, `env_mask` 0). The
+rollouts of a batch step concurrently, so the server gathers their steps into shared experience-model batches.
+
+Run against a server you started (`dreamgym serve-env --env dial --dream --em EM --port 8100`):
+
+    python examples/trl_grpo_served_dream.py --env-url http://127.0.0.1:8100 --steps 3
+
+or let it start one in this process from a checkpoint: `--em runs/em`. It prints one JSON line: the losses, the
+mean reward per step, whether the parameters changed and the server's batch sizes. The policy is the `tiny` preset
+(random init, so the point is the plumbing, not learning); any causal LM id works with `--model`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dreamgym.agent import ground_action
+from dreamgym.envserve.client import RemoteTextEnv, server_info
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL
+
+
+def prompt_text(obs: str, admissible: list[str] | None) -> str:
+    return f"{obs}\nActions: {', '.join(admissible or [])}\nAction:"
+
+
+def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, token: str | None = None):
+    """TRL's `rollout_func(prompts, trainer)`: one multi-turn episode per prompt (the prompt names its seed, so a
+    GRPO group -- one prompt repeated -- plays one task from one reset seed)."""
+    import torch
+
+    info = server_info(env_url, token)
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, list]:
+        model, tok = trainer.model, trainer.processing_class
+        envs = [RemoteTextEnv(env_url, token=token, info=info) for _ in prompts]
+        n = len(prompts)
+        try:
+            with ThreadPoolExecutor(n) as pool:
+                firsts = list(pool.map(lambda ep: ep[0].reset(seed=int(str(ep[1]).split()[-1])),
+                                       zip(envs, prompts)))
+            prompt_ids = [tok(prompt_text(o, i["admissible_actions"]))["input_ids"] for o, i in firsts]
+            completion: list[list[int]] = [[] for _ in range(n)]
+            logprobs: list[list[float]] = [[] for _ in range(n)]
+            mask: list[list[int]] = [[] for _ in range(n)]
+            rewards, turns = [0.0] * n, [0] * n
+            admissible = [i["admissible_actions"] for _, i in firsts]
+            live = list(range(n))
+            for _turn in range(max_turns):
+                if not live:
+                    break
+                # One batched generate over the live episodes (left-padded), then their steps concurrently.
+                seqs = [prompt_ids[i] + completion[i] for i in live]
+                width = max(map(len, seqs))
+                pad = tok.pad_token_id
+                ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
+                att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+                with torch.no_grad():
+                    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_action_tokens,
+                                         do_sample=True, temperature=1.0, pad_token_id=pad,
+                                         output_scores=True, return_dict_in_generate=True)
+                    lps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+                new = out.sequences[:, width:]
+                actions = []
+                for row, i in enumerate(live):
+                    keep = [t for t in new[row].tolist() if t != pad]
+                    completion[i] += keep
+                    logprobs[i] += lps[row, :len(keep)].tolist()
+                    mask[i] += [1] * len(keep)
+                    text = tok.decode(keep, skip_special_tokens=True).strip().split("\n")[0]
+                    actions.append(ground_action(text, admissible[i] or [], 0.0))
+                with ThreadPoolExecutor(len(live)) as pool:
+                    results = list(pool.map(lambda ia: envs[ia[0]].step(ia[1]), zip(live, actions)))
+                still = []
+                for i, (obs, r, term, trunc, inf) in zip(live, results):
+                    rewards[i] += r
+                    turns[i] += 1
+                    admissible[i] = inf["admissible_actions"]
+                    if term or trunc:
+                        continue
+                    feedback = tok("\n" + prompt_text(obs, admissible[i]))["input_ids"]
+                    completion[i] += feedback
+                    logprobs[i] += [0.0] * len(feedback)
+                    mask[i] += [0] * len(feedback)
+                    still.append(i)
+                live = still
+            return {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs, "env_mask": mask,
+                    "env_reward": rewards, "env_turns": turns}
+        finally:
+            for e in envs:
+                e.close()
+
+    return rollout
+
+
+def env_reward(prompts: list, completions: list, env_reward: list[float], **_: Any) -> list[float]:
+    """The served environment's episode return."""
+    return [float(r) for r in env_reward]
+
+
+def brevity(prompts: list, completions: list, env_turns: list[int], **_: Any) -> list[float]:
+    """A small cost per turn, so a group whose episodes all fail still ranks the shorter ones."""
+    return [-0.05 * t for t in env_turns]
+
+
+def run(env_url: str, *, out_dir: str, steps: int = 3, group: int = 4, prompts_per_step: int = 2,
+        max_turns: int = 4, max_action_tokens: int = 4, model_name: str = "tiny", seed: int = 0,
+        token: str | None = None) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from dreamgym.presets import load_preset
+
+    torch.manual_seed(seed)
+    model, tok = load_preset(model_name, device="cpu")
+    model.train()
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = Dataset.from_dict({"prompt": [f"dial episode {1000 + i}" for i in range(steps * prompts_per_step)]})
+    config = GRPOConfig(output_dir=out_dir, max_steps=steps, per_device_train_batch_size=group * prompts_per_step,
+                        num_generations=group, max_completion_length=512, learning_rate=1e-3, logging_steps=1,
+                        report_to=[], save_strategy="no", use_cpu=True, seed=seed, bf16=False,
+                        dataloader_num_workers=0, disable_tqdm=True)
+    trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[env_reward, brevity], args=config,
+                          train_dataset=data, rollout_func=make_rollout_func(env_url, max_turns=max_turns,
+                                                                             max_action_tokens=max_action_tokens,
+                                                                             token=token))
+    trainer.train()
+    logs = trainer.state.log_history
+    changed = any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters())
+    return {"losses": [h["loss"] for h in logs if "loss" in h],
+            "rewards": [h["reward"] for h in logs if "reward" in h],
+            "parameters_changed": changed,
+            "server_batches": server_info(env_url, token)["gatherer"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env-url", help="a running dreamgym serve-env --dream (default: start one from --em)")
+    ap.add_argument("--em", help="experience-model checkpoint to serve in this process")
+    ap.add_argument("--out", default="runs/trl-served-dream")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--model", default="tiny")
+    a = ap.parse_args(argv)
+    token = os.environ.get("DREAMGYM_ENV_TOKEN") or None
+    if a.env_url:
+        result = run(a.env_url, out_dir=a.out, steps=a.steps, model_name=a.model, token=token)
+    elif a.em:
+        from dreamgym.envserve.server import EnvServerConfig, start_env_server
+
+        with start_env_server(EnvServerConfig(env="dial", dream=True, em=a.em, device="cpu")) as srv:
+            result = run(srv.url, out_dir=a.out, steps=a.steps, model_name=a.model)
+    else:
+        ap.error("give --env-url or --em")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
