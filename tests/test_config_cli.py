@@ -29,6 +29,7 @@ BAD_INPUT: dict[str, list[str]] = {
     "serve-model": ["--preset", "no/such/model/folder"],
     "webshop": ["serve", "--max-steps", "0"],
     "view": ["no/such/run/folder"],
+    "serve-env": ["--env", "dial", "--dream"],
 }
 """One bad input per subcommand."""
 
