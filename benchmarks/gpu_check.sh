@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_check.sh                  (on the GPU machine; logs and the table go to $OUT, default /tmp/gpu_check)
 #   DRY_RUN=1 bash benchmarks/gpu_check.sh        (anywhere: every stage shrunk to a few seconds, on the CPU if no GPU)
 #
-# Stages, each under its own `timeout` (the limits sum to 430 s, inside the 7.5 minutes one device command gets);
+# Stages, each under its own `timeout` (the limits sum to 455 s, inside the 8 minutes one device command gets);
 # every stage runs even when an earlier one failed:
 #   0. wheels: DreamGym's dependencies the device image lacks, from .whl/ (benchmarks/gpu_wheels.sh fetches them);
 #   1. machine: GPU, driver, versions, a bf16 8192^3 matmul rate; builds the tiny preset once for every later stage;
@@ -16,7 +16,9 @@
 #   6. train: tokens/s and MFU of the package's training step, tiny preset and a 0.5B-shaped model, full and LoRA,
 #      with and without gradient checkpointing (benchmarks/bench_gpu_train.py);
 #   7. em latency: experience-model predict seconds per batch and per query at batch 1 and 64, untrained tiny and,
-#      when stage 4 got that far, the quickstart's trained experience model with its retrieval buffer.
+#      when stage 4 got that far, the quickstart's trained experience model with its retrieval buffer;
+#   8. torchrun: `dreamgym train --algo sft` under torchrun with one process (NCCL on CUDA, gloo in a dry run): the
+#      several-process code path (dreamgym/distributed.py) on the GPU.
 # At most 8 files come back from a device call, so the logs are combined into exactly these under $OUT:
 #   summary.txt machine.log gpu_tests.log suite.log junit.xml quickstart.log bench.log bench.json
 # Knobs: OUT, PYTHON, DRY_RUN, WORKERS (xdist workers), SUITE_LIMIT, QS_LIMIT, TRAIN_LIMIT (seconds),
@@ -189,6 +191,14 @@ out = {p.stem: json.loads(p.read_text()) for p in sorted(work.glob("*.json"))}
 Path(sys.argv[2]).write_text(json.dumps(out, indent=1))
 EOF
 grep -v '^SUMMARY' "$OUT/bench.log"
+
+# ---------------------------------------------------------------------------------------------- 8. torchrun
+stamp "8. torchrun, one process"
+echo "==== 8. torchrun --nproc_per_node 1 dreamgym train --algo sft" >> "$OUT/bench.log"
+stage 25 "$OUT/bench.log" "$PY" -m torch.distributed.run --nproc_per_node 1 --master_addr 127.0.0.1 \
+  --master_port 29611 -m dreamgym.cli train --algo sft --env dial --no-progress tensorboard=false \
+  eval_at_start=false eval_max_tasks=2 sft.epochs=1 demo_episodes=8 run_dir="$WORK/torchrun"
+row torchrun "$RC" "$SECS" "$(grep -o '"optimizer_steps": [0-9]*' "$OUT/bench.log" | tail -1)"
 
 # ---------------------------------------------------------------------------------------------- summary
 stamp "done"
