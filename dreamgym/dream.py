@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dreamgym.checks import SERVER_URLS, em_checkpoint, em_config_overrides, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
+from dreamgym.data import write_jsonl
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
 from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, PeriodicEvaluation, task_pool, train_real
 from dreamgym.metrics import MetricsLogger
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 DREAM_STATE_FILE = "dream_state.json"
 """The curriculum's state (generated tasks, counters, RNG) at the checkpoint's iteration, in the run folder."""
+DREAM_EPISODES_DIR = "dream_episodes"
+"""One trajectory file per dream iteration (`it-00001.jsonl`, ...): every synthetic episode the policy trained on,
+with its provenance (source synthetic, seed, policy version), so a dream can be read back exactly (`dreamgym view`)."""
 
 
 @dataclass
@@ -166,9 +170,12 @@ def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, t
                   disable=not progress) as bar:
         job = bar.add_task(f"dream {algo}", total=iterations, completed=trainer.iteration)
         while trainer.iteration < iterations:
-            world.policy_version = trainer.policy_version()
+            world.policy_version = version = trainer.policy_version()
             tasks = world.curriculum.sample(tasks_per_iteration)
             episodes, m = trainer.train_iteration(tasks, factory)
+            # Whole and atomic per iteration: a resumed run that redoes an iteration replaces its file.
+            write_jsonl(run_dir / DREAM_EPISODES_DIR / f"it-{trainer.iteration:05d}.jsonl",
+                        [e.to_trajectory(policy=version) for e in episodes])
             cm = world.curriculum_step(trainer.iteration - 1, episodes, algo)
             em_stats = {f"em/{k}": float(v) for k, v in world.model.stats.items()}
             row = {**m, **cm, **em_stats, "buffer/size": float(len(world.buffer))}

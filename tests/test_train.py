@@ -148,6 +148,12 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     for tag, it in (("dream-it1", 1), ("dream-it2", 2)):
         assert json.loads((run / tag / "trainer_state.json").read_text())["iteration"] == it
     assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0
+    from dreamgym.data import load_trajectories
+
+    for it in (1, 2):  # every synthetic episode trained on, per iteration, with its provenance
+        dreamt = load_trajectories(run / "dream_episodes" / f"it-{it:05d}.jsonl")
+        assert len(dreamt) == 4 and all(t.source == "synthetic" and t.policy == f"grpo-seed0-it{it - 1}"
+                                        for t in dreamt)
     # The curriculum's state survives the end-of-run checkpoint, so --resume continues it instead of restarting.
     state = json.loads((run / "dream_state.json").read_text())
     assert state["iteration"] == 2
