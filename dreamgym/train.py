@@ -46,8 +46,8 @@ from dreamgym.types import Task, Trajectory
 
 ONLINE_ALGOS = ("grpo", "ppo")
 OFFLINE_ALGOS = ("sft", "dpo")
-DISTRIBUTED_ALGOS = ("grpo", "sft")
-"""What runs on several processes (`dreamgym/distributed.py`); PPO, DPO and the dream modes are refused there."""
+DISTRIBUTED_ALGOS = ("grpo", "ppo", "sft", "dpo")
+"""What runs on several processes (`dreamgym/distributed.py`); the dream modes are refused there."""
 
 
 @dataclass
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if distributed.world() > 1 and (cfg.algo not in DISTRIBUTED_ALGOS or
                                         (cfg.algo in ONLINE_ALGOS and cfg.mode != "real")):
             raise ConfigError("algo", f"{cfg.algo} in mode={cfg.mode} runs in one process only for now",
-                              "several processes: sft, or grpo with mode=real")
+                              "several processes: sft, dpo, or grpo/ppo with mode=real")
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
         # Rank 0 first, since recovering writes.

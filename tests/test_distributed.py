@@ -151,3 +151,38 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     _run(grpo + [f"run_dir={run}", "--resume"], 2, tmp_path)
     assert json.loads((run / "summary.json").read_text())["iterations"] == 2
     _assert_same_update(_weights(run / "final" / "model"), _weights(tmp_path / "g2" / "final" / "model"), start)
+
+
+@pytest.mark.slow
+def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, tiny_preset, warm_state):  # noqa: F811
+    """PPO (critic head, GAE, several minibatches) and DPO (preference pairs) from the warm start: the same
+    optimizer steps on one and two ranks."""
+    import copy
+
+    model, tok = tiny_preset
+    warm = copy.deepcopy(model)
+    warm.load_state_dict(warm_state)
+    warm.save_pretrained(str(tmp_path / "warm"))
+    tok.save_pretrained(str(tmp_path / "warm"))
+    start = _weights(tmp_path / "warm")
+    from dreamgym.collect import run_episode
+    from dreamgym.data import write_jsonl
+    from dreamgym.envs import dial
+
+    env = dial.make_env("train")  # preference pairs: a won and a lost episode of the same task
+    write_jsonl(tmp_path / "pairs.jsonl", [run_episode(env, dial.POLICIES[p](seed=i), seed=i, task=t, policy_name=p)
+                                           for i, t in enumerate(dial.make_tasks("train")[:6])
+                                           for p in ("expert", "random", "random")])
+    policy = [f"init={tmp_path / 'warm'}", "agent.show_admissible=false",
+              f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
+    jobs = {"ppo": ["train", "--algo", "ppo", *TRAIN, *policy, "iterations=1", "ppo.tasks_per_iteration=5",
+                    "ppo.episodes_per_task=2", "ppo.epochs=2", "ppo.minibatches=2"],
+            "dpo": ["train", "--algo", "dpo", *TRAIN, *policy, f"data={tmp_path / 'pairs.jsonl'}", "dpo.epochs=1",
+                    "dpo.pairs_per_step=4"]}
+    for name, args in jobs.items():
+        _run(args + [f"run_dir={tmp_path / (name + '1')}"], 1, tmp_path)
+        _run(args + [f"run_dir={tmp_path / (name + '2')}"], 2, tmp_path)
+        one, two = (json.loads((tmp_path / f"{name}{n}" / "summary.json").read_text()) for n in (1, 2))
+        assert one["optimizer_steps"] == two["optimizer_steps"] > 0, name
+        _assert_same_update(_weights(tmp_path / f"{name}1" / "final" / "model"),
+                            _weights(tmp_path / f"{name}2" / "final" / "model"), start)

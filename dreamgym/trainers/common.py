@@ -27,7 +27,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -42,7 +42,9 @@ from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
-from dreamgym.rollout import RealStepBudget, RolloutConfig
+from dreamgym.env import TextEnv
+from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_rollouts
+from dreamgym.types import Task
 
 class _TurnSample(Protocol):
     """What a clipped-ratio update reads of one turn (GRPO's and PPO's sample types both have it)."""
@@ -747,6 +749,32 @@ class BaseTrainer:
         fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
         # Both sample types are dataclasses; the Protocol bound cannot say so to mypy.
         return [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]  # type: ignore[type-var]
+
+    def play(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv], group_size: int,
+             stats: dict[str, float]) -> list[Episode]:
+        """`group_size` episodes of every task with the current policy (`run_rollouts`, seeded by the iteration),
+        filling `stats`. Several processes: each plays a contiguous share of the tasks (whole groups) within its share
+        of the real-step budget, sampling each prompt with the seed of its position in the whole turn; every rank
+        then holds all the episodes in the order one process would have them, the summed stats, and the budget's
+        total use."""
+        start, end = distributed.my_range(len(tasks))
+        budget = self.budget
+        if distributed.active():
+            remaining = self.budget.remaining
+            lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
+            budget = RealStepBudget(None if remaining is None else hi - lo)
+        mine = run_rollouts(self.backend, env_factory, tasks[start:end], group_size=group_size,
+                            seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
+                            budget=budget, agent=self.common.agent, policy_version=self.policy_version(),
+                            stats=stats, first_task=start,
+                            share_rows=distributed.share_rows if distributed.active() else None)
+        if not distributed.active():
+            return mine
+        keys = sorted(stats)
+        *totals, used = distributed.sum_floats([stats[k] for k in keys] + [budget.used])
+        stats.update(zip(keys, totals))
+        self.budget.used += int(used)
+        return [e for part in distributed.gather(mine) for e in part]
 
     def policy_version(self) -> str:
         return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"

@@ -22,12 +22,16 @@ from typing import Any
 
 import torch
 
-from dreamgym import algos
+from dreamgym import algos, distributed
 from dreamgym.config import ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward, set_lr
 from dreamgym.trainers.sft import AdmissibleFn, Example, _progress, turn_examples
 from dreamgym.types import Trajectory
+
+
+STEP_STATS = ("loss", "accuracy", "margin", "chosen_reward", "rejected_reward")
+"""What `DPOTrainer.train_step` averages over a step's pairs (the loss and `algos.dpo_loss`'s stats)."""
 
 
 @dataclass
@@ -169,16 +173,18 @@ class DPOTrainer(BaseTrainer):
         self.model.train()
         t0 = time.perf_counter()
         lr = set_lr(self._opt, opt_cfg, self.global_step)
-        sums: dict[str, float] = {}
-        for i, p in enumerate(pairs):
+        sums = dict.fromkeys(STEP_STATS, 0.0)
+        # Several processes: each back-propagates the pairs at its positions; the gradients are summed in the step.
+        for i, p in distributed.mine(list(enumerate(pairs))):
             pol = self.sequence_logps([p])  # [1, 2]
             r = ref[i: i + 1].to(self.device)
             loss, st = algos.dpo_loss(pol[:, 0], pol[:, 1], r[:, 0], r[:, 1], beta=self.config.beta,
                                       label_smoothing=self.config.label_smoothing)
             (loss / len(pairs)).backward()
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / len(pairs)
+            sums["loss"] += float(loss.detach()) / len(pairs)
             for k, v in st.items():
-                sums[k] = sums.get(k, 0.0) + float(v) / len(pairs)
+                sums[k] += float(v) / len(pairs)
+        sums = dict(zip(STEP_STATS, distributed.sum_floats([sums[k] for k in STEP_STATS])))
         sums["grad_norm"] = clip_and_step(self._opt, self.params, opt_cfg)
         sums["lr"] = lr
         self.global_step += 1

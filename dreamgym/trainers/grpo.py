@@ -45,7 +45,7 @@ from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
+from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
 from dreamgym.trainers.common import (
     BaseTrainer,
     TrainerConfig,
@@ -143,26 +143,7 @@ class GRPOTrainer(BaseTrainer):
         cfg = self.config
         t0 = time.perf_counter()
         stats: dict[str, float] = {}
-        # Several processes: each plays a contiguous share of the tasks (whole groups) within its share of the
-        # real-step budget, and every rank then holds all the episodes, in the order one process would have them.
-        start, end = distributed.my_range(len(tasks))
-        budget = self.budget
-        if distributed.active():
-            remaining = self.budget.remaining
-            lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
-            budget = RealStepBudget(None if remaining is None else hi - lo)
-        mine = run_rollouts(self.backend, env_factory, tasks[start:end], group_size=cfg.group_size,
-                            seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                            budget=budget, agent=self.common.agent, policy_version=self.policy_version(),
-                            stats=stats, first_task=start,
-                            share_rows=distributed.share_rows if distributed.active() else None)
-        episodes = mine
-        if distributed.active():
-            episodes = [e for part in distributed.gather(mine) for e in part]
-            keys = sorted(stats)
-            *totals, used = distributed.sum_floats([stats[k] for k in keys] + [budget.used])
-            stats = dict(zip(keys, totals))
-            self.budget.used += int(used)
+        episodes = self.play(tasks, env_factory, cfg.group_size, stats)
         t_roll = time.perf_counter() - t0
         crash_point("grpo.rolled_out")  # fault tests: a rank dies between its rollouts and the update
 

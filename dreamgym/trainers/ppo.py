@@ -24,11 +24,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dreamgym import algos
+from dreamgym import algos, distributed
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics, run_rollouts
+from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
 from dreamgym.trainers.common import (
     BaseTrainer,
     TrainerConfig,
@@ -133,10 +133,7 @@ class PPOTrainer(BaseTrainer):
         cfg = self.config
         t0 = time.perf_counter()
         stats: dict[str, float] = {}
-        episodes = run_rollouts(self.backend, env_factory, tasks, group_size=cfg.episodes_per_task,
-                                seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                                budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
-                                stats=stats)
+        episodes = self.play(tasks, env_factory, cfg.episodes_per_task, stats)
         t_roll = time.perf_counter() - t0
         metrics: dict[str, Any] = rollout_metrics(episodes)
         samples, adv_stats = self.build_samples([e for e in episodes if e.trainable])
@@ -204,8 +201,9 @@ class PPOTrainer(BaseTrainer):
                 part_all = sorted((samples[i] for i in mb), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
                 set_lr(self._opt, opt_cfg, self.global_step)
                 n_tok_step = sum(len(s.completion_ids) for s in part_all)
-                for chunk in micro_batches([len(s.prompt_ids) + len(s.completion_ids) for s in part_all],
-                                           opt_cfg.micro_batch_tokens):
+                # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
+                for chunk in distributed.mine(micro_batches([len(s.prompt_ids) + len(s.completion_ids)
+                                                             for s in part_all], opt_cfg.micro_batch_tokens)):
                     part = [part_all[i] for i in chunk]
                     st, n = self._micro_step(part, n_tok_step, len(part_all))
                     tokens += n
@@ -217,11 +215,14 @@ class PPOTrainer(BaseTrainer):
                 self.global_step += 1
                 n_steps += 1
         self.model.eval()
-        out = {k: v / weight for k, v in sums.items()}
+        # Every rank sums the same keys (one that back-propagated nothing holds zeros) in the same order.
+        keys = ("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac", "approx_kl")
+        *totals, weight, n_tokens = distributed.sum_floats([sums.get(k, 0.0) for k in keys] + [weight, tokens])
+        out = {k: t / weight for k, t in zip(keys, totals)}
         rets = torch.tensor([s.ret for s in samples])
         vals = torch.tensor([s.old_value for s in samples])
         var = rets.var(unbiased=False)
-        out.update(grad_norm=norm_sum / n_steps, optimizer_steps=float(n_steps), update_tokens=float(tokens),
+        out.update(grad_norm=norm_sum / n_steps, optimizer_steps=float(n_steps), update_tokens=n_tokens,
                    explained_variance=float(1 - (rets - vals).var(unbiased=False) / var) if var > 0 else 0.0)
         return out
 
