@@ -24,7 +24,7 @@ from typing import Any
 from dreamgym.config import ranged, validate_config
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_rollouts
+from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_shared
 from dreamgym.types import Task
 
 
@@ -128,8 +128,9 @@ def evaluate_policy(backend: Any, env_factory: Callable[[], TextEnv], tasks: Seq
     rollout = dataclasses.replace(cfg.rollout, temperature=cfg.temperature, top_p=cfg.top_p)
     all_tasks = [t for _ in seeds for t in tasks]
     task_seeds = [int(s) for s in seeds for _ in tasks]
-    episodes = run_rollouts(backend, env_factory, all_tasks, group_size=1, seed=cfg.sample_seed, config=rollout,
-                            budget=budget, agent=cfg.agent, policy_version="eval", task_seeds=task_seeds)
+    # Several processes: each plays its share of the episodes; all of them are summarised on every rank.
+    episodes = run_shared(backend, env_factory, all_tasks, group_size=1, seed=cfg.sample_seed, config=rollout,
+                          budget=budget, agent=cfg.agent, policy_version="eval", task_seeds=task_seeds)
     return summarize(episodes)
 
 

@@ -320,6 +320,9 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
         for m in range(group_size):
             slots.append(_Slot(Episode(task=task, seed=env_seed, group=ti, member=m, policy_version=policy_version)))
     if not slots:
+        # A process with no task of its own still answers every turn's count until no process has a prompt.
+        while share_rows is not None and share_rows(0)[1] > 0:
+            pass
         return []
 
     pool: ThreadPoolExecutor | None = None
@@ -365,6 +368,36 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
     return [s.ep for s in slots]
+
+
+def run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], *,
+               budget: RealStepBudget | None = None, stats: dict[str, float] | None = None,
+               task_seeds: Sequence[int] | None = None, **kw: Any) -> list[Episode]:
+    """`run_rollouts` over `tasks` split between the processes of a `torch.distributed` group (one process: exactly
+    `run_rollouts`). Each plays a contiguous share of the tasks (whole groups) within its share of `budget`,
+    sampling each prompt with the seed of its position in the whole turn; every process then holds all the
+    episodes in the order one process would have them, `stats` summed over processes and `budget` charged with
+    every process's real steps."""
+    from dreamgym import distributed
+
+    if not distributed.active():
+        return run_rollouts(backend, env_factory, tasks, budget=budget, stats=stats, task_seeds=task_seeds, **kw)
+    start, end = distributed.my_range(len(tasks))
+    remaining = budget.remaining if budget is not None else None
+    lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
+    share = RealStepBudget(None if remaining is None else hi - lo)  # counts this process's real steps
+    st: dict[str, float] = {}
+    mine = run_rollouts(backend, env_factory, tasks[start:end], budget=share, stats=st,
+                        task_seeds=None if task_seeds is None else task_seeds[start:end], first_task=start,
+                        share_rows=distributed.share_rows, **kw)
+    keys = sorted(st)
+    *totals, used = distributed.sum_floats([st[k] for k in keys] + [share.used])
+    if stats is not None:
+        stats.update(zip(keys, totals))
+    if budget is not None:
+        with budget._lock:
+            budget.used += int(used)
+    return [e for part in distributed.gather(mine) for e in part]
 
 
 def _close(s: _Slot, reason: str, error: str | None = None) -> None:

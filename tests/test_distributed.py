@@ -21,7 +21,7 @@ from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_state 
 from dreamgym import distributed
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=2", "eval_at_start=false",
+TRAIN = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=5", "eval_at_start=false",
          "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_turns=4", "optim.lr=1e-3"]
 
 
@@ -136,6 +136,10 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
                   "real_steps_used", "optimizer_steps", "loss"):
             assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
     assert sum(r["optimizer_steps"] for r in rows[0]) > 0  # the update ran
+    # The evaluation, split between the ranks, plays the same episodes as one process.
+    evals = [[json.loads(line) for line in (tmp_path / g / "eval.jsonl").open()] for g in ("g1", "g2")]
+    assert [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[0]] == \
+        [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[1]]
     _assert_same_update(_weights(tmp_path / "g1" / "final" / "model"), _weights(tmp_path / "g2" / "final" / "model"),
                         start)
 

@@ -43,7 +43,7 @@ from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_rollouts
+from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_shared
 from dreamgym.types import Task
 
 class _TurnSample(Protocol):
@@ -757,24 +757,10 @@ class BaseTrainer:
         of the real-step budget, sampling each prompt with the seed of its position in the whole turn; every rank
         then holds all the episodes in the order one process would have them, the summed stats, and the budget's
         total use."""
-        start, end = distributed.my_range(len(tasks))
-        budget = self.budget
-        if distributed.active():
-            remaining = self.budget.remaining
-            lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
-            budget = RealStepBudget(None if remaining is None else hi - lo)
-        mine = run_rollouts(self.backend, env_factory, tasks[start:end], group_size=group_size,
-                            seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                            budget=budget, agent=self.common.agent, policy_version=self.policy_version(),
-                            stats=stats, first_task=start,
-                            share_rows=distributed.share_rows if distributed.active() else None)
-        if not distributed.active():
-            return mine
-        keys = sorted(stats)
-        *totals, used = distributed.sum_floats([stats[k] for k in keys] + [budget.used])
-        stats.update(zip(keys, totals))
-        self.budget.used += int(used)
-        return [e for part in distributed.gather(mine) for e in part]
+        return run_shared(self.backend, env_factory, tasks, group_size=group_size,
+                          seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
+                          budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
+                          stats=stats)
 
     def policy_version(self) -> str:
         return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"
