@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_check.sh                  (on the GPU machine; logs and the table go to $OUT, default /tmp/gpu_check)
 #   DRY_RUN=1 bash benchmarks/gpu_check.sh        (anywhere: every stage shrunk to a few seconds, on the CPU if no GPU)
 #
-# Stages, each under its own `timeout` (the limits sum to 455 s, inside the 8 minutes one device command gets);
+# Stages, each under its own `timeout` (the limits sum to 470 s, inside the 8 minutes one device command gets);
 # every stage runs even when an earlier one failed:
 #   0. wheels: DreamGym's dependencies the device image lacks, from .whl/ (benchmarks/gpu_wheels.sh fetches them);
 #   1. machine: GPU, driver, versions, a bf16 8192^3 matmul rate; builds the tiny preset once for every later stage;
@@ -195,7 +195,7 @@ grep -v '^SUMMARY' "$OUT/bench.log"
 # ---------------------------------------------------------------------------------------------- 8. torchrun
 stamp "8. torchrun, one process"
 echo "==== 8. torchrun --nproc_per_node 1 dreamgym train --algo sft" >> "$OUT/bench.log"
-stage 25 "$OUT/bench.log" "$PY" -m torch.distributed.run --nproc_per_node 1 --master_addr 127.0.0.1 \
+stage 40 "$OUT/bench.log" "$PY" -m torch.distributed.run --nproc_per_node 1 --master_addr 127.0.0.1 \
   --master_port 29611 -m dreamgym.cli train --algo sft --env dial --no-progress tensorboard=false \
   eval_at_start=false eval_max_tasks=2 sft.epochs=1 demo_episodes=8 run_dir="$WORK/torchrun"
 row torchrun "$RC" "$SECS" "$(grep -o '"optimizer_steps": [0-9]*' "$OUT/bench.log" | tail -1)"
