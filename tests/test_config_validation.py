@@ -17,14 +17,17 @@ from hypothesis import strategies as st
 
 from dreamgym.config import ConfigError, load_config
 from dreamgym.evaluate import EvalConfig
+from dreamgym.envs.web.browser import BrowserConfig
+from dreamgym.envserve.server import EnvServerConfig
 from dreamgym.experience.train import TrainEMConfig
 from dreamgym.recipe import QuickstartConfig
 from dreamgym.table import TableConfig
 from dreamgym.train import TrainConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "config"
-TOP_LEVEL = (TrainConfig, TrainEMConfig, QuickstartConfig, TableConfig, EvalConfig)
-"""The configs a subcommand loads; every other config dataclass is nested in one of them."""
+TOP_LEVEL = (TrainConfig, TrainEMConfig, QuickstartConfig, TableConfig, EvalConfig, EnvServerConfig, BrowserConfig)
+"""The configs a subcommand loads (BrowserConfig: the web families' browsers); every other config dataclass is nested
+in one of them."""
 
 
 def leaf_fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field[Any], Any]]:
