@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dreamgym import distributed
 from dreamgym.checks import SERVER_URLS, em_checkpoint, em_config_overrides, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.data import write_jsonl
@@ -101,7 +102,16 @@ class DreamWorld:
         self.family_name = env_name
         self.family: EnvFamily = family(env_name)
         self.config = dream
-        self.buffer: ReplayBuffer = checkpoint_buffer(dream.em, data=dream.em_data or None, path=run_dir / "buffer")
+        # Several processes: rank 0 owns the persistent buffer (and fills the embedding cache first); the others
+        # keep the same transitions in memory, and `share_new_transitions` gives every rank what the others added.
+        main = distributed.is_main()
+        device = device or (distributed.device() if distributed.launched() else None)  # each rank its own GPU
+        if not main:
+            distributed.barrier("rank 0 opening the replay buffer")
+        self.buffer: ReplayBuffer = checkpoint_buffer(dream.em, data=dream.em_data or None,
+                                                      path=run_dir / "buffer" if main else None)
+        if main:
+            distributed.barrier("rank 0 opening the replay buffer")
         self.model: ExperienceModel = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
                                                            config_overrides=dream.em_overrides,
                                                            url=dream.em_url or None)
@@ -109,7 +119,7 @@ class DreamWorld:
                                     buffer=self.buffer)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
-                                     seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG)
+                                     seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG if main else None)
         self.policy_version = ""
 
     def env_factory(self) -> Callable[[], SyntheticEnv]:
@@ -121,6 +131,27 @@ class DreamWorld:
                                 policy_version=self.policy_version, reward_from=self.config.reward_from,
                                 shared_noise=self.config.shared_noise)
         return make
+
+    def known_transitions(self) -> set[str]:
+        """Content hashes of the buffer's transitions (what `share_new_transitions` compares against)."""
+        from dreamgym.buffer import content_hash
+
+        return {content_hash(t) for t in self.buffer.transitions()}
+
+    def share_new_transitions(self, known: set[str]) -> int:
+        """Several processes: each rank's transitions not in `known` (added by its own synthetic steps since) go to
+        every other rank's buffer, rank 0's persisting them; returns how many this rank received. One process:
+        nothing to do. Every rank ends an iteration with the same transitions (inserted in a different order)."""
+        from dreamgym.buffer import content_hash
+
+        if not distributed.active():
+            return 0
+        mine = [t for t in self.buffer.transitions() if content_hash(t) not in known]
+        received = 0
+        for r, part in enumerate(distributed.gather(mine)):
+            if r != distributed.rank():
+                received += self.buffer.add(part)
+        return received
 
     def curriculum_step(self, iteration: int, episodes: Sequence[Episode], algo: str) -> dict[str, float]:
         rewards, tasks = _rewards_by_task(episodes)
@@ -164,7 +195,8 @@ def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, t
         world.load_state_dict(state)
 
     def save_state() -> None:
-        atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
+        if distributed.is_main():
+            atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
     factory = world.env_factory()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress) as bar:
@@ -172,10 +204,13 @@ def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, t
         while trainer.iteration < iterations:
             world.policy_version = version = trainer.policy_version()
             tasks = world.curriculum.sample(tasks_per_iteration)
+            known = world.known_transitions() if distributed.active() else set()
             episodes, m = trainer.train_iteration(tasks, factory)
-            # Whole and atomic per iteration: a resumed run that redoes an iteration replaces its file.
-            write_jsonl(run_dir / DREAM_EPISODES_DIR / f"it-{trainer.iteration:05d}.jsonl",
-                        [e.to_trajectory(policy=version) for e in episodes])
+            world.share_new_transitions(known)
+            if distributed.is_main():
+                # Whole and atomic per iteration: a resumed run that redoes an iteration replaces its file.
+                write_jsonl(run_dir / DREAM_EPISODES_DIR / f"it-{trainer.iteration:05d}.jsonl",
+                            [e.to_trajectory(policy=version) for e in episodes])
             cm = world.curriculum_step(trainer.iteration - 1, episodes, algo)
             em_stats = {f"em/{k}": float(v) for k, v in world.model.stats.items()}
             row = {**m, **cm, **em_stats, "buffer/size": float(len(world.buffer))}
@@ -204,6 +239,7 @@ def train_s2r_real(trainer: OnlineTrainer, family: EnvFamily, dream_dir: Path, *
     engine) is spent, on the train tasks whose latest dream group had mixed outcomes (all train tasks when the
     dream left fewer than one iteration's worth). Evaluations are tagged s2r-it<N>; no checkpoint is written (the
     caller saves the end)."""
+    distributed.barrier("rank 0 finishing the dream's log")  # the other ranks read what rank 0 wrote
     pool = task_pool(family.tasks("train"), dream_dir, name="s2r", env=env, fall_back_below=tasks_per_iteration)
     return train_real(trainer, family, pool, iterations=iterations, tasks_per_iteration=tasks_per_iteration,
                       seed=seed, label="s2r real", counted_from=trainer.iteration, evaluate=evaluate,

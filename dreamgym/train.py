@@ -46,8 +46,6 @@ from dreamgym.types import Task, Trajectory
 
 ONLINE_ALGOS = ("grpo", "ppo")
 OFFLINE_ALGOS = ("sft", "dpo")
-DISTRIBUTED_ALGOS = ("grpo", "ppo", "sft", "dpo")
-"""What runs on several processes (`dreamgym/distributed.py`); the dream modes are refused there."""
 
 
 @dataclass
@@ -204,10 +202,6 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
         # Several processes (torchrun): every rank runs this same command; see dreamgym/distributed.py.
         distributed.init()
-        if distributed.world() > 1 and (cfg.algo not in DISTRIBUTED_ALGOS or
-                                        (cfg.algo in ONLINE_ALGOS and cfg.mode != "real")):
-            raise ConfigError("algo", f"{cfg.algo} in mode={cfg.mode} runs in one process only for now",
-                              "several processes: sft, dpo, or grpo/ppo with mode=real")
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
         # Rank 0 first, since recovering writes.

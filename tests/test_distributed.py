@@ -190,3 +190,38 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, tiny_preset, warm_st
         assert one["optimizer_steps"] == two["optimizer_steps"] > 0, name
         _assert_same_update(_weights(tmp_path / f"{name}1" / "final" / "model"),
                             _weights(tmp_path / f"{name}2" / "final" / "model"), start)
+
+
+@pytest.mark.slow
+def test_two_ranks_dream_with_one_buffer_owner(tmp_path, tiny_preset, warm_state):  # noqa: F811
+    """GRPO in the experience model on two ranks: each rank dreams its share of the tasks, rank 0's persistent
+    replay buffer ends up with the synthetic transitions of both ranks' episodes, and only rank 0 writes."""
+    import copy
+
+    from em_helpers import trained_dial_model
+
+    from dreamgym.data import load_trajectories
+    from dreamgym.experience import checkpoint_buffer
+
+    model, tok = tiny_preset
+    warm = copy.deepcopy(model)
+    warm.load_state_dict(warm_state)
+    warm.save_pretrained(str(tmp_path / "warm"))
+    tok.save_pretrained(str(tmp_path / "warm"))
+    em = trained_dial_model()
+    run = tmp_path / "dream"
+    _run(["train", "--algo", "grpo", *TRAIN, f"init={tmp_path / 'warm'}", "mode=dream", f"dream.em={em}",
+          "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2", "grpo.tasks_per_iteration=4",
+          "agent.show_admissible=false", f"agent.system_prompt={DIAL_AGENT.system_prompt}", "rollout.max_turns=4",
+          f"run_dir={run}"], 2, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["real_steps_used"] == 0 and summary["iterations"] == 2
+    episodes = [t for it in (1, 2) for t in load_trajectories(run / "dream_episodes" / f"it-{it:05d}.jsonl")]
+    assert len(episodes) == 16 and all(t.source == "synthetic" for t in episodes)
+    stored = {(t.state, t.action, t.next_state) for t in checkpoint_buffer(em, path=run / "buffer").transitions()
+              if t.source == "synthetic"}
+    played = {(s.state, s.action, s.next_state) for t in episodes for s in t.steps}
+    # Tasks are shared contiguously: rank 1 played the second half of each iteration's episodes.
+    rank1 = {(s.state, s.action, s.next_state) for t in episodes[4:8] + episodes[12:] for s in t.steps}
+    rank0 = {(s.state, s.action, s.next_state) for t in episodes[:4] + episodes[8:12] for s in t.steps}
+    assert stored and stored <= played and stored & (rank1 - rank0)  # rank 1's own steps reached rank 0's buffer
