@@ -2,6 +2,10 @@
 experience model's SFT (tokens/s) and real GRPO on the dial (seconds per iteration, rollouts and update).
 
     python benchmarks/bench_distributed.py [--procs 1 2] [--em-steps 12] [--grpo-iterations 3]
+        [--grpo-args init=PATH agent.show_admissible=false ...]
+
+An untrained tiny policy writes no valid action, so every GRPO group has equal rewards and no update runs: give a
+trained start (`--grpo-args init=...` with the agent settings it was trained with) to measure the update too.
 
 Each configuration runs as its own command, exactly as a user launches it (`dreamgym ...` or
 `torchrun --nproc_per_node N -m dreamgym.cli ...`), so start-up is excluded by reading the runs' own timers
@@ -46,6 +50,7 @@ def main() -> None:
     p.add_argument("--procs", nargs="+", type=int, default=[1, 2])
     p.add_argument("--em-steps", type=int, default=12)
     p.add_argument("--grpo-iterations", type=int, default=3)
+    p.add_argument("--grpo-args", nargs="*", default=[], help="extra key=value overrides of the GRPO runs")
     a = p.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from em_helpers import dial_trajectories
@@ -73,12 +78,13 @@ def main() -> None:
             _run(["train", "--algo", "grpo", "--env", "dial", "--no-progress", "tensorboard=false",
                   "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
                   "grpo.group_size=8", "grpo.tasks_per_iteration=8", "rollout.max_new_tokens=16",
-                  "rollout.max_turns=6", f"run_dir={run}"], n)
+                  "rollout.max_turns=6", *a.grpo_args, f"run_dir={run}"], n)
             its = [r for line in (run / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
             roll = sum(r["rollout_time_s"] for r in its) / len(its)
             upd = sum(r["update_time_s"] for r in its) / len(its)
+            steps = sum(r["optimizer_steps"] for r in its)
             print(f"  {n} process{'es' if n > 1 else '  '}: {roll + upd:6.2f}s per iteration "
-                  f"(rollouts {roll:.2f}s, update {upd:.2f}s)")
+                  f"(rollouts {roll:.2f}s, update {upd:.2f}s; {steps:.0f} optimizer steps)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
