@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(not chromium_available(), reason="no Chromium at
                                 "(apt-get install chromium, or set $DREAMGYM_CHROMIUM)")
 
 
+@pytest.mark.slow  # 40-80 s on the shared 2-core machine: collection in Chromium and two models on CPU
 def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  # noqa: F811
     from dreamgym.cli import main as cli
     from dreamgym.data import load_trajectories
