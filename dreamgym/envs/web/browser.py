@@ -14,7 +14,9 @@ Why this code starts Chromium itself (`--remote-debugging-port=0`, then `connect
 `chromium.launch`: it then knows the process id, so a call that hangs past its limit is ended by killing that
 process, which makes the blocked Playwright call raise and frees the thread. The worker then starts a new
 Chromium on its next call; the call that hung and every later call on a context of the dead browser raise
-`BrowserFailure` naming what happened, so an episode fails with its reason and the run goes on.
+`BrowserFailure` naming what happened, so an episode fails with its reason and the run goes on. On Linux the
+kernel also kills a browser when the thread that started it ends (`PR_SET_PDEATHSIG`), so a process ended without
+its exit handlers (a collect worker stopped by SIGTERM) leaves no orphaned Chromium behind.
 """
 
 from __future__ import annotations
