@@ -14,18 +14,22 @@ Why this code starts Chromium itself (`--remote-debugging-port=0`, then `connect
 `chromium.launch`: it then knows the process id, so a call that hangs past its limit is ended by killing that
 process, which makes the blocked Playwright call raise and frees the thread. The worker then starts a new
 Chromium on its next call; the call that hung and every later call on a context of the dead browser raise
-`BrowserFailure` naming what happened, so an episode fails with its reason and the run goes on.
+`BrowserFailure` naming what happened, so an episode fails with its reason and the run goes on. On Linux the
+kernel also kills a browser when the thread that started it ends (`PR_SET_PDEATHSIG`), so a process ended without
+its exit handlers (a collect worker stopped by SIGTERM) leaves no orphaned Chromium behind.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import queue
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -160,8 +164,6 @@ class BrowserWorker:
     # ---------------------------------------------------------------------------------- worker thread
 
     def _loop(self) -> None:
-        from playwright.sync_api import sync_playwright
-
         pw = None
         try:
             while True:
@@ -171,6 +173,10 @@ class BrowserWorker:
                 job.started = time.monotonic()
                 try:
                     if pw is None:
+                        # Imported on the first call, not at thread start: an idle worker of a process that exits
+                        # at once would otherwise still be importing at interpreter shutdown, which fails there.
+                        from playwright.sync_api import sync_playwright
+
                         pw = sync_playwright().start()
                         # BrowserGym's actions find elements by Playwright test id; its ids live in "bid".
                         pw.selectors.set_test_id_attribute("bid")
@@ -199,7 +205,7 @@ class BrowserWorker:
                f"--user-data-dir={self._profile}", *self.config.flags, "about:blank"]
         # A new session: a kill of the browser's process group ends its renderers too.
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent())
         self._proc = proc
         url = self._devtools_url(proc)
         self._browser = pw.chromium.connect_over_cdp(url, timeout=self.config.launch_timeout_s * 1000)
@@ -271,6 +277,25 @@ class BrowserWorker:
         profile, self._profile = self._profile, None
         if profile:
             shutil.rmtree(profile, ignore_errors=True)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a function for `Popen(preexec_fn=)` that has the kernel kill the child when the thread that
+    started it ends. Why: the browser runs in its own session, so nothing else ends it when its owner dies
+    without running its exit handlers (a worker process ended by SIGTERM, as `multiprocessing.Pool.terminate`
+    does); without this it would live on, orphaned."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_death_signal() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+    return set_death_signal
 
 
 class BrowserPool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -120,3 +121,41 @@ def test_a_missing_browser_is_a_config_error():
 
     with pytest.raises(ConfigError, match="executable.*DREAMGYM_CHROMIUM"):
         BrowserWorker(BrowserConfig(executable="/nonexistent/chromium"))
+
+
+_OWNER = """
+import sys, time
+from dreamgym.envs.web.browser import BrowserWorker
+w = BrowserWorker()
+w.call(lambda browser: browser.new_context().close())
+print(w.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_browser_dies_with_a_process_ended_without_its_exit_handlers(tmp_path):
+    """A collect worker ended by `Pool.terminate` (SIGTERM, no atexit) must not leave its Chromium running."""
+    import os
+    import signal
+    import subprocess
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        pid = int(owner.stdout.readline())
+        os.kill(pid, 0)  # the browser runs
+        owner.send_signal(signal.SIGTERM)
+        owner.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+            pytest.fail("the browser outlived the process that started it")
+    finally:
+        owner.kill()

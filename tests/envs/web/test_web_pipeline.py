@@ -1,0 +1,58 @@
+"""DreamGym's pipeline on MiniWoB++ end to end at toy size, through the command line: real episodes collected in
+Chromium, an experience model trained a few steps on them, one dream GRPO iteration that starts from real first
+pages and takes no real step, and the trained policy evaluated on real test pages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainers.conftest import tiny_preset, warm_backend, warm_state  # noqa: F401
+
+from dreamgym.envs.web.browser import chromium_available
+
+pytestmark = pytest.mark.skipif(not chromium_available(), reason="no Chromium at /usr/bin/chromium "
+                                "(apt-get install chromium, or set $DREAMGYM_CHROMIUM)")
+
+
+@pytest.mark.slow  # 40-80 s on the shared 2-core machine: collection in Chromium and two models on CPU
+def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  # noqa: F811
+    from dreamgym.cli import main as cli
+    from dreamgym.data import load_trajectories
+
+    data, em, run, policy = tmp_path / "mw.jsonl", tmp_path / "em", tmp_path / "dream", tmp_path / "policy"
+    # A policy that writes the reply format (the tests' warm-started tiny model, trained on the dial): its
+    # actions are grounded onto the page's, so every turn is a step the experience model answers.
+    warm_backend.model.save_pretrained(policy)
+    warm_backend.tokenizer.save_pretrained(policy)
+    assert cli(["collect", "--env", "miniwob", "--policy", "oracle:0.6,random:0.4", "--episodes", "8",
+                "--out", str(data), "--no-progress"]) == 0
+    trajs = load_trajectories(data)
+    assert len(trajs) == 8 and any(t.won for t in trajs)
+    assert all(t.task.env == "miniwob" and t.steps[0].state.startswith("[goal] ") for t in trajs)
+
+    assert cli(["train-em", "--env", "miniwob", "--data", str(data), "--out", str(em), "max_steps=2",
+                "batch_size=2", "warmup_steps=0", "threads=1", "model.embedder=hashing+action"]) == 0
+    assert (em / "train_summary.json").is_file()
+
+    # The experience model, two steps in, writes mostly malformed text: a short generation budget and no retries
+    # keep the iteration fast. What is checked is the loop, not the models.
+    assert cli(["train", "--algo", "grpo", "--env", "miniwob", "--no-progress", "mode=dream", f"dream.em={em}",
+                "dream.iterations=1", "dream.curriculum.enabled=false", "dream.max_steps=2",
+                "dream.em_overrides=[max_new_tokens=48,retries=0]", "grpo.tasks_per_iteration=2",
+                "grpo.group_size=2", f"init={policy}", "agent.history=0", "agent.show_admissible=false",
+                "agent.system_prompt=You are an agent.", "rollout.max_new_tokens=12", "rollout.max_turns=2",
+                "rollout.ground_actions=0.01",
+                "eval_at_start=false", "eval_max_tasks=2", "save_every=0", "tensorboard=false",
+                f"run_dir={run}"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["real_steps_used"] == 0 and summary["iterations"] == 1
+    assert summary["final"]["n"] + summary["final"]["n_failed"] == 2  # evaluated on real test pages
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    it = next(r for r in rows if "synthetic_steps" in r)
+    assert it["synthetic_steps"] >= 1 and it["real_steps_used"] == 0 and it["episodes"] == 4
+    buffer = next(r["dream/buffer/size"] for r in rows if "dream/buffer/size" in r)
+    seeded = sum(len(t.steps) for t in trajs)
+    assert buffer >= seeded + it["synthetic_steps"]  # the synthetic transitions joined the real ones
+    assert (run / "final").is_dir()
