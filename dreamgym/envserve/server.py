@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(env_host, token=token, host=args.host, port=args.port)
     except OSError as e:
-        return fail("serve-env", f"cannot listen on {args.host}:{args.port}: {e}")
+        return fail("serve-env", str(e))
     return 0
 
 
@@ -533,9 +533,9 @@ def serve(env_host: EnvHost, *, token: str | None = None, host: str = "127.0.0.1
     app = create_env_app(env_host, token=token, limits=limits)
     try:
         sock = serving.bind(host, port, limits.backlog)
-    except OSError:
+    except OSError as e:
         env_host.close()
-        raise
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
     bound_host, bound_port = sock.getsockname()[:2]
     kind = f"synthetic, experience model {cfg.em or 'given'}" if cfg.dream else "real"
     print(f"serving {cfg.env} ({kind}) at http://{bound_host}:{bound_port} (OpenEnv: "
