@@ -2,8 +2,8 @@
 
 Owns: `StepGatherer`, a thread that collects steps arriving within `wait_s` of each other (up to `max_batch`),
 steps them with one `step_batch` call per environment class, and runs other work that must not overlap a batch
-(`call`: resets, buffer additions) between batches; its counters (`stats`: batches, rows, the largest batch and
-the batch-size histogram).
+(`call`: resets, buffer additions) between batches (work arriving while a batch gathers runs after it); its
+counters (`stats`: batches, rows, the largest batch and the batch-size histogram).
 Must not know: HTTP, sessions, what an environment does inside `step_batch` (for the synthetic environment that is
 `dreamgym.synthetic_env.SyntheticBatcher`: one experience-model call) or where the experience model runs.
 
@@ -82,7 +82,8 @@ class StepGatherer:
             if job.fn is not None:
                 self._run_call(job)
                 continue
-            batch, after = [job], None
+            batch: list[_Job] = [job]
+            after: list[_Job] = []  # other work that arrived while the batch gathered, in arrival order
             seen = {id(job.env)}
             deadline = time.monotonic() + self.wait_s
             while len(batch) < self.max_batch:
@@ -93,17 +94,23 @@ class StepGatherer:
                 if nxt is None:
                     self._queue.put(None)  # stop after this batch
                     break
-                if nxt.fn is not None or id(nxt.env) in seen:  # work queued after a step runs after its batch
-                    after = nxt
+                if nxt.fn is not None:
+                    # A reset waits for the batch instead of cutting it short: with short episodes resets are
+                    # frequent, and every one would end a batch early. No session's order changes, since a
+                    # session's next message waits for the answer to its last.
+                    after.append(nxt)
+                    continue
+                if id(nxt.env) in seen:  # a second step of one environment cannot share its batch
+                    after.append(nxt)
                     break
                 seen.add(id(nxt.env))
                 batch.append(nxt)
             self._run_steps(batch)
-            if after is not None:
-                if after.fn is not None:
-                    self._run_call(after)
+            for job in after:
+                if job.fn is not None:
+                    self._run_call(job)
                 else:
-                    self._run_steps([after])
+                    self._run_steps([job])
 
     def _run_call(self, job: _Job) -> None:
         assert job.fn is not None

@@ -4,7 +4,8 @@ Owns: `EnvServerConfig`, `EnvHost` (what one server serves: the family, its epis
 experience model and the replay buffer this process alone owns, the gatherer that batches concurrent sessions'
 synthetic steps), `ServedEnv` (a `TextEnv` as an OpenEnv `Environment`), the app (`create_env_app`: OpenEnv's
 `create_app` under `dreamgym.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
-stats routes), `start_env_server` (a background thread, for tests and in-process use) and the command.
+stats routes), `start_env_server` (a background thread, for tests and in-process use), `serve` (the
+foreground server: the command's body, also for a dream whose experience model the caller built) and the command.
 Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
 are bounded (`dreamgym.serving`).
 
@@ -107,8 +108,6 @@ class EnvServerConfig:
 
     def __post_init__(self) -> None:
         validate_config(self)
-        if self.dream and not self.em:
-            raise ConfigError("em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
 
     def limits(self) -> serving.Limits:
         # A connection per session, plus room for HTTP requests and health checks.
@@ -118,9 +117,13 @@ class EnvServerConfig:
 
 class EnvHost:
     """What one server serves. Its environments' shared parts (experience model, replay buffer) are used only on
-    the gatherer's thread; real environments that are not `thread_safe` step one at a time."""
+    the gatherer's thread; real environments that are not `thread_safe` step one at a time. A dream is given its
+    `model` (an `ExperienceModel`) and `buffer`, or loads them from `cfg.em`."""
 
     def __init__(self, cfg: EnvServerConfig, *, model: Any = None, buffer: Any = None):
+        # A dream's model comes from `cfg.em` unless the caller built one (an `ExperienceModel` on any LLM backend).
+        if cfg.dream and model is None and not cfg.em:
+            raise ConfigError("em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
         self.config = cfg
         self.family = family(cfg.env)
         self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")
@@ -508,25 +511,39 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         env_host = EnvHost(cfg)
+    except ConfigError as e:
+        return fail("serve-env", e)
     except Exception as e:  # noqa: BLE001 - a checkpoint or buffer that cannot be opened: one line, exit 2
         return fail("serve-env", f"{type(e).__name__}: {e}")
+    try:
+        serve(env_host, token=token, host=args.host, port=args.port)
+    except OSError as e:
+        return fail("serve-env", str(e))
+    return 0
+
+
+def serve(env_host: EnvHost, *, token: str | None = None, host: str = "127.0.0.1", port: int = 8100,
+          log_level: str = "info") -> None:
+    """Serve `env_host` in the foreground until interrupted, then close it. Prints the URL it serves (`port=0`
+    picks a free one) once it listens. Raises OSError when the address cannot be bound. The command's body, and
+    the way to serve a dream whose experience model was built in this process (`EnvHost(cfg, model=, buffer=)`)
+    as its own process."""
+    cfg = env_host.config
     limits = cfg.limits()
     app = create_env_app(env_host, token=token, limits=limits)
     try:
-        sock = serving.bind(args.host, args.port, limits.backlog)
+        sock = serving.bind(host, port, limits.backlog)
     except OSError as e:
         env_host.close()
-        return fail("serve-env", f"cannot listen on {args.host}:{args.port}: {e}")
-    host, port = sock.getsockname()[:2]
-    kind = f"synthetic, experience model {cfg.em}" if cfg.dream else "real"
-    print(f"serving {cfg.env} ({kind}) at http://{host}:{port} (OpenEnv: ws://{host}:{port}/ws; Ctrl-C stops)",
-          flush=True)
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    bound_host, bound_port = sock.getsockname()[:2]
+    kind = f"synthetic, experience model {cfg.em or 'given'}" if cfg.dream else "real"
+    print(f"serving {cfg.env} ({kind}) at http://{bound_host}:{bound_port} (OpenEnv: "
+          f"ws://{bound_host}:{bound_port}/ws; Ctrl-C stops)", flush=True)
     try:
-        _make_server(app, limits, log_level="info").run(sockets=[sock])
+        _make_server(app, limits, log_level=log_level).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
         env_host.close()
-    return 0
-
