@@ -1,8 +1,8 @@
 """Bounded HTTP serving shared by dreamgym's servers (`dreamgym serve-model`, `dreamgym webshop serve`).
 
 Owns: the limits every server enforces (`Limits`), their enforcement, JSON error answers for everything that
-can go wrong below or around a route, and running a FastAPI app under uvicorn on a bound socket (`make_server`
-and `bind` for a command line, `start` for a background thread in this process).
+can go wrong below or around a route, and running a FastAPI app under uvicorn on a bound socket (`make_server`,
+`bind` and `run_foreground` for a command line, `start` for a background thread in this process).
 Must not know: what the servers serve, their routes or their error shapes beyond `ErrorBody`.
 
 What a client sees (each server documents its own numbers, the defaults are below):
@@ -360,6 +360,17 @@ def make_server(app: FastAPI, *, log_level: str = "warning", access_log: bool = 
                             h11_max_incomplete_event_size=limits.max_header_bytes, timeout_graceful_shutdown=5,
                             log_level=log_level, access_log=access_log)
     return uvicorn.Server(config)
+
+
+def run_foreground(srv: uvicorn.Server, sock: socket.socket) -> None:
+    """Run `srv` (from `make_server`) on the bound `sock` in this thread until SIGINT/SIGTERM, Ctrl-C ending it
+    quietly, then close the socket: the body of every serving command."""
+    try:
+        srv.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
 
 
 class RunningServer:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
 
 from dreamgym import distributed
 
@@ -44,6 +44,15 @@ def _run(args: list[str], procs: int, cwd: Path, env: dict[str, str] | None = No
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+@pytest.fixture
+def warm_dir(tmp_path, warm_backend):  # noqa: F811
+    """The tests' warm-started tiny dial policy as a model folder, what `init=` takes."""
+    folder = tmp_path / "warm"
+    warm_backend.model.save_pretrained(str(folder))
+    warm_backend.tokenizer.save_pretrained(str(folder))
+    return folder
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -108,22 +117,15 @@ def test_two_ranks_run_sft_as_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, tiny_preset, warm_state):  # noqa: F811
+def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, warm_dir):
     """Two GRPO iterations from a warm SFT start: the same rollouts (each iteration's metrics agree) and the same
     weights with one and two ranks. Then rank 1 is killed after its rollouts in iteration 2: the job stops naming
     the rank, the checkpoint of iteration 1 loads, and --resume finishes the run."""
-    import copy
-
     from dreamgym.trainers.common import read_meta, resumable_checkpoint
 
-    model, tok = tiny_preset
-    warm = copy.deepcopy(model)
-    warm.load_state_dict(warm_state)
-    warm.save_pretrained(str(tmp_path / "warm"))
-    tok.save_pretrained(str(tmp_path / "warm"))
-    start = _weights(tmp_path / "warm")
+    start = _weights(warm_dir)
 
-    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={tmp_path / 'warm'}", "iterations=2", "grpo.group_size=4",
+    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
             "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false",
             f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     _run(grpo + [f"run_dir={tmp_path / 'g1'}"], 1, tmp_path)
@@ -158,17 +160,10 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
 
 
 @pytest.mark.slow
-def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, tiny_preset, warm_state):  # noqa: F811
+def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, warm_dir):
     """PPO (critic head, GAE, several minibatches) and DPO (preference pairs) from the warm start: the same
     optimizer steps on one and two ranks."""
-    import copy
-
-    model, tok = tiny_preset
-    warm = copy.deepcopy(model)
-    warm.load_state_dict(warm_state)
-    warm.save_pretrained(str(tmp_path / "warm"))
-    tok.save_pretrained(str(tmp_path / "warm"))
-    start = _weights(tmp_path / "warm")
+    start = _weights(warm_dir)
     from dreamgym.collect import run_episode
     from dreamgym.data import write_jsonl
     from dreamgym.envs import dial
@@ -177,7 +172,7 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, tiny_preset, warm_st
     write_jsonl(tmp_path / "pairs.jsonl", [run_episode(env, dial.POLICIES[p](seed=i), seed=i, task=t, policy_name=p)
                                            for i, t in enumerate(dial.make_tasks("train")[:6])
                                            for p in ("expert", "random", "random")])
-    policy = [f"init={tmp_path / 'warm'}", "agent.show_admissible=false",
+    policy = [f"init={warm_dir}", "agent.show_admissible=false",
               f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     jobs = {"ppo": ["train", "--algo", "ppo", *TRAIN, *policy, "iterations=1", "ppo.tasks_per_iteration=5",
                     "ppo.episodes_per_task=2", "ppo.epochs=2", "ppo.minibatches=2"],
@@ -193,24 +188,17 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, tiny_preset, warm_st
 
 
 @pytest.mark.slow
-def test_two_ranks_dream_with_one_buffer_owner(tmp_path, tiny_preset, warm_state):  # noqa: F811
+def test_two_ranks_dream_with_one_buffer_owner(tmp_path, warm_dir):
     """GRPO in the experience model on two ranks: each rank dreams its share of the tasks, rank 0's persistent
     replay buffer ends up with the synthetic transitions of both ranks' episodes, and only rank 0 writes."""
-    import copy
-
     from em_helpers import trained_dial_model
 
     from dreamgym.data import load_trajectories
     from dreamgym.experience import checkpoint_buffer
 
-    model, tok = tiny_preset
-    warm = copy.deepcopy(model)
-    warm.load_state_dict(warm_state)
-    warm.save_pretrained(str(tmp_path / "warm"))
-    tok.save_pretrained(str(tmp_path / "warm"))
     em = trained_dial_model()
     run = tmp_path / "dream"
-    _run(["train", "--algo", "grpo", *TRAIN, f"init={tmp_path / 'warm'}", "mode=dream", f"dream.em={em}",
+    _run(["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "mode=dream", f"dream.em={em}",
           "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2", "grpo.tasks_per_iteration=4",
           "agent.show_admissible=false", f"agent.system_prompt={DIAL_AGENT.system_prompt}", "rollout.max_turns=4",
           f"run_dir={run}"], 2, tmp_path)

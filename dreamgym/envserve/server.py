@@ -541,9 +541,6 @@ def serve(env_host: EnvHost, *, token: str | None = None, host: str = "127.0.0.1
     print(f"serving {cfg.env} ({kind}) at http://{bound_host}:{bound_port} (OpenEnv: "
           f"ws://{bound_host}:{bound_port}/ws; Ctrl-C stops)", flush=True)
     try:
-        _make_server(app, limits, log_level=log_level).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
+        serving.run_foreground(_make_server(app, limits, log_level=log_level), sock)
     finally:
-        sock.close()
         env_host.close()

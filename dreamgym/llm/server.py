@@ -540,10 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     host, port = sock.getsockname()[:2]
     print(f"serving {name!r} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
     try:
-        serving.make_server(app, log_level="info", access_log=True).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
+        serving.run_foreground(serving.make_server(app, log_level="info", access_log=True), sock)
     finally:
-        sock.close()
         app.state.batcher.stop()
     return 0

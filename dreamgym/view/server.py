@@ -91,10 +91,5 @@ def serve(site: Site, host: str, port: int) -> int:
     sock = serving.bind(host, port, LIMITS.backlog)
     h, p = sock.getsockname()[:2]
     print(f"dreamgym view: http://{h}:{p}/ ({len(site.run_dirs)} run folder(s); Ctrl-C stops)", flush=True)
-    try:
-        serving.make_server(app).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
+    serving.run_foreground(serving.make_server(app), sock)
     return 0

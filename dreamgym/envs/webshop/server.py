@@ -241,10 +241,5 @@ def cli_main(argv: list[str] | None = None) -> int:
         return fail("webshop serve", e)
     host, port = sock.getsockname()[:2]
     print(f"WebShop serving on http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
-    try:
-        serving.make_server(app).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
+    serving.run_foreground(serving.make_server(app), sock)
     return 0
