@@ -128,12 +128,17 @@ class Recipe:
                               "wall_time_s": wall, "curve": curve or []}
         print(f"[{name}] {res}", flush=True)
 
-    def sft(self, epochs: int = 3, lr: float = 1e-3, batch_size: int | None = None) -> Path:
-        """The SFT baseline on the oracle demonstrations; every RL method starts from it."""
+    def sft(self, epochs: int = 3, lr: float = 1e-3, batch_size: int | None = None, stop_at: float | None = None,
+            check_every: int | None = None) -> Path:
+        """The SFT baseline on the oracle demonstrations; every RL method starts from it. `stop_at` (with
+        `check_every`) ends it once it replays its demonstrations with that probability (`SFTConfig.stop_at`),
+        `epochs` being then only a cap; the step and value it stopped at go to `results["SFT"]["sft_stop"]`."""
         out = self.run / "sft" / "final"
         done = self.stage("SFT policy on the demonstrations")
         t0 = time.time()
         sft_cfg = dataclasses.replace(self.base.sft, epochs=epochs, batch_size=batch_size or self.base.sft.batch_size)
+        if stop_at is not None:
+            sft_cfg = dataclasses.replace(sft_cfg, stop_at=stop_at, check_every=check_every or sft_cfg.check_every)
         cfg = dataclasses.replace(self.base, algo="sft", sft=sft_cfg,
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
         if (out / "trainer_state.json").is_file():
@@ -145,10 +150,17 @@ class Recipe:
             lg = MetricsLogger(self.run / "sft", tensorboard=False)
             trainer = build_offline_trainer(backend, cfg, cfg.sft, logger=lg,
                                             admissible_fn=self.family.admissible_from_state)
-            trainer.fit(load_trajectories(self.demos_path), progress=self.progress)
+            demos = load_trajectories(self.demos_path)
+            trainer.fit(demos, progress=self.progress)
+            stop = {"step": trainer.global_step, "replay_success": trainer.replay_success(demos),
+                    "criterion_met": bool(trainer.stopped_at)}
             trainer.save(out)
+            atomic_write_text(self.run / "sft" / "stop.json", json.dumps(stop))
             lg.close()
         self.record("SFT", self.evaluate(backend), real_steps=0, real_data=self.real_demos, wall=time.time() - t0)
+        stop_file = self.run / "sft" / "stop.json"
+        if stop_file.is_file():
+            self.results["SFT"]["sft_stop"] = json.loads(stop_file.read_text())
         done()
         return out
 
@@ -286,12 +298,17 @@ class QuickstartConfig:
     """Experience-model SFT steps."""
     em_batch_size: int = ranged(8, ge=1)
     """Experience-model sequences per step (small batches: more updates for the same compute)."""
-    sft_epochs: int = ranged(16, ge=1)
-    """Policy SFT epochs on the demonstrations."""
+    sft_epochs: int = ranged(64, ge=1)
+    """Most policy SFT epochs on the demonstrations (`sft_stop_at` usually ends SFT well before)."""
     sft_batch_size: int = ranged(16, ge=1)
     """Policy SFT turns per optimiser step."""
     sft_lr: float = ranged(1e-3, gt=0)
     """Policy SFT learning rate."""
+    sft_stop_at: float = ranged(0.2, ge=0, le=1)
+    """Stop SFT once the policy replays its demonstrations with this mean probability (`sft.stop_at`; 0: run
+    every `sft_epochs`)."""
+    sft_check_every: int = ranged(10, ge=1)
+    """SFT optimiser steps between two checks of `sft_stop_at`."""
     dream_iterations: int = ranged(8, ge=1)
     """GRPO iterations inside the experience model."""
     budget: int = ranged(600, ge=1)
@@ -352,7 +369,8 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                em_overrides=q.em_overrides, threads=q.threads)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
     em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
-    r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size)
+    r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size, stop_at=q.sft_stop_at,
+          check_every=q.sft_check_every)
     rl: dict[str, Any] = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
     r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
     r.run_method("DreamGym-S2R GRPO", mode="s2r", from_method="DreamGym GRPO", budget=q.budget,
