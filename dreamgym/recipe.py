@@ -145,12 +145,14 @@ class Recipe:
             backend = build_backend(cfg, str(out))
         else:
             from dreamgym.data import load_trajectories
+            from dreamgym.trainers.sft import SFTTrainer
 
             backend = build_backend(cfg)
             lg = MetricsLogger(self.run / "sft", tensorboard=False)
             trainer = build_offline_trainer(backend, cfg, cfg.sft, logger=lg,
                                             admissible_fn=self.family.admissible_from_state)
             demos = load_trajectories(self.demos_path)
+            assert isinstance(trainer, SFTTrainer)  # an SFTConfig builds one; its stop record is SFT's own
             trainer.fit(demos, progress=self.progress)
             stop = {"step": trainer.global_step, "replay_success": trainer.replay_success(demos),
                     "criterion_met": bool(trainer.stopped_at)}
