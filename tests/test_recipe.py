@@ -85,3 +85,16 @@ def test_table_config_rejects_bad_values_naming_the_field():
             load_config(TableConfig, None, bad)
     cfg = load_config(TableConfig, None, ["sft_policy=shopper", "offline_mix=shopper:0.5,noisy:0.3,random:0.2"])
     assert cfg.sft_policy == "shopper"
+
+
+def test_the_quickstart_report_says_where_sft_stopped_and_whether_the_criterion_was_met():
+    """The SFT row is the start of every RL row: the report says at which step and replay probability it stopped, and
+    warns when the epoch cap ended it short of `sft_stop_at` (a weaker start than the defaults intend)."""
+    from dreamgym.config import load_config
+    from dreamgym.recipe import QuickstartConfig, sft_start_note
+
+    q = load_config(QuickstartConfig, None, [])
+    met = sft_start_note({"step": 985, "replay_success": 0.2006, "criterion_met": True}, q)
+    assert "step 985" in met and "0.201 >= sft_stop_at=0.2" in met and "every 5 steps" in met
+    short = sft_start_note({"step": 2368, "replay_success": 0.12, "criterion_met": False}, q)
+    assert "cap (2368 steps, sft_epochs=64)" in short and "short of sft_stop_at=0.2" in short

@@ -3,7 +3,7 @@
 Owns: `SFTConfig`, turning a `Trajectory` into per-turn (prompt ids, target ids) examples in exactly the
 format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`),
 and `SFTTrainer.fit` — token-level cross-entropy on the assistant tokens only, shuffled mini-batches,
-gradient accumulation, resumable mid-epoch.
+gradient accumulation, resumable mid-epoch, optionally stopped by a measured criterion (`replay_success`).
 Must not know: concrete environments (a family's `admissible_from_state` may be passed in as a function),
 presets, how the trajectories were collected.
 
@@ -17,6 +17,7 @@ thought (it describes the outcome, which the agent cannot know).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,11 @@ class SFTConfig:
     """Log metrics every this many optimiser steps."""
     max_steps: int = ranged(0, ge=0)
     """Stop after this many optimiser steps in all, mid-epoch if need be (0: run every epoch)."""
+    stop_at: float = ranged(0.0, ge=0, le=1)
+    """Stop once `replay_success` on the training demonstrations reaches this, checked every `check_every` steps
+    (0: never; `epochs` and `max_steps` still cap the run)."""
+    check_every: int = ranged(20, ge=1)
+    """Optimiser steps between two checks of `stop_at`."""
 
 
 @dataclass
@@ -82,6 +88,7 @@ class SFTTrainer(BaseTrainer):
         self.config: SFTConfig = config
         self.admissible_fn = admissible_fn
         self.batch_pos = 0  # optimiser steps done inside the current epoch (for mid-epoch resume)
+        self.stopped_at: dict[str, float] = {}  # {"step", "replay_success"} when `stop_at` ended the run
         self._build_optimizer()
 
     def _extra_state(self) -> dict[str, Any]:
@@ -100,13 +107,36 @@ class SFTTrainer(BaseTrainer):
         return kept, {"trajectories_used": float(len(used)), "examples": float(len(kept)),
                       "examples_too_long": float(len(exs) - len(kept))}
 
+    def replay_success(self, trajectories: Sequence[Trajectory]) -> float:
+        """The mean over `trajectories` of the probability that the policy, sampling at temperature 1 without
+        history of its own, writes every demonstrated reply of the trajectory exactly: the product of its turns'
+        reply probabilities (the eos after a reply is left out: rollouts stop at `</action>`). No environment step
+        is taken. A lower bound on the sampled policy's success on those tasks (a detour can still win), and a
+        measure of the decisions it was shown, so it moves with what the policy does rather than with how many
+        steps it took to get there."""
+        eos = self.backend.tokenizer.eos_token_id
+        per_traj: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
+        for t in trajectories:
+            exs = turn_examples(t, self.backend, self.common.agent, self.admissible_fn)
+            per_traj.append([(tuple(e.prompt_ids), tuple(e.target_ids[:-1] if e.target_ids[-1:] == [eos]
+                                                         else e.target_ids)) for e in exs])
+        # With a short history many turns share one prompt: each distinct (prompt, reply) is scored once.
+        keys = list(dict.fromkeys(k for turns in per_traj for k in turns))
+        if not keys:
+            return 0.0
+        logps = self.learner_logprobs([list(k[0]) for k in keys], [list(k[1]) for k in keys])
+        logp = {k: sum(lp) for k, lp in zip(keys, logps)}
+        return sum(math.exp(sum(logp[k] for k in turns)) for turns in per_traj) / len(per_traj)
+
     def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
             on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
         """Train for `epochs` (default `config.epochs`) counted from the start of the run, so a resumed trainer
         finishes the remaining ones. `on_step(global_step)` may return True to stop early (after that step;
-        the trainer can be saved and resumed); `config.max_steps` stops it the same way. Returns the last epoch's mean
-        metrics."""
+        the trainer can be saved and resumed); `config.max_steps` stops it the same way, and so does
+        `config.stop_at` (`replay_success` on the training demonstrations, every `config.check_every` steps; the
+        step and value are kept in `stopped_at`). Returns the last epoch's mean metrics."""
         exs, counts = self.examples(trajectories)
+        used = [t for t in trajectories if t.steps and (t.won or not self.config.only_won)]
         total_epochs = self.config.epochs if epochs is None else epochs
         n_batches = (len(exs) + self.config.batch_size - 1) // self.config.batch_size
         last: dict[str, float] = dict(counts)
@@ -133,6 +163,14 @@ class SFTTrainer(BaseTrainer):
                         bar[0].update(bar[1], advance=1, description=f"sft loss {st['loss']:.3f}")
                     if on_step is not None and on_step(self.global_step):
                         return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
+                    if self.config.stop_at and self.global_step % self.config.check_every == 0:
+                        replay = self.replay_success(used)
+                        if self.logger is not None:
+                            self.logger.log(self.global_step, {"replay_success": replay}, prefix="sft/")
+                        if replay >= self.config.stop_at:
+                            self.stopped_at = {"step": float(self.global_step), "replay_success": replay}
+                            return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()},
+                                    "replay_success": replay}
                 last = {**counts, **{k: v / n_batches for k, v in sums.items()}, "epoch": float(self.iteration)}
                 self.iteration += 1
                 self.batch_pos = 0

@@ -76,3 +76,39 @@ def test_sft_resume_mid_epoch_is_exact(tiny_preset, dial_common, tmp_path):
     capped.fit(data)
     assert capped.global_step == 3
     assert all(torch.equal(a.model.state_dict()[k], v) for k, v in capped.model.state_dict().items())
+
+
+
+def test_sft_stops_at_the_first_check_where_it_replays_its_demonstrations(tiny_preset, dial_common):
+    """`stop_at` ends SFT at a measured criterion, not a step count: the first multiple of `check_every` at which the
+    policy writes its demonstrations' replies with that mean probability, the product of each turn's reply
+    probability averaged over the trajectories."""
+    import math
+
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok = tiny_preset
+    data = demos(n=6)
+    cfg = SFTConfig(epochs=80, batch_size=64, stop_at=0.05, check_every=3)
+
+    def fresh(c=cfg):
+        return SFTTrainer(HFBackend(copy.deepcopy(model), tok), c, dial_common(lr=3e-3))
+
+    tr = fresh()
+    before = tr.replay_success(data)
+    tr.fit(data)
+    step = tr.global_step
+    assert tr.stopped_at == {"step": float(step), "replay_success": tr.replay_success(data)}
+    assert step % 3 == 0 and 3 <= step < 80 and tr.replay_success(data) >= 0.05 > before
+    # The value, recomputed turn by turn (the eos after each reply left out).
+    probs = []
+    for t in data:
+        exs = turn_examples(t, tr.backend, dial_common().agent)
+        assert all(e.target_ids[-1] == tok.eos_token_id for e in exs)
+        lps = tr.learner_logprobs([e.prompt_ids for e in exs], [e.target_ids[:-1] for e in exs])
+        probs.append(math.exp(sum(sum(lp) for lp in lps)))
+    assert abs(sum(probs) / len(probs) - tr.replay_success(data)) < 1e-5
+    # One check earlier the criterion was not met: the same run capped there is below it and did not stop itself.
+    capped = fresh(dataclasses.replace(cfg, max_steps=step - 3))
+    capped.fit(data)
+    assert capped.global_step == step - 3 and not capped.stopped_at and capped.replay_success(data) < 0.05
