@@ -42,7 +42,12 @@ class TableConfig:
     em_epochs: float = ranged(3, gt=0)
     """Experience-model SFT epochs."""
     sft_epochs: int = ranged(3, ge=1)
-    """Policy SFT epochs on the demonstrations."""
+    """Policy SFT epochs on the demonstrations (the most, when `sft_stop_at` is set)."""
+    sft_stop_at: float = ranged(0.0, ge=0, le=1)
+    """Stop SFT once the policy replays its demonstrations with this mean probability (`sft.stop_at`; 0: run every
+    `sft_epochs`)."""
+    sft_check_every: int = ranged(5, ge=1)
+    """SFT optimiser steps between two checks of `sft_stop_at`."""
     sft_policy: str = "oracle"
     """Scripted policy of `offline_mix` whose wins are the SFT (and start) demonstrations (WebShop: 'shopper')."""
     budget: int = ranged(3200, ge=16)
@@ -119,7 +124,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     r.collect_offline(t.offline_episodes, t.offline_mix, t.sft_policy)
     # The experience model is the costly artefact on CPU: trained only when a row dreams.
     em = r.experience_model("em", epochs=t.em_epochs) if any("DreamGym" in row for row in rows) else None
-    r.sft(epochs=t.sft_epochs)
+    r.sft(epochs=t.sft_epochs, stop_at=t.sft_stop_at or None, check_every=t.sft_check_every)
     common: dict[str, Any] = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr,
                                   eval_every=t.eval_every)
     s2r_budget = t.budget // 16
