@@ -18,7 +18,9 @@
 #   7. em latency: experience-model predict seconds per batch and per query at batch 1 and 64, untrained tiny and,
 #      when stage 4 got that far, the quickstart's trained experience model with its retrieval buffer;
 #   8. torchrun: `dreamgym train --algo sft` under torchrun with one process (NCCL on CUDA, gloo in a dry run): the
-#      several-process code path (dreamgym/distributed.py) on the GPU.
+#      several-process code path (dreamgym/distributed.py) on the GPU;
+#   9. fsdp: the same SFT with `model.fsdp=true` (dreamgym/fsdp.py: FSDP2 on one device, sharded steps, the gathered
+#      policy for the evaluation's generation, a gathered checkpoint).
 # At most 8 files come back from a device call, so the logs are combined into exactly these under $OUT:
 #   summary.txt machine.log gpu_tests.log suite.log junit.xml quickstart.log bench.log bench.json
 # Knobs: OUT, PYTHON, DRY_RUN, WORKERS (xdist workers), SUITE_LIMIT, QS_LIMIT, TRAIN_LIMIT (seconds),
@@ -127,7 +129,7 @@ rm -rf /tmp/gpu_qs
 # SIGINT at the limit: pytest (and xdist) stop, print the summary and write the JUnit file.
 (
   t=$(date +%s)
-  eval "timeout -s INT -k 20 ${SUITE_LIMIT:-170} '$PY' -m pytest -q -p no:cacheprovider $XDIST $TLIM -rfE \
+  eval "timeout -s INT -k 20 ${SUITE_LIMIT:-150} '$PY' -m pytest -q -p no:cacheprovider $XDIST $TLIM -rfE \
     -o junit_family=xunit2 --junitxml='$OUT/junit.xml' $SUITE_SEL" > "$OUT/suite.log" 2>&1
   rc=$?
   echo "[exit $rc after $(( $(date +%s) - t )) s]" >> "$OUT/suite.log"
@@ -199,6 +201,14 @@ stage 40 "$OUT/bench.log" "$PY" -m torch.distributed.run --nproc_per_node 1 --ma
   --master_port 29611 -m dreamgym.cli train --algo sft --env dial --no-progress tensorboard=false \
   eval_at_start=false eval_max_tasks=2 sft.epochs=1 demo_episodes=8 run_dir="$WORK/torchrun"
 row torchrun "$RC" "$SECS" "$(grep -o '"optimizer_steps": [0-9]*' "$OUT/bench.log" | tail -1)"
+
+# ---------------------------------------------------------------------------------------------- 9. fsdp
+stamp "9. fsdp, one process"
+echo "==== 9. torchrun --nproc_per_node 1 dreamgym train --algo sft model.fsdp=true" >> "$OUT/bench.log"
+stage 20 "$OUT/bench.log" "$PY" -m torch.distributed.run --nproc_per_node 1 --master_addr 127.0.0.1 \
+  --master_port 29612 -m dreamgym.cli train --algo sft --env dial --no-progress tensorboard=false model.fsdp=true \
+  eval_at_start=false eval_max_tasks=2 sft.epochs=1 demo_episodes=8 run_dir="$WORK/fsdp"
+row fsdp "$RC" "$SECS" "$(grep -o '"optimizer_steps": [0-9]*' "$OUT/bench.log" | tail -1)$(test -f "$WORK/fsdp/final/model/config.json" && echo ', HF folder written')"
 
 # ---------------------------------------------------------------------------------------------- summary
 stamp "done"

@@ -44,17 +44,35 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def accelerate_fsdp() -> bool:
+    """Whether `accelerate launch` was given an FSDP config (it says so in every rank's environment): the run must
+    then ask for sharding itself (`model.fsdp`), since DreamGym shards its models without accelerate's wrapper."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+
+
 def active() -> bool:
     """Whether this process is one rank of an initialised group of more than one."""
     return torch.distributed.is_available() and torch.distributed.is_initialized() and \
         torch.distributed.get_world_size() > 1
 
 
-def init() -> None:
+def init(fsdp: bool = False) -> None:
     """Join the process group the launcher describes (idempotent; nothing without a launcher). On CUDA each rank
-    takes the GPU `LOCAL_RANK` names."""
-    if not launched() or (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    takes the GPU `LOCAL_RANK` names. With `fsdp` (sharded weights need a group) a single process joins a group of
+    one as well: under a launcher started with one process, or on its own (a local rendezvous on a free port)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
         return
+    if not launched():
+        if not fsdp:
+            return
+        if "MASTER_PORT" not in os.environ:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+        for k, v in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+            os.environ.setdefault(k, v)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank())
@@ -98,9 +116,24 @@ def my_range(n: int) -> tuple[int, int]:
     return start, start + size + (1 if r < extra else 0)
 
 
-def _collective(what: str, fn: Any, *args: Any) -> Any:
+def share(items: Sequence[T], lockstep: bool = False) -> list[tuple[T, bool]]:
+    """This rank's items (`mine`), each paired with True. With `lockstep` (a sharded model, whose every forward and
+    backward is a collective) the list is padded to the same length on every rank, ceil(len / world), with
+    (items[0], False): a repeat the caller runs with weight 0, so every rank runs the same collectives."""
+    own = [(x, True) for x in mine(items)]
+    if lockstep and items:
+        own += [(items[0], False)] * (-(-len(items) // world()) - len(own))
+    return own
+
+
+def guard(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, a collective: a failure because another rank died or hung becomes `RankFailure`."""
+    return _collective(what, fn, *args, **kwargs)
+
+
+def _collective(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except (RuntimeError, ValueError) as e:  # gloo/NCCL report a dead or silent peer as RuntimeError subclasses
         raise RankFailure(f"rank {rank()} of {world()}: {what} failed ({type(e).__name__}: {e}); another rank "
                           f"died or hung (timeout {TIMEOUT_S:.0f}s). The job stops here; restart the same command "

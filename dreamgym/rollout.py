@@ -377,7 +377,17 @@ def run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks
     `run_rollouts`). Each plays a contiguous share of the tasks (whole groups) within its share of `budget`,
     sampling each prompt with the seed of its position in the whole turn; every process then holds all the
     episodes in the order one process would have them, `stats` summed over processes and `budget` charged with
-    every process's real steps."""
+    every process's real steps. A sharded (FSDP) policy is gathered for the whole rollout: ranks generate different
+    numbers of tokens."""
+    from dreamgym import fsdp
+
+    with fsdp.gathered(getattr(backend, "model", None)):
+        return _run_shared(backend, env_factory, tasks, budget=budget, stats=stats, task_seeds=task_seeds, **kw)
+
+
+def _run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], *,
+                budget: RealStepBudget | None, stats: dict[str, float] | None, task_seeds: Sequence[int] | None,
+                **kw: Any) -> list[Episode]:
     from dreamgym import distributed
 
     if not distributed.active():

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+ACCELERATE = ROOT / "configs" / "accelerate"
+"""accelerate's own config files (`accelerate launch --config_file`), not DreamGym configs."""
+CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if ACCELERATE not in p.parents)
 COMMAND_LINE = re.compile(r"^#.*\bdreamgym ([\w-]+) (?:--resume )?(?:--[\w-]+ \S+ )*--config (\S+)", re.M)
 
 
@@ -66,6 +68,22 @@ def test_every_config_loads_with_its_commands_config_class(path):
     cls = config_classes()[command_of(path)]
     cfg = load_without_file_checks(cls, path)
     assert getattr(cfg, "env", "dial") in family_names()
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+def test_the_accelerate_configs_load_with_accelerate(name):
+    """configs/accelerate/*.yaml are read by accelerate's own loader; the FSDP one asks for FSDP2 by layer, the
+    scheme `dreamgym.fsdp` implements, and its comment names the flag that turns DreamGym's sharding on."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = ACCELERATE / f"{name}.yaml"
+    cfg = load_config_from_file(str(path))
+    assert cfg.distributed_type.value == {"ddp": "MULTI_GPU", "fsdp": "FSDP"}[name] and cfg.num_processes > 1
+    assert f"--config_file configs/accelerate/{name}.yaml -m dreamgym.cli train" in path.read_text()
+    if name == "fsdp":
+        assert cfg.fsdp_config["fsdp_version"] == 2 and cfg.fsdp_config["fsdp_reshard_after_forward"] is True
+        assert cfg.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+        assert "model.fsdp=true" in path.read_text()
 
 
 def _inputs(cfg) -> list[str]:

@@ -62,6 +62,8 @@ class TrainEMConfig:
     """LoRA scaling numerator."""
     quantize: Literal["none", "4bit"] = "none"
     """'4bit': hold the frozen base in 4-bit NF4 (QLoRA; needs bitsandbytes and lora=true)."""
+    fsdp: bool = False
+    """Shard the trained weights, their gradients and AdamW state over the ranks (FSDP2), not a replica on each."""
     lr: float | None = ranged(None, gt=0)
     """Peak learning rate; None: 1e-3 for full fine-tuning, 2e-4 for LoRA."""
     weight_decay: float = ranged(0.0, ge=0)
@@ -102,6 +104,13 @@ class TrainEMConfig:
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
     def validate(self) -> None:
+        if self.fsdp and self.quantize != "none":
+            raise ConfigError("fsdp", "a 4-bit base cannot be sharded", "fsdp=false with quantize=4bit")
+        from dreamgym import distributed
+
+        if distributed.accelerate_fsdp() and not self.fsdp:
+            raise ConfigError("fsdp", "accelerate launched this run with an FSDP config (ACCELERATE_USE_FSDP)",
+                              "fsdp=true")
         if self.quantize != "none" and self.lora is not True:
             raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
 
@@ -135,11 +144,12 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     micro-batches of [b, T] padded tokens (b x T <= micro_batch_tokens) by `trainers.common.supervised_step`.
     """
     from dreamgym.llm.hf import HFBackend
-    from dreamgym import distributed
+    from dreamgym import distributed, fsdp
     from dreamgym.metrics import MetricsLogger, pin_threads
     from dreamgym.presets import load_preset, pick_device
     from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
-                                          model_device, prepare_policy, read_checkpoint_state, read_meta,
+                                          load_optimizer_state, model_device, optimizer_state, prepare_policy,
+                                          read_checkpoint_state, read_meta,
                                           resumable_checkpoint, rng_state, set_lr, set_rng_state, supervised_step,
                                           trainable_parameters, write_checkpoint)
 
@@ -202,7 +212,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     model = prepare_policy(model, ModelConfig(
         preset=cfg.preset, lora=resumed_lora if ckpt is not None else cfg.lora, lora_r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing,
-        quantize=cfg.quantize))
+        quantize=cfg.quantize, fsdp=cfg.fsdp))
     use_lora = is_peft(model)
     backend = HFBackend(model, tokenizer)
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -239,7 +249,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     step = 0
     if ckpt is not None:
         state = read_checkpoint_state(ckpt, model)
-        opt.load_state_dict(state["optimizer"])
+        load_optimizer_state(model, opt, state)
         step = int(state["global_step"])
         set_rng_state(state["rng"])
         say(f"resuming from step {step}")
@@ -247,13 +257,15 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     torch_device = model_device(model)
 
     def save_state() -> None:
+        # Every rank: a sharded model's weights and optimizer state are gathered to rank 0, which writes.
+        weights = fsdp.full_state(model) if fsdp.is_sharded(model) else None
+        opt_state = optimizer_state(model, opt)
         if not distributed.is_main():
             return
         write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
-                         {"optimizer": opt.state_dict(), "rng": rng_state(), "iteration": step // n_batches,
-                          "global_step": step},
+                         {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step},
                          {"algo": "experience-model", "base": cfg.preset, "iteration": step // n_batches,
-                          "global_step": step, "config": to_dict(cfg)})
+                          "global_step": step, "config": to_dict(cfg)}, weights)
 
     # The batch schedule is a pure function of (seed, epoch), so a resumed run sees the same batches.
     def schedule(epoch: int) -> list[list[int]]:
@@ -300,10 +312,11 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
                "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
                "processes": distributed.world()}
+    final = {"state_dict": fsdp.full_state(model)} if fsdp.is_sharded(model) else {}  # every rank gathers
     if not distributed.is_main():
         return summary
     with atomic_dir(out / MODEL_SUBDIR) as tmp:
-        model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers or PEFT method
+        model.save_pretrained(str(tmp), **final)  # type: ignore[operator]  # a transformers or PEFT method
         tokenizer.save_pretrained(str(tmp))
     meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
             "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION,

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dreamgym import distributed
+from dreamgym import distributed, fsdp
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
@@ -86,7 +86,16 @@ class ModelConfig:
     model, `http://host:port/v1#MODEL` (several: comma-separated); the LoRA adapter trained here is pushed to each
     whenever it changed. Empty: sample in this process."""
 
+    fsdp: bool = False
+    """Shard the trained weights, their gradients and AdamW state over the ranks (FSDP2, one unit per decoder
+    layer) instead of holding a replica on each; a single process runs the same code path."""
+
     def validate(self) -> None:
+        if self.fsdp and self.quantize != "none":
+            raise ConfigError("model.fsdp", "a 4-bit base cannot be sharded", "fsdp=false with quantize=4bit")
+        if self.fsdp and self.policy_url:
+            raise ConfigError("model.fsdp", "adapters pushed to servers are not gathered from shards",
+                              "fsdp=false with policy_url")
         if self.quantize != "none" and self.lora is not True:
             raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
         if self.policy_url and self.lora is not True:
@@ -211,6 +220,9 @@ def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
         base.gradient_checkpointing_enable()  # type: ignore[operator]
         if is_peft(model):
             model.enable_input_require_grads()  # type: ignore[operator]
+    if cfg.fsdp:
+        distributed.init(fsdp=True)
+        model = fsdp.shard(model)
     return model
 
 
@@ -260,7 +272,14 @@ def set_lr(optimizer: torch.optim.Optimizer, cfg: OptimConfig, step: int, total_
 
 def clip_and_step(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter], cfg: OptimConfig) -> float:
     """Sum the gradients over ranks (several processes: each back-propagated its share of the step), clip the
-    gradient norm (when configured), step, zero the gradients; returns the pre-clip norm."""
+    gradient norm (when configured), step, zero the gradients; returns the pre-clip norm. Sharded weights' gradients
+    (FSDP) arrive summed from their backward."""
+    if fsdp.any_sharded(params):
+        distributed.sum_gradients([p for p in params if not fsdp.is_dtensor(p)])
+        norm = fsdp.clip_grad_norm(params, cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
     distributed.sum_gradients(params)
     grads = [p for p in params if p.grad is not None]
     if cfg.max_grad_norm > 0 and grads:
@@ -433,12 +452,16 @@ def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: 
     rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
     n_trained = sum(len(c) for _, c in rows)
     loss_sum, ent_sum, n_tok = 0.0, 0.0, 0.0
-    for chunk in distributed.mine(micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens)):
+    # A sharded model pads its share with zero-weighted repeats: every rank runs the same forwards and backwards.
+    for chunk, real in distributed.share(micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens),
+                                         lockstep=fsdp.is_sharded(model)):
         packed = pack([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], pad_id, device)
         out = policy_forward(model, packed, entropy=entropy)
         loss = -algos.masked_mean(out.logp, packed.loss_mask)
-        share = packed.n_trained / n_trained
+        share = packed.n_trained / n_trained if real else 0.0
         (loss * share).backward()
+        if not real:
+            continue
         loss_sum += float(loss.detach()) * share
         if out.entropy is not None:
             ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
@@ -472,15 +495,18 @@ STATE_FILE = "trainer_state.pt"
 META_FILE = "trainer_state.json"
 
 
-def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path) -> str:
+def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path,
+                       state_dict: dict[str, torch.Tensor] | None = None) -> str:
     """Write the policy: a PEFT adapter folder (`adapter/`) or a full Hugging Face model (`model/`), with the
-    tokenizer beside it. Returns the kind ("lora" or "full")."""
+    tokenizer beside it; `state_dict` (a sharded model's gathered `fsdp.full_state`) replaces the model's own.
+    Returns the kind ("lora" or "full")."""
+    kw = {} if state_dict is None else {"state_dict": state_dict}
     # save_pretrained is a PEFT / transformers method: nn.Module.__getattr__ types it as Tensor | Module.
     if is_peft(model):
-        model.save_pretrained(directory / "adapter")  # type: ignore[operator]
+        model.save_pretrained(directory / "adapter", **kw)  # type: ignore[operator]
         tokenizer.save_pretrained(directory / "adapter")
         return "lora"
-    model.save_pretrained(directory / "model")  # type: ignore[operator]
+    model.save_pretrained(directory / "model", **kw)  # type: ignore[operator]
     tokenizer.save_pretrained(directory / "model")
     return "full"
 
@@ -490,9 +516,12 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
     from safetensors.torch import load_file
 
     if is_peft(model):
+        adapter_sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
+        if fsdp.is_sharded(model):  # every rank reads the file and keeps its own shard
+            fsdp.load_full_state(model, fsdp.adapter_keys(model, adapter_sd))
+            return
         from peft import set_peft_model_state_dict
 
-        adapter_sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
         set_peft_model_state_dict(model, adapter_sd)
         return
     files = sorted((directory / "model").glob("*.safetensors"))
@@ -501,11 +530,14 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
     sd: dict[str, torch.Tensor] = {}
     for f in files:
         sd.update(load_file(str(f)))
-    missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if fsdp.is_sharded(model):
+        missing, unexpected = fsdp.load_full_state(model, {k: v for k, v in sd.items() if k not in tied})
+    else:
+        missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint mismatch: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
-    if tied:
+    if tied and not fsdp.is_sharded(model):  # a sharded model keeps its tied parameter as one
         model.tie_weights()  # type: ignore[operator]  # a transformers method
 
 
@@ -589,18 +621,43 @@ def atomic_dir(final: Path) -> Iterator[Path]:
 
 
 def write_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Any, state: dict[str, Any],
-                     meta: dict[str, Any]) -> Path:
+                     meta: dict[str, Any], weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a resumable checkpoint atomically (`atomic_dir`): the weights (`save_model_weights`), `state`
     (torch-saved: optimiser, RNG, counters) in `STATE_FILE` and `meta` plus the weights' kind in `META_FILE` (JSON;
     it must hold `iteration`, which `checkpoint_problem` checks). Every trainer's checkpoint, the experience
-    model's included, is written here."""
+    model's included, is written here. `weights`: a sharded model's gathered state (`fsdp.full_state`)."""
     directory = Path(directory)
     with atomic_dir(directory) as tmp:
-        kind = save_model_weights(model, tokenizer, tmp)
+        kind = save_model_weights(model, tokenizer, tmp, weights)
         crash_point("checkpoint.weights")
         torch.save(state, tmp / STATE_FILE)
         (tmp / META_FILE).write_text(json.dumps({"kind": kind, **meta}, indent=1, default=str))
     return directory
+
+
+OPTIMIZER_BY_NAME = "names"
+"""`state["optimizer_format"]` of a checkpoint whose optimizer state is keyed by parameter names
+(`fsdp.optimizer_state`, written by sharded runs; it loads at any world size, sharded or not) rather than by
+position (`state_dict()`)."""
+
+
+def optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """{"optimizer": ..., "optimizer_format": ...} for a checkpoint: by name when `modules` holds sharded weights
+    (every rank must call it then), else the optimizer's own `state_dict()`. `modules` holds every stepped weight."""
+    if any(fsdp.is_sharded(m) for m in modules.modules()):
+        return {"optimizer": fsdp.optimizer_state(modules, optimizer), "optimizer_format": OPTIMIZER_BY_NAME}
+    return {"optimizer": optimizer.state_dict()}
+
+
+def load_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Restore what `optimizer_state` wrote (a by-name state into a sharded or unsharded optimizer alike)."""
+    if state.get("optimizer_format") == OPTIMIZER_BY_NAME:
+        fsdp.load_optimizer_state(modules, optimizer, state["optimizer"])
+    elif any(fsdp.is_sharded(m) for m in modules.modules()):
+        raise CheckpointError("this checkpoint's optimizer state is by position (an unsharded run); a sharded run "
+                              "(model.fsdp=true) resumes only checkpoints written with sharding")
+    else:
+        optimizer.load_state_dict(state["optimizer"])
 
 
 def read_checkpoint_state(directory: str | Path, model: nn.Module) -> dict[str, Any]:
@@ -692,6 +749,8 @@ class BaseTrainer:
         a deep copy of the current weights for full fine-tuning."""
         if is_peft(self.model):
             return None
+        if fsdp.is_sharded(self.model):
+            return fsdp.frozen_copy(self.model)
         ref = copy.deepcopy(self.model)
         ref.eval()
         for p in ref.parameters():
@@ -724,7 +783,8 @@ class BaseTrainer:
         out: list[list[float]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
-        with torch.no_grad():
+        # Ranks score different numbers of rows: a sharded policy stays gathered meanwhile.
+        with torch.no_grad(), fsdp.gathered(self.model):
             for chunk in micro_batches([len(prompts[i]) + len(completions[i]) for i in order],
                                        self.common.optim.micro_batch_tokens):
                 idx = [order[j] for j in chunk]
@@ -799,31 +859,44 @@ class BaseTrainer:
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
         RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one. With several
-        processes only rank 0 writes (every rank holds the same state)."""
+        processes only rank 0 writes (every rank holds the same state; sharded weights are gathered to it first, so
+        every rank calls this)."""
+        weights = fsdp.full_state(self.model) if fsdp.is_sharded(self.model) else None
+        opt = optimizer_state(self._stepped_modules(), self.optimizer) if self.optimizer is not None \
+            else {"optimizer": None}
+        modules = {k: fsdp.full_state(m) if fsdp.is_sharded(m) else m.state_dict()
+                   for k, m in self._extra_modules().items()}
         if not distributed.is_main():
             return Path(directory)
         state = {
-            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            **opt,
             "rng": rng_state(),
             "iteration": self.iteration,
             "global_step": self.global_step,
             "budget": self.budget.state_dict(),
-            "modules": {k: m.state_dict() for k, m in self._extra_modules().items()},
+            "modules": modules,
             "extra": self._extra_state(),
         }
         meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": self.iteration,
                 "global_step": self.global_step, "real_steps_used": self.budget.used,
                 "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
-        return write_checkpoint(directory, self.model, self.tokenizer, state, meta)
+        return write_checkpoint(directory, self.model, self.tokenizer, state, meta, weights)
+
+    def _stepped_modules(self) -> nn.Module:
+        """One module holding the policy and the extra modules: the names of every weight the optimizer steps."""
+        return nn.ModuleDict({"policy": self.model, **self._extra_modules()})
 
     def load(self, directory: str | Path) -> None:
         """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters)
         so the next iteration is exactly the one an uninterrupted run would have done."""
         state = read_checkpoint_state(directory, self.model)
         for k, m in self._extra_modules().items():
-            m.load_state_dict(state["modules"][k])
+            if fsdp.is_sharded(m):
+                fsdp.load_full_state(m, state["modules"][k])
+            else:
+                m.load_state_dict(state["modules"][k])
         if self.optimizer is not None and state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(self._stepped_modules(), self.optimizer, state)
         self.iteration = int(state["iteration"])
         self.global_step = int(state["global_step"])
         self.budget.load_state_dict(state["budget"])

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from dreamgym import algos, distributed
+from dreamgym import algos, distributed, fsdp
 from dreamgym.config import ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward, set_lr
@@ -175,12 +175,15 @@ class DPOTrainer(BaseTrainer):
         lr = set_lr(self._opt, opt_cfg, self.global_step)
         sums = dict.fromkeys(STEP_STATS, 0.0)
         # Several processes: each back-propagates the pairs at its positions; the gradients are summed in the step.
-        for i, p in distributed.mine(list(enumerate(pairs))):
+        # A sharded policy pads the share with zero-weighted repeats (same collectives on every rank).
+        for (i, p), real in distributed.share(list(enumerate(pairs)), lockstep=fsdp.is_sharded(self.model)):
             pol = self.sequence_logps([p])  # [1, 2]
             r = ref[i: i + 1].to(self.device)
             loss, st = algos.dpo_loss(pol[:, 0], pol[:, 1], r[:, 0], r[:, 1], beta=self.config.beta,
                                       label_smoothing=self.config.label_smoothing)
-            (loss / len(pairs)).backward()
+            (loss / len(pairs) * (1.0 if real else 0.0)).backward()
+            if not real:
+                continue
             sums["loss"] += float(loss.detach()) / len(pairs)
             for k, v in st.items():
                 sums[k] += float(v) / len(pairs)

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import torch
 
-from dreamgym import algos, distributed
+from dreamgym import algos, distributed, fsdp
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
@@ -207,8 +207,13 @@ class GRPOTrainer(BaseTrainer):
                 mb_samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
                 lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
                 # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
-                for chunk in distributed.mine(micro_batches(lengths, opt_cfg.micro_batch_tokens)):
+                # A sharded policy pads the share with zero-weighted repeats (same collectives on every rank).
+                for chunk, real in distributed.share(micro_batches(lengths, opt_cfg.micro_batch_tokens),
+                                                     lockstep=fsdp.is_sharded(self.model)):
                     part = [mb_samples[i] for i in chunk]
+                    if not real:
+                        self._micro_step(part, 0.0)
+                        continue
                     w = sum(len(s.completion_ids) * s.weight for s in part) / w_step
                     st, n_tok = self._micro_step(part, w)
                     tokens += n_tok

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dreamgym import algos, distributed
+from dreamgym import algos, distributed, fsdp
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
@@ -202,10 +202,14 @@ class PPOTrainer(BaseTrainer):
                 set_lr(self._opt, opt_cfg, self.global_step)
                 n_tok_step = sum(len(s.completion_ids) for s in part_all)
                 # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
-                for chunk in distributed.mine(micro_batches([len(s.prompt_ids) + len(s.completion_ids)
-                                                             for s in part_all], opt_cfg.micro_batch_tokens)):
+                # A sharded policy pads the share with zero-weighted repeats (same collectives on every rank).
+                for chunk, real in distributed.share(micro_batches([len(s.prompt_ids) + len(s.completion_ids)
+                                                                    for s in part_all], opt_cfg.micro_batch_tokens),
+                                                     lockstep=fsdp.is_sharded(self.model)):
                     part = [part_all[i] for i in chunk]
-                    st, n = self._micro_step(part, n_tok_step, len(part_all))
+                    st, n = self._micro_step(part, n_tok_step, len(part_all), scale=1.0 if real else 0.0)
+                    if not real:
+                        continue
                     tokens += n
                     w = len(part) / len(part_all)
                     for k, v in st.items():
@@ -226,9 +230,11 @@ class PPOTrainer(BaseTrainer):
                    explained_variance=float(1 - (rets - vals).var(unbiased=False) / var) if var > 0 else 0.0)
         return out
 
-    def _micro_step(self, part: list[PPOSample], n_tok_step: int, n_turns_step: int) -> tuple[dict[str, float], int]:
+    def _micro_step(self, part: list[PPOSample], n_tok_step: int, n_turns_step: int,
+                    scale: float = 1.0) -> tuple[dict[str, float], int]:
         """Forward + backward of one micro-batch. Policy terms are token-level means (weighted by the
-        micro-batch's share of the step's tokens), the value loss a turn-level mean (weighted by turns)."""
+        micro-batch's share of the step's tokens), the value loss a turn-level mean (weighted by turns); the whole
+        loss times `scale` (0: a lockstep repeat that adds nothing)."""
         cfg = self.config
         packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
         old = per_token(packed, [s.old_logprobs for s in part])
@@ -253,7 +259,7 @@ class PPOTrainer(BaseTrainer):
         tok_share = packed.n_trained / max(1, n_tok_step)
         turn_share = len(part) / n_turns_step
         total = (pg_loss - cfg.ent_coef * ent + cfg.kl_coef * kl) * tok_share + cfg.vf_coef * v_loss * turn_share
-        total.backward()
+        (total * scale).backward()
         return {"loss": float(pg_loss.detach() + cfg.vf_coef * v_loss.detach()), "policy_loss": float(pg_loss.detach()),
                 "value_loss": float(v_loss.detach()), "value_clip_frac": float(v_clip), "entropy": float(ent.detach()),
                 "kl": float(kl.detach()), "clip_frac": float(st["clip_frac"]),

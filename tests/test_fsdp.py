@@ -1,0 +1,138 @@
+"""Sharded training (FSDP2 over gloo on the CPU): a run with `model.fsdp=true` takes the same optimizer steps as an
+unsharded one-process run — agent SFT with uneven micro-batch shares, GRPO with LoRA adapters (rollouts in the
+gathered policy), DPO with a sharded frozen reference, experience-model SFT — in one process and on two ranks; its
+checkpoints are plain Hugging Face / PEFT folders; a killed rank stops the job and `--resume` on the sharded
+checkpoint finishes it with the same update."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from test_distributed import TRAIN, _assert_same, _assert_same_update, _run, _weights, warm_dir  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
+
+from dreamgym import distributed
+from dreamgym.config import ConfigError, load_config
+
+
+def test_lockstep_shares_pad_with_zero_weighted_repeats(monkeypatch):
+    monkeypatch.setattr(distributed, "world", lambda: 2)
+    for r, want in ((0, [(0, True), (2, True), (4, True)]), (1, [(1, True), (3, True), (0, False)])):
+        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        monkeypatch.setattr(distributed, "mine", lambda items, r=r: list(items[r::2]))
+        assert distributed.share(list(range(5)), lockstep=True) == want
+        assert distributed.share(list(range(5))) == [x for x in want if x[1]]  # unsharded: no padding
+    assert distributed.share([], lockstep=True) == []
+
+
+def test_fsdp_refuses_what_it_cannot_shard(monkeypatch):
+    from dreamgym.experience.train import TrainEMConfig
+    from dreamgym.train import TrainConfig
+
+    with pytest.raises(ConfigError, match="model.fsdp"):
+        load_config(TrainConfig, None, ["model.fsdp=true", "model.lora=true", "model.quantize=4bit"])
+    with pytest.raises(ConfigError, match="ppo.critic"):
+        load_config(TrainConfig, None, ["model.fsdp=true", "algo=ppo", "ppo.critic=separate"])
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # accelerate launch --config_file configs/accelerate/fsdp.yaml
+    with pytest.raises(ConfigError, match="model.fsdp"):
+        load_config(TrainConfig, None, [])
+    with pytest.raises(ConfigError, match="fsdp"):
+        load_config(TrainEMConfig, None, ["env=dial", "data=x.jsonl"])
+    assert load_config(TrainConfig, None, ["model.fsdp=true"]).model.fsdp
+
+
+def _base(names) -> dict[str, torch.Tensor]:
+    from dreamgym.presets import load_preset
+
+    base = {k: v.float() for k, v in load_preset("tiny", device="cpu")[0].state_dict().items()}
+    return {k: base[k] for k in names}
+
+
+@pytest.mark.slow
+def test_sharded_sft_matches_one_unsharded_process(tmp_path):
+    """Small micro-batches give each step an odd number of them, so rank 1 runs a zero-weighted repeat."""
+    sft = ["train", "--algo", "sft", *TRAIN, "sft.epochs=2", "sft.batch_size=16", "demo_episodes=12", "optim.lr=3e-3",
+           "optim.micro_batch_tokens=300"]
+    _run(sft + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)
+    _run(sft + [f"run_dir={tmp_path / 'fsdp1'}", "model.fsdp=true"], 1, tmp_path)  # no launcher: a group of one
+    _run(sft + [f"run_dir={tmp_path / 'fsdp2'}", "model.fsdp=true"], 2, tmp_path)
+    one = _weights(tmp_path / "plain" / "final" / "model")
+    for run in ("fsdp1", "fsdp2"):
+        _assert_same(one, _weights(tmp_path / run / "final" / "model"), _base(one))
+        state = torch.load(tmp_path / run / "final" / "trainer_state.pt", weights_only=False)
+        assert state["optimizer_format"] == "names"
+    assert yaml.safe_load((tmp_path / "fsdp2" / "config.yaml").read_text())["model"]["fsdp"] is True
+
+
+@pytest.mark.slow
+def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, warm_dir):  # noqa: F811
+    """LoRA GRPO from the warm start, rollouts generated in the gathered policy (ranks end their episodes at
+    different turns), the update sharded: the same metrics and adapter as one unsharded process. Rank 1 killed
+    after its rollouts of iteration 2: the job stops naming it, and --resume from the sharded checkpoint (adapter
+    and by-name optimizer state) finishes with the same adapter."""
+    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+
+    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
+            "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
+            "optim.lr=1e-2", f"agent.system_prompt={DIAL_AGENT.system_prompt}",
+            f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
+    _run(grpo + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)
+    _run(grpo + [f"run_dir={tmp_path / 'fsdp'}", "model.fsdp=true"], 2, tmp_path)
+    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+            for g in ("plain", "fsdp")]
+    assert len(rows[0]) == len(rows[1]) == 2 and sum(r["optimizer_steps"] for r in rows[0]) > 0
+    for r1, r2 in zip(*rows):
+        for k in ("success_rate", "gen_tokens", "samples", "real_steps_used", "optimizer_steps", "loss"):
+            assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
+
+    def adapter(run: str) -> dict[str, torch.Tensor]:
+        return load_file(str(tmp_path / run / "final" / "adapter" / "adapter_model.safetensors"))
+
+    plain = adapter("plain")
+    zero = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in plain.items()}  # LoRA B starts at 0
+    _assert_same_update(plain, adapter("fsdp"), zero)
+
+    run = tmp_path / "killed"
+    proc = _run(grpo + [f"run_dir={run}", "model.fsdp=true"], 2, tmp_path, check=False,
+                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+    assert proc.returncode != 0 and "rank 1" in proc.stdout + proc.stderr
+    ckpt = resumable_checkpoint(run / "checkpoint")
+    assert ckpt is not None and read_meta(ckpt)["iteration"] == 1
+    _run(grpo + [f"run_dir={run}", "model.fsdp=true", "--resume"], 2, tmp_path)
+    _assert_same_update(plain, adapter("killed"), zero)
+
+
+@pytest.mark.slow
+def test_sharded_dpo_and_experience_model_match_one_process(tmp_path, warm_dir):  # noqa: F811
+    """DPO with full fine-tuning (its frozen reference is a sharded copy) and experience-model SFT, each on two
+    sharded ranks against one unsharded process."""
+    from em_helpers import dial_trajectories
+
+    from dreamgym.collect import run_episode
+    from dreamgym.data import write_jsonl
+    from dreamgym.envs import dial
+
+    env = dial.make_env("train")
+    write_jsonl(tmp_path / "pairs.jsonl", [run_episode(env, dial.POLICIES[p](seed=i), seed=i, task=t, policy_name=p)
+                                           for i, t in enumerate(dial.make_tasks("train")[:6])
+                                           for p in ("expert", "random", "random")])
+    dpo = ["train", "--algo", "dpo", *TRAIN, f"init={warm_dir}", "agent.show_admissible=false",
+           f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}",
+           f"data={tmp_path / 'pairs.jsonl'}", "dpo.epochs=1", "dpo.pairs_per_step=3"]
+    _run(dpo + [f"run_dir={tmp_path / 'dpo1'}"], 1, tmp_path)
+    _run(dpo + [f"run_dir={tmp_path / 'dpo2'}", "model.fsdp=true"], 2, tmp_path)
+    _assert_same_update(_weights(tmp_path / "dpo1" / "final" / "model"),
+                        _weights(tmp_path / "dpo2" / "final" / "model"), _weights(warm_dir))
+
+    write_jsonl(tmp_path / "data.jsonl", dial_trajectories(12))
+    em = ["train-em", "--data", str(tmp_path / "data.jsonl"), "env=dial", "max_steps=4", "batch_size=8",
+          "model.embedder=hashing", "threads=1", "task_writing=0", "micro_batch_tokens=1024"]
+    _run(em + [f"out={tmp_path / 'em1'}"], 1, tmp_path)
+    _run(em + [f"out={tmp_path / 'em2'}", "fsdp=true"], 2, tmp_path)
+    one = _weights(tmp_path / "em1" / "model")
+    _assert_same(one, _weights(tmp_path / "em2" / "model"), _base(one))
