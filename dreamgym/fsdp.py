@@ -29,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import re
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from dreamgym import distributed
+
+T = TypeVar("T")
 
 
 def _fsdp() -> Any:
@@ -98,6 +100,19 @@ def shard(model: nn.Module) -> nn.Module:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)
     return model
+
+
+def as_forward(model: Any, fn: Callable[[], T]) -> T:
+    """`fn()` run as a forward of `model`: for a sharded model, with its root's forward hooks around it (the root's
+    own weights gathered, its backward hooked), for code that calls the model's submodules directly (its decoder
+    trunk, then its head on some positions only). Just `fn()` for a model that is not sharded."""
+    if not is_sharded(model):
+        return fn()
+    if "_dreamgym_forward" not in vars(model):
+        model._dreamgym_forward = lambda f: f()
+        _fsdp().register_fsdp_forward_method(model, "_dreamgym_forward")
+    out: T = model._dreamgym_forward(fn)
+    return out
 
 
 @contextlib.contextmanager
@@ -168,6 +183,11 @@ def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
     out: dict[str, torch.Tensor] = distributed.guard("gathering the model's state", get_model_state_dict, model,
                                                      options=_options(True))
+    seen: set[int] = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out.pop(name, None)  # a tied parameter (embeddings and head): gathered into two copies, saved once
+        seen.add(id(p))
     return out
 
 

@@ -55,15 +55,17 @@ def _base(names) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_sharded_sft_matches_one_unsharded_process(tmp_path):
-    """Small micro-batches give each step an odd number of them, so rank 1 runs a zero-weighted repeat."""
-    sft = ["train", "--algo", "sft", *TRAIN, "sft.epochs=2", "sft.batch_size=16", "demo_episodes=12", "optim.lr=3e-3",
-           "optim.micro_batch_tokens=300"]
+    """One row per micro-batch and 15 rows per step: rank 1 has 7 micro-batches to rank 0's 8 in every full step
+    and runs a zero-weighted repeat of one of them."""
+    sft = ["train", "--algo", "sft", *TRAIN, "sft.epochs=2", "sft.batch_size=15", "demo_episodes=12", "optim.lr=3e-3",
+           "optim.micro_batch_tokens=1"]
     _run(sft + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)
     _run(sft + [f"run_dir={tmp_path / 'fsdp1'}", "model.fsdp=true"], 1, tmp_path)  # no launcher: a group of one
     _run(sft + [f"run_dir={tmp_path / 'fsdp2'}", "model.fsdp=true"], 2, tmp_path)
     one = _weights(tmp_path / "plain" / "final" / "model")
     for run in ("fsdp1", "fsdp2"):
-        _assert_same(one, _weights(tmp_path / run / "final" / "model"), _base(one))
+        # Measured: at most 3.9e-5 apart elementwise after 2 epochs of steps at lr 3e-3, one process or two.
+        _assert_same_update(one, _weights(tmp_path / run / "final" / "model"), _base(one))
         state = torch.load(tmp_path / run / "final" / "trainer_state.pt", weights_only=False)
         assert state["optimizer_format"] == "names"
     assert yaml.safe_load((tmp_path / "fsdp2" / "config.yaml").read_text())["model"]["fsdp"] is True
@@ -93,24 +95,35 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     def adapter(run: str) -> dict[str, torch.Tensor]:
         return load_file(str(tmp_path / run / "final" / "adapter" / "adapter_model.safetensors"))
 
+    def same_adapter(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+        """LoRA's B starts at 0, so B is its whole update (the 3%-of-the-update test); A starts at a random init
+        this test does not see, so A agrees within 1% of its norm."""
+        b_keys = [k for k in a if "lora_B" in k]
+        assert a.keys() == b.keys() and b_keys
+        _assert_same_update({k: a[k] for k in b_keys}, {k: b[k] for k in b_keys},
+                            {k: torch.zeros_like(a[k]) for k in b_keys})
+        for k in a.keys() - set(b_keys):
+            assert float((a[k] - b[k]).norm()) <= 0.01 * float(a[k].norm()), k
+
     plain = adapter("plain")
-    zero = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in plain.items()}  # LoRA B starts at 0
-    _assert_same_update(plain, adapter("fsdp"), zero)
+    same_adapter(plain, adapter("fsdp"))
 
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}", "model.fsdp=true"], 2, tmp_path, check=False,
                 env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
-    assert proc.returncode != 0 and "rank 1" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and ("rank 1" in out or "local_rank: 1" in out), out[-3000:]
     ckpt = resumable_checkpoint(run / "checkpoint")
     assert ckpt is not None and read_meta(ckpt)["iteration"] == 1
     _run(grpo + [f"run_dir={run}", "model.fsdp=true", "--resume"], 2, tmp_path)
-    _assert_same_update(plain, adapter("killed"), zero)
+    same_adapter(plain, adapter("killed"))
 
 
 @pytest.mark.slow
-def test_sharded_dpo_and_experience_model_match_one_process(tmp_path, warm_dir):  # noqa: F811
-    """DPO with full fine-tuning (its frozen reference is a sharded copy) and experience-model SFT, each on two
-    sharded ranks against one unsharded process."""
+def test_sharded_dpo_ppo_and_experience_model_match_one_process(tmp_path, warm_dir):  # noqa: F811
+    """DPO with full fine-tuning (its frozen reference a sharded copy), PPO with its value head (replicated, summed
+    beside the sharded policy) and a KL reference, and experience-model SFT, each on two sharded ranks against one
+    unsharded process."""
     from em_helpers import dial_trajectories
 
     from dreamgym.collect import run_episode
@@ -124,10 +137,17 @@ def test_sharded_dpo_and_experience_model_match_one_process(tmp_path, warm_dir):
     dpo = ["train", "--algo", "dpo", *TRAIN, f"init={warm_dir}", "agent.show_admissible=false",
            f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}",
            f"data={tmp_path / 'pairs.jsonl'}", "dpo.epochs=1", "dpo.pairs_per_step=3"]
-    _run(dpo + [f"run_dir={tmp_path / 'dpo1'}"], 1, tmp_path)
-    _run(dpo + [f"run_dir={tmp_path / 'dpo2'}", "model.fsdp=true"], 2, tmp_path)
-    _assert_same_update(_weights(tmp_path / "dpo1" / "final" / "model"),
-                        _weights(tmp_path / "dpo2" / "final" / "model"), _weights(warm_dir))
+    ppo = ["train", "--algo", "ppo", *TRAIN, f"init={warm_dir}", "agent.show_admissible=false",
+           f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}",
+           "iterations=1", "ppo.tasks_per_iteration=5", "ppo.episodes_per_task=2", "ppo.epochs=2",
+           "ppo.minibatches=2", "ppo.kl_coef=0.05"]
+    for name, args in (("dpo", dpo), ("ppo", ppo)):
+        _run(args + [f"run_dir={tmp_path / (name + '1')}"], 1, tmp_path)
+        _run(args + [f"run_dir={tmp_path / (name + '2')}", "model.fsdp=true"], 2, tmp_path)
+        one, two = (json.loads((tmp_path / f"{name}{n}" / "summary.json").read_text()) for n in (1, 2))
+        assert one["optimizer_steps"] == two["optimizer_steps"] > 0, name
+        _assert_same_update(_weights(tmp_path / f"{name}1" / "final" / "model"),
+                            _weights(tmp_path / f"{name}2" / "final" / "model"), _weights(warm_dir))
 
     write_jsonl(tmp_path / "data.jsonl", dial_trajectories(12))
     em = ["train-em", "--data", str(tmp_path / "data.jsonl"), "env=dial", "max_steps=4", "batch_size=8",

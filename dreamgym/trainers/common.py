@@ -243,6 +243,8 @@ def make_optimizer(params: Sequence[nn.Parameter], cfg: OptimConfig,
                    extra_groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
     """AdamW over `params` at `cfg.lr`, plus optional extra groups ({"params": [...], "lr": x})."""
     groups = [{"params": list(params), "lr": cfg.lr}] + [dict(g) for g in extra_groups if g["params"]]
+    for g in groups:
+        g["base_lr"] = g["lr"]  # the schedule's peak (`set_lr`); in the state from the start, so it loads by name
     # foreach=False: the same float operations in the same order on every run, on every device.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              weight_decay=cfg.weight_decay, foreach=False)
@@ -412,8 +414,14 @@ def policy_forward(model: nn.Module, packed: Packed, *, entropy: bool = False, e
     with autocast(device):
         if split is not None:
             trunk, head = split
-            hidden = trunk(input_ids=packed.input_ids, attention_mask=packed.attention_mask).last_hidden_state
-            logits_sel = head(hidden[:, :-1][mask]).float()  # [N, V] at the trained positions only
+
+            def trunk_and_head() -> tuple[torch.Tensor, torch.Tensor]:
+                h = trunk(input_ids=packed.input_ids, attention_mask=packed.attention_mask).last_hidden_state
+                return h, head(h[:, :-1][mask]).float()  # [N, V] at the trained positions only
+
+            # The trunk and head are called past the model's own forward: a sharded root gathers its weights
+            # (embeddings, head) only around a call it knows is a forward.
+            hidden, logits_sel = fsdp.as_forward(model, trunk_and_head)
         else:
             out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, output_hidden_states=True)
             hidden = out.hidden_states[-1]
@@ -482,7 +490,9 @@ def state_hidden_only(trunk_model: nn.Module, prompts: Sequence[Sequence[int]], 
     split = _split_lm(trunk_model)
     with autocast(device):
         if split is not None:
-            hidden = split[0](input_ids=packed.input_ids, attention_mask=packed.attention_mask).last_hidden_state
+            trunk = split[0]
+            hidden = fsdp.as_forward(trunk_model, lambda: trunk(input_ids=packed.input_ids,
+                                                                attention_mask=packed.attention_mask).last_hidden_state)
         else:
             hidden = trunk_model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                                  output_hidden_states=True).hidden_states[-1]
