@@ -1,8 +1,12 @@
 """Throughput of one process against two (torchrun, gloo, one CPU thread each) on the same global batch: the
 experience model's SFT (tokens/s) and real GRPO on the dial (seconds per iteration, rollouts and update).
 
-    python benchmarks/bench_distributed.py [--procs 1 2] [--em-steps 12] [--grpo-iterations 3]
+    python benchmarks/bench_distributed.py [--procs 1 2] [--em-steps 12] [--grpo-iterations 3] [--fsdp]
         [--grpo-args init=PATH agent.show_admissible=false ...]
+
+With --fsdp every configuration also runs sharded (`fsdp=true` / `model.fsdp=true`, dreamgym/fsdp.py) beside the
+replicated run, so the cost of sharding (all-gathers in every forward and backward, gathering for generation) is
+read side by side.
 
 An untrained tiny policy writes no valid action, so every GRPO group has equal rewards and no update runs: give a
 trained start (`--grpo-args init=...` with the agent settings it was trained with) to measure the update too.
@@ -51,7 +55,9 @@ def main() -> None:
     p.add_argument("--em-steps", type=int, default=12)
     p.add_argument("--grpo-iterations", type=int, default=3)
     p.add_argument("--grpo-args", nargs="*", default=[], help="extra key=value overrides of the GRPO runs")
+    p.add_argument("--fsdp", action="store_true", help="also run every configuration with sharded weights")
     a = p.parse_args()
+    modes = [("", False)] + ([(" sharded", True)] if a.fsdp else [])
     sys.path.insert(0, str(ROOT / "tests"))
     from em_helpers import dial_trajectories
 
@@ -64,27 +70,29 @@ def main() -> None:
         write_jsonl(root / "data.jsonl", dial_trajectories(60))
         print(f"\nexperience-model SFT, tiny preset, {a.em_steps} steps of 16 sequences")
         for n in a.procs:
-            out = root / f"em{n}"
-            _run(["train-em", "--data", str(root / "data.jsonl"), "env=dial", f"max_steps={a.em_steps}",
-                  "batch_size=16", "model.embedder=hashing", "threads=1", "task_writing=0", "micro_batch_tokens=2048",
-                  f"out={out}"], n)
-            s = json.loads((out / "train_summary.json").read_text())
-            rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
-            print(f"  {n} process{'es' if n > 1 else '  '}: {rows[-1]['em/tokens_per_s']:8.0f} tokens/s "
-                  f"({s['train_time_s']:.1f}s training)")
+            for label, sharded in modes:
+                out = root / f"em{n}{label.strip()}"
+                _run(["train-em", "--data", str(root / "data.jsonl"), "env=dial", f"max_steps={a.em_steps}",
+                      "batch_size=16", "model.embedder=hashing", "threads=1", "task_writing=0",
+                      "micro_batch_tokens=2048", f"fsdp={str(sharded).lower()}", f"out={out}"], n)
+                s = json.loads((out / "train_summary.json").read_text())
+                rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+                print(f"  {n} process{'es' if n > 1 else '  '}{label:8}: {rows[-1]['em/tokens_per_s']:8.0f} tokens/s "
+                      f"({s['train_time_s']:.1f}s training)")
         print(f"\nreal GRPO on the dial, tiny preset, {a.grpo_iterations} iterations of 8 tasks x 8 episodes")
         for n in a.procs:
-            run = root / f"grpo{n}"
-            _run(["train", "--algo", "grpo", "--env", "dial", "--no-progress", "tensorboard=false",
-                  "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
-                  "grpo.group_size=8", "grpo.tasks_per_iteration=8", "rollout.max_new_tokens=16",
-                  "rollout.max_turns=6", *a.grpo_args, f"run_dir={run}"], n)
-            its = [r for line in (run / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
-            roll = sum(r["rollout_time_s"] for r in its) / len(its)
-            upd = sum(r["update_time_s"] for r in its) / len(its)
-            steps = sum(r["optimizer_steps"] for r in its)
-            print(f"  {n} process{'es' if n > 1 else '  '}: {roll + upd:6.2f}s per iteration "
-                  f"(rollouts {roll:.2f}s, update {upd:.2f}s; {steps:.0f} optimizer steps)")
+            for label, sharded in modes:
+                run = root / f"grpo{n}{label.strip()}"
+                _run(["train", "--algo", "grpo", "--env", "dial", "--no-progress", "tensorboard=false",
+                      "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
+                      "grpo.group_size=8", "grpo.tasks_per_iteration=8", "rollout.max_new_tokens=16",
+                      "rollout.max_turns=6", f"model.fsdp={str(sharded).lower()}", *a.grpo_args, f"run_dir={run}"], n)
+                its = [r for line in (run / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+                roll = sum(r["rollout_time_s"] for r in its) / len(its)
+                upd = sum(r["update_time_s"] for r in its) / len(its)
+                steps = sum(r["optimizer_steps"] for r in its)
+                print(f"  {n} process{'es' if n > 1 else '  '}{label:8}: {roll + upd:6.2f}s per iteration "
+                      f"(rollouts {roll:.2f}s, update {upd:.2f}s; {steps:.0f} optimizer steps)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -10,14 +10,16 @@ how to resume.
 Must not know: trainers, models beyond their parameters, environments, files (rank 0 alone writes, by asking
 `is_main()`).
 
-The scheme, for every trainer that supports it (`SUPPORTED` in `dreamgym/train.py`): every rank holds the same
+The scheme, for every trainer (SFT, DPO, GRPO, PPO and the experience model's SFT): every rank holds the same
 weights, optimizer state and data, and draws the same batches from the same seeds; the work of a step is split
 (micro-batches of a supervised step or an update, by position; the tasks of a rollout, in contiguous whole groups),
 each rank back-propagates its part scaled by its share of the *global* step's tokens, and the gradients are summed
 over ranks before the one clipped optimizer step that every rank takes. So N processes take the same optimizer steps
-as one process on the same global batch, up to the order of floating-point sums.
+as one process on the same global batch, up to the order of floating-point sums. With sharded weights
+(`dreamgym/fsdp.py`) each rank holds a slice of the weights instead of a replica; the split of the work is the same.
 
-With one process (no launcher) every function here is the identity and nothing is initialised.
+With one process (no launcher) every function here is the identity and nothing is initialised (unless sharding asks
+for a group of one: `init(fsdp=True)`).
 """
 
 from __future__ import annotations
