@@ -407,8 +407,9 @@ QUICKSTART_EXPECTED = {
         "Why: the tiny policy learns when to submit in a sharp transition whose step the CPU's float rounding moves "
         "(those settings reach it after 985, 1,790 and 485 steps; 16 fixed epochs gave 31% on one machine and 9-11% "
         "on others, where no RL method moved), so SFT stops on what the policy does, not on a step count. From about "
-        "30%, GRPO groups hold both wins and losses and the RL rows can move. One run per row, 180 episodes each: "
-        "rows whose intervals overlap are not separated."),
+        "30%, GRPO groups hold both wins and losses and the RL rows can move: the DreamGym row reached 42.8%, 49.4% "
+        "and 60.6% in those settings, above SFT each time; S2R and real GRPO varied more. One run per row, 180 "
+        "episodes each: rows whose intervals overlap are not separated."),
 }
 """What the quickstart's table should show on an environment, printed under it (measured figures in the docs)."""
 

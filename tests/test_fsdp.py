@@ -156,3 +156,31 @@ def test_sharded_dpo_ppo_and_experience_model_match_one_process(tmp_path, warm_d
     _run(em + [f"out={tmp_path / 'em2'}", "fsdp=true"], 2, tmp_path)
     one = _weights(tmp_path / "em1" / "model")
     _assert_same(one, _weights(tmp_path / "em2" / "model"), _base(one))
+
+
+@pytest.mark.slow
+def test_accelerate_launch_with_the_shipped_fsdp_config(tmp_path):
+    """`accelerate launch --config_file configs/accelerate/fsdp.yaml` starts the ranks (gloo here); without
+    model.fsdp=true the run stops at start-up naming the field, with it two sharded ranks train and rank 0 writes
+    a plain Hugging Face folder."""
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import ROOT
+
+    def launch(*extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "configs" / "accelerate" / "fsdp.yaml"), "--num_processes", "2", "-m", "dreamgym.cli",
+               "train", "--algo", "sft", "--env", "dial", "--no-progress", "tensorboard=false", "eval_at_start=false",
+               "eval_max_tasks=2", "sft.epochs=1", "demo_episodes=8", f"run_dir={tmp_path / 'run'}", *extra]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+               "DREAMGYM_DIST_TIMEOUT_S": "120"}
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    refused = launch()
+    assert refused.returncode != 0 and "model.fsdp" in refused.stdout + refused.stderr
+    ran = launch("model.fsdp=true")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["optimizer_steps"] > 0
+    assert (tmp_path / "run" / "final" / "model" / "model.safetensors").is_file()
