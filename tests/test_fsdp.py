@@ -46,6 +46,59 @@ def test_fsdp_refuses_what_it_cannot_shard(monkeypatch):
     assert load_config(TrainConfig, None, ["model.fsdp=true"]).model.fsdp
 
 
+@pytest.fixture
+def group_of_one(monkeypatch):
+    """This process as a process group of one (what `model.fsdp=true` without a launcher joins), left again after
+    the test; the rendezvous variables it sets are removed so later subprocesses do not inherit its port."""
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    distributed.init(fsdp=True)
+    yield
+    distributed.shutdown()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_sharded_model_steps_generates_and_saves_like_the_plain_one(group_of_one, device):
+    """In one process, on the CPU and (in the GPU check) on CUDA under bf16 autocast: a sharded tiny model holds
+    DTensor weights, takes the same supervised steps as an unsharded copy, generates the same greedy text inside
+    `gathered` (several forwards that need no collective), and its gathered full state is the copy's weights."""
+    import copy
+
+    from dreamgym import fsdp
+    from dreamgym.llm.base import SamplingParams
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.presets import load_preset
+    from dreamgym.trainers.common import (ModelConfig, OptimConfig, make_optimizer, prepare_policy, supervised_step,
+                                          trainable_parameters)
+
+    base, tok = load_preset("tiny", device=device)
+    plain = prepare_policy(copy.deepcopy(base), ModelConfig(preset="tiny", lora=False))
+    sharded = prepare_policy(copy.deepcopy(base), ModelConfig(preset="tiny", lora=False, fsdp=True))
+    assert fsdp.is_sharded(sharded) and all(fsdp.is_dtensor(p) for p in sharded.parameters())
+    cfg = OptimConfig(lr=1e-3, micro_batch_tokens=64)  # several micro-batches per step
+    rows = [(tok(f"set the dial to {i}")["input_ids"], tok(f"turn up {i % 3}")["input_ids"]) for i in range(6)]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    losses = []
+    for m in (plain, sharded):
+        params = trainable_parameters(m)
+        opt = make_optimizer(params, cfg)
+        m.train()
+        losses.append([supervised_step(m, opt, params, cfg, rows, pad, torch.device(device))["loss"]
+                       for _ in range(3)])
+        m.eval()
+    assert losses[0] == pytest.approx(losses[1], rel=1e-3) and losses[0][-1] < losses[0][0]
+    full = fsdp.full_state(sharded)
+    for k, v in plain.state_dict().items():
+        if k in full:
+            torch.testing.assert_close(full[k].float(), v.detach().cpu().float(), atol=1e-4, rtol=1e-3, msg=k)
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    prompts = [[{"role": "user", "content": f"dial {i}"}] for i in range(3)]
+    want = [c.text for c in HFBackend(plain, tok).generate(prompts, greedy)]
+    with fsdp.gathered(sharded):
+        got = [c.text for c in HFBackend(sharded, tok).generate(prompts, greedy)]
+    assert got == want
+
+
 def _base(names) -> dict[str, torch.Tensor]:
     from dreamgym.presets import load_preset
 
