@@ -189,9 +189,13 @@ def _batched(model: ExperienceModel, queries: list[Transition], batch_size: int)
 
 
 def action_kind(action: str) -> str:
-    """The verb of an action: the text before `[` (`search[...]` -> `search`), else its first word."""
+    """The verb of an action: the text before the first `[` or `(` when no space comes before it (`search[...]` ->
+    `search`, the web family's `click('13')` -> `click`), else its first word (`go to desk 1` -> `go`)."""
     a = action.strip()
-    head = a.split("[", 1)[0] if "[" in a else (a.split(maxsplit=1) or [""])[0]
+    head = (a.split(maxsplit=1) or [""])[0]
+    cut = min((i for i in (head.find("["), head.find("(")) if i > 0), default=-1)
+    if cut > 0:
+        head = head[:cut]
     return head.strip().lower() or "(empty)"
 
 

@@ -132,6 +132,8 @@ def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
 def test_action_kind_is_the_verb():
     assert action_kind("search[red shoes]") == "search" and action_kind("click[Buy Now]") == "click"
     assert action_kind("go to countertop 1") == "go" and action_kind("  ") == "(empty)"
+    # The web family's BrowserGym calls, arguments with spaces included.
+    assert action_kind("click('13')") == "click" and action_kind('fill("42", "red shoes")') == "fill"
 
 
 def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
