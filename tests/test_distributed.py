@@ -1,7 +1,8 @@
 """Several processes (torchrun, gloo on the CPU): two ranks take the same optimizer steps as one process on the same
 global batch — an experience-model SFT run, an agent SFT run and GRPO iterations (rollouts included) end with the
 same weights — and a rank killed mid-iteration stops the job with an error naming it while the last checkpoint still
-loads and resumes."""
+loads and resumes. Experience-model SFT, agent SFT, PPO and DPO also run with sharded weights (`model.fsdp=true`)
+against the same one-process baselines; tests/test_fsdp.py has the rest of sharding."""
 
 from __future__ import annotations
 
@@ -97,9 +98,11 @@ def test_two_ranks_train_the_experience_model_as_one_process(tmp_path):
             "model.embedder=hashing", "threads=1", "task_writing=0", "micro_batch_tokens=1024"]
     _run(args + [f"out={tmp_path / 'one'}"], 1, tmp_path)
     _run(args + [f"out={tmp_path / 'two'}"], 2, tmp_path)
+    _run(args + [f"out={tmp_path / 'sharded'}", "fsdp=true"], 2, tmp_path)  # FSDP2: dreamgym/fsdp.py
     base = {k: v.float() for k, v in load_preset("tiny", device="cpu")[0].state_dict().items()}
     one, two = _weights(tmp_path / "one" / "model"), _weights(tmp_path / "two" / "model")
     _assert_same(one, two, {k: base[k] for k in one})
+    _assert_same(one, _weights(tmp_path / "sharded" / "model"), {k: base[k] for k in one})
     log = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").open()]
     assert log and json.loads((tmp_path / "two" / "train_summary.json").read_text())["processes"] == 2
 
@@ -111,9 +114,14 @@ def test_two_ranks_run_sft_as_one_process(tmp_path):
     sft = ["train", "--algo", "sft", *TRAIN, "sft.epochs=2", "sft.batch_size=16", "demo_episodes=12", "optim.lr=3e-3"]
     _run(sft + [f"run_dir={tmp_path / 'sft1'}"], 1, tmp_path)
     _run(sft + [f"run_dir={tmp_path / 'sft2'}"], 2, tmp_path)
+    # Sharded: one micro-batch per step, so rank 1 runs a zero-weighted repeat of it in every step (lockstep).
+    _run(sft + [f"run_dir={tmp_path / 'sft2f'}", "model.fsdp=true"], 2, tmp_path)
     one = _weights(tmp_path / "sft1" / "final" / "model")
     base = {k: v.float() for k, v in load_preset("tiny", device="cpu")[0].state_dict().items()}
     _assert_same(one, _weights(tmp_path / "sft2" / "final" / "model"), {k: base[k] for k in one})
+    _assert_same(one, _weights(tmp_path / "sft2f" / "final" / "model"), {k: base[k] for k in one})
+    state = torch.load(tmp_path / "sft2f" / "final" / "trainer_state.pt", weights_only=False)
+    assert state["optimizer_format"] == "names"  # by parameter name: resumes at any world size
 
 
 @pytest.mark.slow
@@ -181,10 +189,14 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, warm_dir):
     for name, args in jobs.items():
         _run(args + [f"run_dir={tmp_path / (name + '1')}"], 1, tmp_path)
         _run(args + [f"run_dir={tmp_path / (name + '2')}"], 2, tmp_path)
-        one, two = (json.loads((tmp_path / f"{name}{n}" / "summary.json").read_text()) for n in (1, 2))
-        assert one["optimizer_steps"] == two["optimizer_steps"] > 0, name
-        _assert_same_update(_weights(tmp_path / f"{name}1" / "final" / "model"),
-                            _weights(tmp_path / f"{name}2" / "final" / "model"), start)
+        # Sharded (FSDP2): PPO's value head stays replicated beside the sharded policy; DPO's full-fine-tuning
+        # reference is a sharded frozen copy.
+        _run(args + [f"run_dir={tmp_path / (name + '2f')}", "model.fsdp=true"], 2, tmp_path)
+        for run in ("2", "2f"):
+            one, two = (json.loads((tmp_path / f"{name}{n}" / "summary.json").read_text()) for n in ("1", run))
+            assert one["optimizer_steps"] == two["optimizer_steps"] > 0, name
+            _assert_same_update(_weights(tmp_path / f"{name}1" / "final" / "model"),
+                                _weights(tmp_path / f"{name}{run}" / "final" / "model"), start)
 
 
 @pytest.mark.slow
