@@ -130,10 +130,6 @@ def share(items: Sequence[T], lockstep: bool = False) -> list[tuple[T, bool]]:
 
 def guard(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)`, a collective: a failure because another rank died or hung becomes `RankFailure`."""
-    return _collective(what, fn, *args, **kwargs)
-
-
-def _collective(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except (RuntimeError, ValueError) as e:  # gloo/NCCL report a dead or silent peer as RuntimeError subclasses
@@ -152,7 +148,7 @@ def sum_gradients(params: Sequence[torch.nn.Parameter]) -> None:
         by_dtype.setdefault(p.dtype, []).append(p)
     for group in by_dtype.values():
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in group])
-        _collective("summing gradients", torch.distributed.all_reduce, flat)
+        guard("summing gradients", torch.distributed.all_reduce, flat)
         offset = 0
         for p in group:
             n = p.numel()
@@ -165,7 +161,7 @@ def sum_floats(values: Sequence[float]) -> list[float]:
     if not active():
         return list(values)
     t = torch.tensor(list(values), dtype=torch.float64, device=device())
-    _collective("summing metrics", torch.distributed.all_reduce, t)
+    guard("summing metrics", torch.distributed.all_reduce, t)
     return [float(x) for x in t.tolist()]
 
 
@@ -174,7 +170,7 @@ def gather(obj: T) -> list[T]:
     if not active():
         return [obj]
     out: list[Any] = [None] * world()
-    _collective("gathering results", torch.distributed.all_gather_object, out, obj)
+    guard("gathering results", torch.distributed.all_gather_object, out, obj)
     return out
 
 
@@ -188,7 +184,7 @@ def share_rows(n: int) -> tuple[int, int]:
 
 def barrier(what: str = "waiting for the other ranks") -> None:
     if active():
-        _collective(what, torch.distributed.barrier)
+        guard(what, torch.distributed.barrier)
 
 
 def shutdown() -> None:

@@ -67,6 +67,18 @@ def _units(model: nn.Module) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, _fsdp().FSDPModule)]
 
 
+def check_config(enabled: bool, quantize: str, field: str) -> None:
+    """The start-up checks of a config's sharding switch `field`: not on a 4-bit base, and on whenever `accelerate
+    launch` was given an FSDP config (DreamGym shards its models itself, so the config must ask for it)."""
+    from dreamgym.config import ConfigError
+
+    if enabled and quantize != "none":
+        raise ConfigError(field, "a 4-bit base cannot be sharded", f"{field}=false with quantize=4bit")
+    if distributed.accelerate_fsdp() and not enabled:
+        raise ConfigError(field, "accelerate launched this run with an FSDP config (ACCELERATE_USE_FSDP)",
+                          f"{field}=true")
+
+
 def layer_classes(model: nn.Module) -> set[str]:
     """Class names of the decoder layers to shard one by one: the Hugging Face model's `_no_split_modules`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]

@@ -379,27 +379,19 @@ def run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks
     episodes in the order one process would have them, `stats` summed over processes and `budget` charged with
     every process's real steps. A sharded (FSDP) policy is gathered for the whole rollout: ranks generate different
     numbers of tokens."""
-    from dreamgym import fsdp
+    from dreamgym import distributed, fsdp
 
     with fsdp.gathered(getattr(backend, "model", None)):
-        return _run_shared(backend, env_factory, tasks, budget=budget, stats=stats, task_seeds=task_seeds, **kw)
-
-
-def _run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks: Sequence[Task], *,
-                budget: RealStepBudget | None, stats: dict[str, float] | None, task_seeds: Sequence[int] | None,
-                **kw: Any) -> list[Episode]:
-    from dreamgym import distributed
-
-    if not distributed.active():
-        return run_rollouts(backend, env_factory, tasks, budget=budget, stats=stats, task_seeds=task_seeds, **kw)
-    start, end = distributed.my_range(len(tasks))
-    remaining = budget.remaining if budget is not None else None
-    lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
-    share = RealStepBudget(None if remaining is None else hi - lo)  # counts this process's real steps
-    st: dict[str, float] = {}
-    mine = run_rollouts(backend, env_factory, tasks[start:end], budget=share, stats=st,
-                        task_seeds=None if task_seeds is None else task_seeds[start:end], first_task=start,
-                        share_rows=distributed.share_rows, **kw)
+        if not distributed.active():
+            return run_rollouts(backend, env_factory, tasks, budget=budget, stats=stats, task_seeds=task_seeds, **kw)
+        start, end = distributed.my_range(len(tasks))
+        remaining = budget.remaining if budget is not None else None
+        lo, hi = distributed.my_range(remaining) if remaining is not None else (0, 0)
+        share = RealStepBudget(None if remaining is None else hi - lo)  # counts this process's real steps
+        st: dict[str, float] = {}
+        mine = run_rollouts(backend, env_factory, tasks[start:end], budget=share, stats=st,
+                            task_seeds=None if task_seeds is None else task_seeds[start:end], first_task=start,
+                            share_rows=distributed.share_rows, **kw)
     keys = sorted(st)
     *totals, used = distributed.sum_floats([st[k] for k in keys] + [share.used])
     if stats is not None:

@@ -120,9 +120,6 @@ class TrainConfig(TrainerConfig):
             raise ConfigError("eval_seeds", "need at least one evaluation seed", "a list of seeds >= 0")
         if self.model.fsdp and self.algo == "ppo" and self.ppo.critic == "separate":
             raise ConfigError("ppo.critic", "a separate critic is not sharded", "critic=shared with model.fsdp")
-        if distributed.accelerate_fsdp() and not self.model.fsdp:
-            raise ConfigError("model.fsdp", "accelerate launched this run with an FSDP config (ACCELERATE_USE_FSDP)",
-                              "model.fsdp=true")
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or f"runs/{self.algo}-{self.env}-seed{self.seed}")

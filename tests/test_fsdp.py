@@ -33,14 +33,15 @@ def test_fsdp_refuses_what_it_cannot_shard(monkeypatch):
     from dreamgym.experience.train import TrainEMConfig
     from dreamgym.train import TrainConfig
 
-    with pytest.raises(ConfigError, match="model.fsdp"):
+    # Each error names the field as the command line spells it.
+    with pytest.raises(ConfigError, match="^model.fsdp: a 4-bit base"):
         load_config(TrainConfig, None, ["model.fsdp=true", "model.lora=true", "model.quantize=4bit"])
-    with pytest.raises(ConfigError, match="ppo.critic"):
+    with pytest.raises(ConfigError, match="^ppo.critic:"):
         load_config(TrainConfig, None, ["model.fsdp=true", "algo=ppo", "ppo.critic=separate"])
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # accelerate launch --config_file configs/accelerate/fsdp.yaml
-    with pytest.raises(ConfigError, match="model.fsdp"):
+    with pytest.raises(ConfigError, match="^model.fsdp: accelerate launched"):
         load_config(TrainConfig, None, [])
-    with pytest.raises(ConfigError, match="fsdp"):
+    with pytest.raises(ConfigError, match="^fsdp: accelerate launched"):
         load_config(TrainEMConfig, None, ["env=dial", "data=x.jsonl"])
     assert load_config(TrainConfig, None, ["model.fsdp=true"]).model.fsdp
 

@@ -104,13 +104,9 @@ class TrainEMConfig:
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
     def validate(self) -> None:
-        if self.fsdp and self.quantize != "none":
-            raise ConfigError("fsdp", "a 4-bit base cannot be sharded", "fsdp=false with quantize=4bit")
-        from dreamgym import distributed
+        from dreamgym import fsdp
 
-        if distributed.accelerate_fsdp() and not self.fsdp:
-            raise ConfigError("fsdp", "accelerate launched this run with an FSDP config (ACCELERATE_USE_FSDP)",
-                              "fsdp=true")
+        fsdp.check_config(self.fsdp, self.quantize, "fsdp")
         if self.quantize != "none" and self.lora is not True:
             raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
 
@@ -256,16 +252,18 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     torch_device = model_device(model)
 
-    def save_state() -> None:
-        # Every rank: a sharded model's weights and optimizer state are gathered to rank 0, which writes.
+    def save_state() -> dict[str, Any] | None:
+        """Write the resumable checkpoint; returns a sharded model's gathered weights (None unsharded). Every rank:
+        a sharded model's weights and optimizer state are gathered to rank 0, which writes."""
         weights = fsdp.full_state(model) if fsdp.is_sharded(model) else None
         opt_state = optimizer_state(model, opt)
         if not distributed.is_main():
-            return
+            return weights
         write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
                          {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step},
                          {"algo": "experience-model", "base": cfg.preset, "iteration": step // n_batches,
                           "global_step": step, "config": to_dict(cfg)}, weights)
+        return weights
 
     # The batch schedule is a pure function of (seed, epoch), so a resumed run sees the same batches.
     def schedule(epoch: int) -> list[list[int]]:
@@ -306,13 +304,13 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     model.eval()
     # The final resumable state first (a later run with more steps continues from it), then the experience model:
     # its weights switched atomically, and em_config.json, which makes the folder a finished checkpoint, last.
-    save_state()
+    weights = save_state()
     summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
                "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
                "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
                "processes": distributed.world()}
-    final = {"state_dict": fsdp.full_state(model)} if fsdp.is_sharded(model) else {}  # every rank gathers
+    final = {} if weights is None else {"state_dict": weights}  # a sharded model's, gathered by save_state
     if not distributed.is_main():
         return summary
     with atomic_dir(out / MODEL_SUBDIR) as tmp:

@@ -91,10 +91,9 @@ class ModelConfig:
     layer) instead of holding a replica on each; a single process runs the same code path."""
 
     def validate(self) -> None:
-        if self.fsdp and self.quantize != "none":
-            raise ConfigError("model.fsdp", "a 4-bit base cannot be sharded", "fsdp=false with quantize=4bit")
+        fsdp.check_config(self.fsdp, self.quantize, "fsdp")
         if self.fsdp and self.policy_url:
-            raise ConfigError("model.fsdp", "adapters pushed to servers are not gathered from shards",
+            raise ConfigError("fsdp", "adapters pushed to servers are not gathered from shards",
                               "fsdp=false with policy_url")
         if self.quantize != "none" and self.lora is not True:
             raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
@@ -279,16 +278,14 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: Sequence[nn.Paramete
     if fsdp.any_sharded(params):
         distributed.sum_gradients([p for p in params if not fsdp.is_dtensor(p)])
         norm = fsdp.clip_grad_norm(params, cfg.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return norm
-    distributed.sum_gradients(params)
-    grads = [p for p in params if p.grad is not None]
-    if cfg.max_grad_norm > 0 and grads:
-        norm = float(torch.nn.utils.clip_grad_norm_(grads, cfg.max_grad_norm, foreach=False))
     else:
-        norms = [g.detach().float().norm() for p in grads if (g := p.grad) is not None]  # all of `grads` have one
-        norm = float(torch.norm(torch.stack(norms))) if grads else 0.0
+        distributed.sum_gradients(params)
+        grads = [p for p in params if p.grad is not None]
+        if cfg.max_grad_norm > 0 and grads:
+            norm = float(torch.nn.utils.clip_grad_norm_(grads, cfg.max_grad_norm, foreach=False))
+        else:
+            norms = [g.detach().float().norm() for p in grads if (g := p.grad) is not None]  # all of `grads` have one
+            norm = float(torch.norm(torch.stack(norms))) if grads else 0.0
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
