@@ -21,11 +21,7 @@ import argparse
 import os
 import platform
 import random
-import re
-import select
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,36 +29,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from servers import cli_server  # noqa: E402  (tests/servers.py: start a dreamgym command, read its URL)
 
 
 @contextmanager
 def serve_env(em: Path, sessions: int, max_batch: int, threads: int) -> Iterator[str]:
     """`dreamgym serve-env --dream` in its own process; yields its URL and stops it on exit."""
-    cmd = [sys.executable, "-m", "dreamgym.cli", "serve-env", "--env", "dial", "--dream", "--em", str(em),
-           "--device", "cpu", "--port", "0", "--threads", str(threads), "--max-sessions", str(max(sessions, 1) + 1),
-           "--max-batch", str(max_batch), "--batch-wait-ms", "5" if max_batch > 1 else "0"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": str(threads)}
-    with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-        try:
-            assert proc.stdout is not None
-            line, deadline = "", time.time() + 300
-            while not line and proc.poll() is None and time.time() < deadline:
-                if select.select([proc.stdout], [], [], 1.0)[0]:
-                    line = proc.stdout.readline()
-            m = re.search(r"http://[\w.]+:\d+", line)
-            if not m:
-                log.seek(0)
-                raise SystemExit(f"serve-env did not start: {line!r}\n{log.read()[-3000:]}")
-            yield m.group(0)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    args = ["serve-env", "--env", "dial", "--dream", "--em", str(em), "--device", "cpu", "--port", "0", "--threads",
+            str(threads), "--max-sessions", str(max(sessions, 1) + 1), "--max-batch", str(max_batch),
+            "--batch-wait-ms", "5" if max_batch > 1 else "0"]
+    with cli_server(args, timeout=300, env={"OMP_NUM_THREADS": str(threads)}) as (_, url):
+        yield url
 
 
 def served(em: Path, sessions: int, seconds: float, max_batch: int, threads: int) -> dict:

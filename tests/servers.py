@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def cli_server(args: list[str], timeout: float = 120.0) -> Iterator[tuple[subprocess.Popen, str]]:
-    """Run `python -m dreamgym.cli *args` (which must print the URL it serves) and yield (process, base URL
-    without a trailing slash or /v1). The process is stopped on exit. Its log goes to a temporary file, not a
-    pipe nobody reads (a full pipe would stall the server)."""
+def server_process(cmd: list[str], timeout: float = 120.0,
+                   env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen, str]]:
+    """Run `cmd` from the checkout (it must print the loopback URL it serves) and yield (process, base URL without a
+    trailing slash or /v1). `env` adds variables to this process's environment (PYTHONPATH is the checkout unless
+    `env` says otherwise). The process is stopped on exit. Its log goes to a temporary file, not a pipe nobody
+    reads (a full pipe would stall the server)."""
     with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dreamgym.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         try:
             deadline = time.time() + timeout
             line = ""
@@ -54,6 +57,12 @@ def cli_server(args: list[str], timeout: float = 120.0) -> Iterator[tuple[subpro
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def cli_server(args: list[str], timeout: float = 120.0,
+               env: dict[str, str] | None = None) -> contextlib.AbstractContextManager[tuple[subprocess.Popen, str]]:
+    """`server_process` of `python -m dreamgym.cli *args` (a serving command, which prints the URL it serves)."""
+    return server_process([sys.executable, "-m", "dreamgym.cli", *args], timeout, env)
 
 
 @dataclass

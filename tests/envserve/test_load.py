@@ -22,16 +22,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
-import select
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -42,6 +38,7 @@ from dreamgym.embed import HashingEmbedder
 from dreamgym.envserve.client import RemoteEnvError, RemoteTextEnv, ServerGone, server_info
 from dreamgym.synthetic_env import SyntheticEnv
 from fake_lm_dream_server import fake_dream_model
+from servers import server_process
 
 pytestmark = pytest.mark.slow
 
@@ -63,30 +60,12 @@ MAX_BODY_MB = 0.05
 LIMIT_BYTES = int(MAX_BODY_MB * 2**20)
 
 
-@contextmanager
-def fake_lm_server(buffer: Path, timeout: float = 120.0) -> Iterator[tuple[subprocess.Popen, str]]:
+def fake_lm_server(buffer: Path, timeout: float = 120.0) -> AbstractContextManager[tuple[subprocess.Popen, str]]:
     """Start fake_lm_dream_server.py on a free loopback port; yield (process, URL); stop it on exit."""
     script = Path(__file__).with_name("fake_lm_dream_server.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen([sys.executable, str(script), "--buffer", str(buffer), "--max-sessions", "160",
-                                 "--max-body-mb", str(MAX_BODY_MB)], cwd=ROOT, stdout=subprocess.PIPE, stderr=log,
-                                text=True, env=env)
-        try:
-            assert proc.stdout is not None
-            deadline, line = time.time() + timeout, ""
-            while time.time() < deadline and not line and proc.poll() is None:
-                if select.select([proc.stdout], [], [], 1.0)[0]:
-                    line = proc.stdout.readline()
-            m = re.search(r"http://127\.0\.0\.1:\d+", line)
-            if not m:
-                log.seek(0)
-                raise AssertionError(f"server did not start: {line!r} {log.read()[-2000:]}")
-            yield proc, m.group(0)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    return server_process([sys.executable, str(script), "--buffer", str(buffer), "--max-sessions", "160",
+                           "--max-body-mb", str(MAX_BODY_MB)], timeout,
+                          env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])})
 
 
 def rss_mib(pid: int) -> float:
