@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
 
 from dreamgym import distributed
 
