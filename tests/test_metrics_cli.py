@@ -42,7 +42,8 @@ def test_machine_info_records_the_kernel_path_torch_runs_on():
     assert info["cpu_count"] >= 1 and info["torch_threads"] >= 1 and info["cpu"]
     assert info["torch_cpu_capability"] in describe_machine(info) and info["date_utc"][:2] == "20"
     code = "import json; from dreamgym.metrics import machine_info; print(json.dumps(machine_info()))"
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    # Both thread variables: torch's default thread count follows MKL_NUM_THREADS too where the caller set it.
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     forced = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                        check=True).stdout.strip().splitlines()[-1])
     assert forced["torch_cpu_capability"] == "DEFAULT" and forced["torch_threads"] == 1
