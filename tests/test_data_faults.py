@@ -314,13 +314,11 @@ def _commands(data, tmp) -> dict[str, list[str]]:
     }
 
 
-def _run_cli(args: list[str]):
+def _run_cli(args: list[str], cwd):
     import subprocess
     import sys
 
-    from crash import ROOT
-
-    return subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -341,7 +339,7 @@ def test_every_command_refuses_a_damaged_parquet_file_in_one_line_and_exits_2_ev
     # train-em aborted in 7 of 10 runs: six more runs of it fail with probability > 0.999 if the abort is back.
     runs += [("train-em", _commands(files["page header"], tmp_path)["train-em"], files["page header"])] * 6
     with ThreadPoolExecutor(2) as pool:
-        procs = list(pool.map(lambda run: _run_cli(run[1]), runs))
+        procs = list(pool.map(lambda run: _run_cli(run[1], tmp_path), runs))
     for (name, _, data), proc in zip(runs, procs):
         try:
             _one_line_refusal(proc, data)
