@@ -15,7 +15,10 @@ connection, isolated from the others, messages `{"type": "reset", "data": {seed,
 /step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request: a step without a reset
 is answered 409); `GET /schema`, `/metadata`, `/health`. Added here: `GET /stats` (episodes, steps, batch sizes
 reached, buffer size) and, for a dream, `POST /buffer/transitions` (other processes add transitions through the
-owner; answered once they are durable) and `GET /buffer/stats`.
+owner; answered once they are durable) and `GET /buffer/stats`. Left out: OpenEnv's `/mcp` routes (these
+environments have no MCP tools, and its HTTP form creates sessions that no connection holds), so every session is a
+`/ws` connection. A message OpenEnv's session loop cannot take (`message_problem`) is answered with an error naming
+it, the session going on.
 
 Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
 `idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
@@ -422,8 +425,9 @@ class _Guard:
             except OSError:  # the client has gone (uvicorn's ClientDisconnected is an OSError)
                 gone = True
                 if message["type"] != "websocket.close":  # OpenEnv closes after "close": nothing to say then
-                    log.info("serve-env: a client left during a step (%s); its answer was dropped and its session "
-                             "closed", scope.get("client") and "%s:%s" % tuple(scope["client"]))
+                    client = scope.get("client") or ("?", "?")
+                    log.info("serve-env: the client %s:%s left during a step; its answer was dropped and its session "
+                             "closed", client[0], client[1])
 
         await self.app(scope, checked, quiet)
 

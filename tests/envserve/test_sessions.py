@@ -60,9 +60,10 @@ def _still_playing(ws) -> None:
     ("null", "VALIDATION_ERROR", "got JSON null"),
     (b'{"type": "step", "data": {"action": "look"}}', "INVALID_JSON", "binary frame"),
     ('{"type": "step", "data": {"action": "turn up \\ud800"}}', "VALIDATION_ERROR", "lone surrogate"),
-    ('{"type": "reset", "data": {"seed": 1, "task": {"id": "\\udfff"}}}', "VALIDATION_ERROR", "lone surrogate"),
+    ('{"type": "reset", "data": {"seed": 1, "task": {"id": "dial-3-5", "env": "dial", "instruction": '
+     '"set the dial to 5 \\udfff", "goal": {"target": 5, "start": 3}}}}', "VALIDATION_ERROR", "lone surrogate"),
     ("[" * 200_000 + "]" * 200_000, "INVALID_JSON", "nested too deeply"),
-])
+], ids=["array", "string", "null", "binary-frame", "surrogate-in-action", "surrogate-in-task", "nested"])
 def test_a_bad_message_gets_an_error_naming_it_and_the_session_keeps_its_episode(session, message, code, says):
     answer = _ask(session, message)
     assert answer["type"] == "error" and answer["data"]["code"] == code, answer
