@@ -395,13 +395,7 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
 
     def completion_prompts(prompt: str | list[int] | list[str] | list[list[int]], max_tokens: int) -> list[list[int]]:
         """Each prompt's ids, checked against the context (on a worker thread: it tokenizes)."""
-        many: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
-        for p in many:
-            if isinstance(p, str):
-                check_texts([p], max_tokens)
-            elif context and len(p) + max_tokens > context:
-                check_context(p, max_tokens)
-        prompts = _prompt_ids(backend.tokenizer, prompt, vocab)
+        prompts = _prompt_ids(backend.tokenizer, prompt, vocab, lambda text: check_texts([text], max_tokens))
         for p in prompts:
             check_context(p, max_tokens)
         return prompts
@@ -470,15 +464,17 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
     return app
 
 
-def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]],
-                vocab: int) -> list[list[int]]:
+def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]], vocab: int,
+                check_text: Callable[[str], None]) -> list[list[int]]:
     """The token ids of each prompt of a completions request: text is tokenized as vLLM does (the tokenizer's
-    special tokens added), ids are checked against the vocabulary."""
+    special tokens added) once `check_text` has passed it, ids are checked against the vocabulary."""
     many: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
     if not many:
         raise _HTTPError(400, "prompt is empty")
     out: list[list[int]] = []
     for p in many:
+        if isinstance(p, str):
+            check_text(p)
         ids = list(tokenizer(p)["input_ids"]) if isinstance(p, str) else list(p)
         if not ids:
             raise _HTTPError(400, "a prompt has no tokens")

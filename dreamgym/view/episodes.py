@@ -10,15 +10,15 @@ Must not know: HTTP, HTML, models, environments.
 A request never parses a whole big file: a JSONL page parses `n` records by offset; a filtered page scans at most
 `Filter.scan_limit` records from its start and says where the next scan starts. A record that cannot be read is a
 row carrying its reason (file and line), never a lost page. Every file is opened by `dreamgym.view.files` (a regular
-file inside the run folder, checked on the opened file), and no lock is held while a file is read: a source's cached
-index is built outside its lock and swapped in, so a slow read holds up only the request that made it.
+file inside the run folder, checked on the opened file). A source's cached index is one attribute, built by the
+request that finds it stale and replaced whole: no lock is held while a file is read, so a slow read holds up only
+the request that made it (two requests may build the same index at once; either result is right).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,18 +142,14 @@ class JsonlSource:
     def __init__(self, path: Path, root: Path):
         self.path, self.root = path, root
         self._index: _LineIndex | None = None
-        self._lock = threading.Lock()
 
     def _lines(self) -> _LineIndex:
         with open_in_run(self.path, self.root) as fh:
             st = os.fstat(fh.fileno())
             stamp = (st.st_size, st.st_mtime_ns)
-            with self._lock:
-                index = self._index
+            index = self._index
             if index is None or index.stamp != stamp:
-                index = self._build(fh, stamp)
-                with self._lock:
-                    self._index = index
+                index = self._index = self._build(fh, stamp)
         return index
 
     def _build(self, fh: BinaryIO, stamp: tuple[int, int]) -> _LineIndex:
@@ -253,7 +249,6 @@ class ParquetSource:
     def __init__(self, path: Path, root: Path):
         self.path, self.root = path, root
         self._rows: tuple[tuple[int, int], list[Row]] | None = None
-        self._lock = threading.Lock()
 
     def _file(self) -> tuple[Any, tuple[int, int]]:
         """The file, read by Arrow with page checksums verified, and its (size, modification time)."""
@@ -271,8 +266,7 @@ class ParquetSource:
         import pyarrow.compute as pc
 
         pf, stamp = self._file()
-        with self._lock:
-            cached = self._rows
+        cached = self._rows
         if cached is not None and cached[0] == stamp:
             return cached[1]
         try:
@@ -288,8 +282,7 @@ class ParquetSource:
                     source=str(cols["source"][i] or "real"), policy=str(cols["policy"][i] or ""),
                     won=bool(cols["won"][i]), reward=float(cols["total_reward"][i] or 0.0),
                     steps=int(lengths[i] or 0)) for i in range(t.num_rows)]
-        with self._lock:
-            self._rows = (stamp, rows)
+        self._rows = (stamp, rows)
         return rows
 
     def count(self) -> int:
@@ -365,18 +358,14 @@ class DreamSource:
         self.path = transitions
         self.buffer_dir, self.root = buffer_dir, root
         self._cache: tuple[tuple[int, int], list[list[int]], np.ndarray, list[str]] | None = None
-        self._lock = threading.Lock()
 
     def _episodes(self) -> tuple[list[list[int]], np.ndarray, list[str]]:
         with open_in_run(self.path, self.root) as fh:
             st = os.fstat(fh.fileno())
             stamp = (st.st_size, st.st_mtime_ns)
-            with self._lock:
-                cache = self._cache
+            cache = self._cache
             if cache is None or cache[0] != stamp:
-                cache = (stamp, *self._build(fh))
-                with self._lock:
-                    self._cache = cache
+                cache = self._cache = (stamp, *self._build(fh))
         return cache[1], cache[2], cache[3]
 
     def _build(self, fh: BinaryIO) -> tuple[list[list[int]], np.ndarray, list[str]]:
