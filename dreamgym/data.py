@@ -28,6 +28,11 @@ command can print it as it is. Parquet files are written with page checksums (CR
 with checksum verification: a flipped bit inside a zstd-compressed page can decode without error into other
 values (69 of 765 flips, one in every third byte of a 50-episode file's pages, did), and the checksum turns each
 into an error. Files written before checksums are read as before (a page without a checksum is not verified).
+Parquet is read through Arrow's own file (`pyarrow.OSFile`), never a Python file object: through one, the pages
+Arrow reads are Python objects, and Arrow's I/O and decode threads, still winding down after a damaged page was
+reported, released the last of them while the interpreter was shutting down; taking the GIL then ended such a
+thread inside a C++ destructor and the process aborted (`terminate called without an active exception`, exit 134)
+after the right message.
 `load_trajectories`, which commands use for their inputs, refuses a file that holds no trajectories; the
 streaming readers yield nothing for one (an output being resumed may be empty).
 
@@ -381,11 +386,7 @@ def read_parquet(path: str | Path) -> Iterator[Trajectory]:
 
     path = Path(path)
     arrow_errors = _arrow_errors()
-    try:
-        fh = open(path, "rb")
-    except OSError as e:
-        raise _unreadable(path, e) from e
-    with fh:
+    with _arrow_file(path) as fh:
         try:
             pf = pq.ParquetFile(fh, page_checksum_verification=True)
         except arrow_errors as e:
@@ -416,9 +417,21 @@ def read_parquet(path: str | Path) -> Iterator[Trajectory]:
                     yield traj
 
 
-def _arrow_errors() -> tuple[type[BaseException], ...]:
+def _arrow_file(path: Path) -> Any:
+    """`path` opened by Arrow itself (see the module docstring for why not by Python); a file that cannot be opened
+    raises `DataError` with the operating system's reason, as the JSONL reader's."""
     import pyarrow as pa
 
+    try:
+        with open(path, "rb"):  # for the OS's own words (no such file, a folder, no permission)
+            pass
+        return pa.OSFile(str(path))
+    except OSError as e:
+        raise _unreadable(path, e) from e
+
+
+def _arrow_errors() -> tuple[type[BaseException], ...]:
+    import pyarrow as pa
 
     # pyarrow reports a bad file as ArrowInvalid (a ValueError), ArrowException subclasses, or a plain OSError
     # (failed decompression, an undecodable page header, a checksum mismatch).
@@ -435,7 +448,7 @@ def _damaged_column(path: Path, group: int) -> str:
     import pyarrow.parquet as pq
 
     try:
-        with open(path, "rb") as fh:
+        with _arrow_file(path) as fh:
             pf = pq.ParquetFile(fh, page_checksum_verification=True)
             for i in range(pf.metadata.num_columns):
                 try:

@@ -16,13 +16,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import re
+
 import httpx
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from servers import Answer, cli_server, connect, raw, read_answer
 
 from dreamgym.llm.hf import HFBackend
-from dreamgym.llm.server import start_server
+from dreamgym.llm.server import CHUNK_CHARS, provably_over, start_server
 
 BIG = 20_000_000  # over both servers' body limits (1 MiB WebShop, 4 MiB serve-model)
 
@@ -292,3 +296,61 @@ def test_connections_past_the_limit_get_503(kind, backend):
                 s.close()
         time.sleep(0.5)
         _alive(t)
+
+
+# -- prompts far over the model's context (serve-model) -----------------------------------------------------------
+NEAR_LIMIT = "turn up the dial " * 220_000  # 3.7 MB: under the 4 MiB body limit, ~900k tokens, a 2048-token context
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": NEAR_LIMIT}], "max_tokens": 4}),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "be brief"},
+                                           {"role": "user", "content": NEAR_LIMIT}]}),
+    ("/v1/completions", {"prompt": NEAR_LIMIT, "max_tokens": 4}),
+    ("/v1/completions", {"prompt": ["set the dial", NEAR_LIMIT], "max_tokens": 4}),
+], ids=["chat", "chat-system", "completion", "completion-list"])
+def test_a_prompt_far_over_the_context_is_refused_from_its_first_part(model, route, body):
+    """The refusal is certain once about a context's worth of the prompt is tokenized: the count it gives is that
+    part's (not the whole prompt's ~900k tokens), and the server answers a health check and a normal request after."""
+    r = httpx.post(model.base + route, json=body, timeout=120)
+    message = model.error(r, 400)
+    assert r.json()["error"]["code"] == "context_length_exceeded", message
+    proof = re.search(r"at least (\d+) tokens", message)
+    assert proof, message  # refused from a count of part of the prompt, not of all of it
+    counted = int(proof.group(1))
+    assert 2048 - 256 < counted < 4 * 2048 + 4 * CHUNK_CHARS // 4, message
+    _alive(model)
+    ok = httpx.post(model.base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                              "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_prompt_that_fits_is_not_refused_and_one_just_over_gets_its_exact_count(model, backend):
+    words = "turn up the dial "
+    per = len(backend.tokenizer(words * 100, add_special_tokens=False)["input_ids"]) / 100
+    fits = words * int((2048 - 64 - 40) / per)
+    r = httpx.post(model.base + "/v1/completions", json={"prompt": fits, "max_tokens": 8}, timeout=120)
+    assert r.status_code == 200, r.text
+    over = words * int((2048 + 20) / per)
+    message = model.error(httpx.post(model.base + "/v1/completions", json={"prompt": over, "max_tokens": 8},
+                                     timeout=120), 400)
+    exact = len(backend.tokenizer(over)["input_ids"])
+    assert f"the prompt has {exact} tokens" in message, message
+
+
+FRAGMENTS = ["a", "b", "dial", "turn up", " ", "  ", "\n", "\u00e9", "e\u0301", "<|im_start|>", "0123", "\u4e2d"]
+texts = st.lists(st.sampled_from(FRAGMENTS), max_size=200).map("".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(texts, min_size=1, max_size=3), size=st.integers(8, 400), room=st.integers(0, 300))
+def test_an_early_refusal_never_overcounts(backend, parts, size, room):
+    """Whatever the text and wherever the pieces are cut, the count that refuses a prompt early is one the whole
+    prompt holds at least: as chat messages under the template, and as one completion prompt."""
+    over = provably_over(backend.tokenizer, parts, room, size=size)
+    if over is None:
+        return
+    assert over > room
+    chat = backend.prompt_ids([{"role": "user", "content": p} for p in parts])
+    assert len(chat) >= over
+    assert len(backend.tokenizer("".join(parts))["input_ids"]) >= over

@@ -193,7 +193,7 @@ def test_pages_parse_only_their_own_records(runs, tmp_path):
     lines = (runs["base"] / "collect" / "offline.jsonl").read_text().splitlines()
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(lines[:20] + ["{damaged"] + lines[20:]) + "\n")
-    src = JsonlSource(path)
+    src = JsonlSource(path, tmp_path.resolve())
     assert src.count() == 31
     page = src.page(0, 10, Filter())
     assert [r.index for r in page.rows] == list(range(10)) and page.next_start == 10 and page.scanned == 10

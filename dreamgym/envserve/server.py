@@ -15,7 +15,10 @@ connection, isolated from the others, messages `{"type": "reset", "data": {seed,
 /step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request: a step without a reset
 is answered 409); `GET /schema`, `/metadata`, `/health`. Added here: `GET /stats` (episodes, steps, batch sizes
 reached, buffer size) and, for a dream, `POST /buffer/transitions` (other processes add transitions through the
-owner; answered once they are durable) and `GET /buffer/stats`.
+owner; answered once they are durable) and `GET /buffer/stats`. Left out: OpenEnv's `/mcp` routes (these
+environments have no MCP tools, and its HTTP form creates sessions that no connection holds), so every session is a
+`/ws` connection. A message OpenEnv's session loop cannot take (`message_problem`) is answered with an error naming
+it, the session going on.
 
 Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
 `idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
@@ -322,11 +326,43 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
             log.exception("closing a served environment failed")
 
 
-class _Guard:
-    """The bearer token on every request (but `OPEN_PATHS`) and a size limit on WebSocket messages.
+def message_problem(message: Message) -> tuple[str, str] | None:
+    """Why a WebSocket message cannot be a session message, as (OpenEnv error code, words), or None when OpenEnv
+    can take it. OpenEnv's session loop ends the session (SESSION_ERROR, connection closed) on each of these, so they
+    are answered here and never passed on: a binary frame, text that is JSON but not an object, JSON nested deeper
+    than the parser goes, and strings holding a lone surrogate (valid JSON escapes, but not Unicode text: the answer
+    that echoes one cannot be encoded). Text that is not JSON at all is left to OpenEnv, which answers it in place."""
+    text = message.get("text")
+    if text is None:
+        return "INVALID_JSON", ("a binary frame; send each message as a JSON text frame, such as "
+                                '{"type": "step", "data": {"action": "..."}}')
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return "INVALID_JSON", "the message is JSON nested too deeply"
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        kind = "JSON null" if value is None else {list: "a JSON array", str: "a JSON string",
+                                                  bool: "a JSON boolean"}.get(type(value), "a JSON number")
+        return "VALIDATION_ERROR", ('a message must be a JSON object such as {"type": "step", "data": {"action": '
+                                    f'"..."}}}}, got {kind}')
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return "VALIDATION_ERROR", (f"the message holds a lone surrogate ({e.object[e.start:e.end]!a}) in a string, "
+                                    "which is not Unicode text")
+    return None
 
-    An oversized message is not passed on: the session gets an OpenEnv error message naming the limit and stays
-    open. (uvicorn's own `ws_max_size`, set well above, closes the connection for anything larger still.)"""
+
+class _Guard:
+    """The bearer token on every request (but `OPEN_PATHS`), a size limit on WebSocket messages, and the messages
+    OpenEnv's session loop cannot take (`message_problem`).
+
+    An oversized or unusable message is not passed on: the session gets an OpenEnv error message naming the problem
+    and stays open. (uvicorn's own `ws_max_size`, set well above, closes the connection for anything larger still.)
+    A client that leaves while its step is computed is logged in one line: the step's answer is dropped instead of
+    failing inside OpenEnv's loop (whose error answer would fail the same way, ending in an ASGI traceback)."""
 
     def __init__(self, app: ASGIApp, token: str | None, max_message_bytes: int):
         self.app, self.token, self.max_message_bytes = app, token, max_message_bytes
@@ -352,28 +388,48 @@ class _Guard:
             await receive()  # the connect event
             await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
             return
+        if scope.get("path") != "/ws":  # OpenEnv's WS /mcp, say (see create_env_app)
+            await receive()  # the connect event
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": 4404,
+                        "reason": f"no WebSocket route {scope.get('path')}; sessions are at /ws"})
+            return
         limit = self.max_message_bytes
+        gone = False
 
-        async def bounded() -> Message:
+        async def error(code: str, text: str) -> None:
+            await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
+                "code": code, "message": text}})})
+
+        async def checked() -> Message:
             while True:
                 message = await receive()
                 if message["type"] != "websocket.receive":
                     return message
                 size = len(message.get("text") or "") + len(message.get("bytes") or b"")
-                if size <= limit:
+                if size > limit:
+                    await error("MESSAGE_TOO_LARGE", f"the message ({size} bytes) is over this server's limit of "
+                                                     f"{limit} bytes; it was dropped")
+                    continue
+                problem = message_problem(message)
+                if problem is None:
                     return message
-                await send({"type": "websocket.send", "text": json.dumps(
-                    {"type": "error", "data": {"code": "MESSAGE_TOO_LARGE", "message": (
-                        f"the message ({size} bytes) is over this server's limit of {limit} bytes; it was dropped")}})})
+                await error(problem[0], f"{problem[1]}; it was dropped")
 
-        async def quiet_close(message: Message) -> None:
+        async def quiet(message: Message) -> None:
+            nonlocal gone
+            if gone:
+                return
             try:
                 await send(message)
-            except OSError:  # closing a connection the client already closed (OpenEnv closes after "close")
-                if message["type"] != "websocket.close":
-                    raise
+            except OSError:  # the client has gone (uvicorn's ClientDisconnected is an OSError)
+                gone = True
+                if message["type"] != "websocket.close":  # OpenEnv closes after "close": nothing to say then
+                    client = scope.get("client") or ("?", "?")
+                    log.info("serve-env: the client %s:%s left during a step; its answer was dropped and its session "
+                             "closed", client[0], client[1])
 
-        await self.app(scope, bounded, quiet_close)
+        await self.app(scope, checked, quiet)
 
 
 class _TransitionsBody(BaseModel):
@@ -388,8 +444,18 @@ def create_env_app(host: EnvHost, *, token: str | None = None, limits: serving.L
     app = create_app(functools.partial(ServedEnv, host), TextAction, TextObservation, env_name=cfg.env,
                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=cfg.max_sessions,
                                                           session_timeout=cfg.idle_timeout_s))
+    # OpenEnv's MCP routes (POST /mcp, WS /mcp) serve MCP tools, which these environments have none of; its HTTP
+    # form also creates sessions no connection holds, which would take the session slots until the idle timeout.
+    # Sessions are what this server documents: WebSocket connections at /ws.
+    app.router.routes = [r for r in app.router.routes
+                         if not (isinstance(r, (APIRoute, APIWebSocketRoute)) and r.path == "/mcp")]
     serving.install(app, limits, error_body)
     app.state.host = host
+
+    @app.api_route("/mcp", methods=["GET", "POST"])
+    def no_mcp() -> None:
+        raise HTTPException(404, "this server has no MCP tools; an environment session is a WebSocket connection at "
+                                 "/ws (see GET /schema for its messages)")
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, e: HTTPException) -> JSONResponse:

@@ -12,6 +12,12 @@ Every error is OpenAI's JSON shape `{"error": {"message", "type", "code", "param
 (4 MiB by default, `--max-body-mb`), 431 head over 32 KiB, 408 body or head too slow, 503 past 256 open
 connections, 500 a failed generation. The listen backlog queues 1024 connections not yet accepted.
 
+A prompt is checked against the model's context while it is tokenized: its text is tokenized `CHUNK_CHARS` at a
+time and refused (400 `context_length_exceeded`) as soon as the count proves it cannot fit, so a prompt of megabytes
+costs about one context's worth of tokenizing, time and memory, not its whole length; only a prompt that may fit is
+tokenized whole, for the exact count. Tokenizing and templating run on worker threads, never on the event loop, so
+`/health` and other requests are answered meanwhile.
+
 Extensions over the OpenAI chat schema, all optional for clients: each choice carries `token_ids` (the sampled
 ids) and `stop_reason` (the stop string that ended it, null on eos/length), the response carries `prompt_token_ids`
 (as vLLM's `return_token_ids` does). Choice `j` of a request with seed `s` samples with seed `row_seed(s, j)`.
@@ -42,7 +48,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +67,12 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_TOKENS = 256
 # A long chat in JSON is tens of KiB; 4 MiB leaves room for non-ASCII escapes while keeping a rejected body cheap.
 LIMITS = serving.Limits(max_body_bytes=4 << 20)
+CHUNK_CHARS = 1 << 15
+"""Characters of a prompt tokenized at a time while it is checked against the context."""
+CUT_SLACK = 64
+"""Tokens a cut between two pieces may add to their count (a word or a special token's text cut in two, a message
+joined to the chat template's text); an early refusal allows this many per piece, so it refuses only prompts that
+cannot fit."""
 
 
 def error_body(status: int, message: str, kind: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -298,6 +310,32 @@ class MicroBatcher:
             k += len(j.seeds)
 
 
+def _pieces(text: str, size: int) -> Iterator[str]:
+    """`text` in pieces of at most `size` characters, each cut after a space where one is near the cut."""
+    start = 0
+    while start < len(text):
+        end = start + size
+        if end < len(text):
+            space = text.rfind(" ", end - size // 32, end)
+            end = space + 1 if space > start else end
+        yield text[start:end]
+        start = end
+
+
+def provably_over(tokenizer: Any, texts: Iterable[str], room: int, size: int = CHUNK_CHARS) -> int | None:
+    """Tokenize `texts` `size` characters at a time and stop once their count, less `CUT_SLACK` per piece, passes
+    `room`: that count (a number of tokens the texts hold at least, however they are joined) proves they cannot fit
+    in `room` tokens. None when they may fit (then only the exact count of the whole prompt can tell)."""
+    count = pieces = 0
+    for text in texts:
+        for piece in _pieces(text, size):
+            count += len(tokenizer(piece, add_special_tokens=False)["input_ids"])
+            pieces += 1
+            if count - pieces * CUT_SLACK > room:
+                return count - pieces * CUT_SLACK
+    return None
+
+
 def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
                limits: serving.Limits = LIMITS) -> FastAPI:
     """The FastAPI app serving `backend` (an `HFBackend`) under the model id `model_name`."""
@@ -332,6 +370,36 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
             raise _HTTPError(400, f"the prompt has {len(prompt)} tokens; with max_tokens={max_tokens} that exceeds "
                                   f"the model's context length of {context}", code="context_length_exceeded")
 
+    def check_texts(texts: list[str], max_tokens: int) -> None:
+        """Refuse texts that cannot fit beside `max_tokens`, having tokenized about a context's worth of them."""
+        if not context:
+            return
+        if max_tokens >= context:
+            raise _HTTPError(400, f"max_tokens={max_tokens} leaves no room for a prompt in the model's context length "
+                                  f"of {context}", code="context_length_exceeded")
+        over = provably_over(backend.tokenizer, texts, context - max_tokens)
+        if over is not None:
+            raise _HTTPError(400, f"the prompt has at least {over} tokens (counted until that was certain); with "
+                                  f"max_tokens={max_tokens} that exceeds the model's context length of {context}",
+                             code="context_length_exceeded")
+
+    def chat_prompt(messages: list[dict[str, str]], max_tokens: int) -> list[int]:
+        """The request's prompt ids, checked against the context (on a worker thread: it tokenizes)."""
+        check_texts([m["content"] for m in messages], max_tokens)
+        try:
+            prompt = backend.prompt_ids(messages)
+        except Exception as e:  # noqa: BLE001 - a template that rejects these messages is the client's input
+            raise _HTTPError(400, f"chat template failed on these messages: {e}") from e
+        check_context(prompt, max_tokens)
+        return list(prompt)
+
+    def completion_prompts(prompt: str | list[int] | list[str] | list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Each prompt's ids, checked against the context (on a worker thread: it tokenizes)."""
+        prompts = _prompt_ids(backend.tokenizer, prompt, vocab, lambda text: check_texts([text], max_tokens))
+        for p in prompts:
+            check_context(p, max_tokens)
+        return prompts
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
         card = {"object": "model", "created": 0, "owned_by": "dreamgym", "max_model_len": context}
@@ -346,13 +414,9 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
         if body.stream:
             raise _HTTPError(400, "stream=true is not supported by dreamgym serve-model")
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        try:
-            prompt = backend.prompt_ids(messages)
-        except Exception as e:  # noqa: BLE001 - a template that rejects these messages is the client's input
-            raise _HTTPError(400, f"chat template failed on these messages: {e}") from e
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        check_context(prompt, max_tokens)
+        prompt = await asyncio.to_thread(chat_prompt, messages, max_tokens)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
                                 seed=body.seed)
@@ -371,10 +435,8 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
         if body.logprobs:
             raise _HTTPError(400, f"logprobs={body.logprobs} asks for top alternatives, which dreamgym serve-model "
                                   "does not compute; logprobs=0 returns the sampled tokens' log-probs")
-        prompts = _prompt_ids(backend.tokenizer, body.prompt, vocab)
         max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        for prompt in prompts:
-            check_context(prompt, max_tokens)
+        prompts = await asyncio.to_thread(completion_prompts, body.prompt, max_tokens)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
                                 seed=body.seed)
@@ -402,15 +464,17 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
     return app
 
 
-def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]],
-                vocab: int) -> list[list[int]]:
+def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]], vocab: int,
+                check_text: Callable[[str], None]) -> list[list[int]]:
     """The token ids of each prompt of a completions request: text is tokenized as vLLM does (the tokenizer's
-    special tokens added), ids are checked against the vocabulary."""
+    special tokens added) once `check_text` has passed it, ids are checked against the vocabulary."""
     many: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
     if not many:
         raise _HTTPError(400, "prompt is empty")
     out: list[list[int]] = []
     for p in many:
+        if isinstance(p, str):
+            check_text(p)
         ids = list(tokenizer(p)["input_ids"]) if isinstance(p, str) else list(p)
         if not ids:
             raise _HTTPError(400, "a prompt has no tokens")

@@ -9,23 +9,26 @@ Must not know: HTTP, HTML, models, environments.
 
 A request never parses a whole big file: a JSONL page parses `n` records by offset; a filtered page scans at most
 `Filter.scan_limit` records from its start and says where the next scan starts. A record that cannot be read is a
-row carrying its reason (file and line), never a lost page.
+row carrying its reason (file and line), never a lost page. Every file is opened by `dreamgym.view.files` (a regular
+file inside the run folder, checked on the opened file). A source's cached index is one attribute, built by the
+request that finds it stale and replaced whole: no lock is held while a file is read, so a slow read holds up only
+the request that made it (two requests may build the same index at once; either result is right).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
 from dreamgym.data import DataError, record_to_trajectory
 from dreamgym.types import Step, Task, Trajectory
+from dreamgym.view.files import arrow_file_in_run, open_in_run
 
 CHUNK = 8 << 20
 """Bytes read at a time while indexing a JSONL file."""
@@ -136,38 +139,36 @@ class JsonlSource:
 
     kind = "jsonl"
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, root: Path):
+        self.path, self.root = path, root
         self._index: _LineIndex | None = None
-        self._lock = threading.Lock()
 
     def _lines(self) -> _LineIndex:
-        st = self.path.stat()
-        stamp = (st.st_size, st.st_mtime_ns)
-        with self._lock:
-            if self._index is None or self._index.stamp != stamp:
-                self._index = self._build(stamp)
-            return self._index
+        with open_in_run(self.path, self.root) as fh:
+            st = os.fstat(fh.fileno())
+            stamp = (st.st_size, st.st_mtime_ns)
+            index = self._index
+            if index is None or index.stamp != stamp:
+                index = self._index = self._build(fh, stamp)
+        return index
 
-    def _build(self, stamp: tuple[int, int]) -> _LineIndex:
+    def _build(self, fh: BinaryIO, stamp: tuple[int, int]) -> _LineIndex:
         newlines = []
-        with open(self.path, "rb") as fh:
-            base = 0
-            while chunk := fh.read(CHUNK):
-                newlines.append(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10) + base)
-                base += len(chunk)
+        base = 0
+        while chunk := fh.read(CHUNK):
+            newlines.append(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10) + base)
+            base += len(chunk)
         nl = np.concatenate(newlines) if newlines else np.zeros(0, dtype=np.int64)
         starts = np.concatenate([[0], nl + 1]).astype(np.int64)
         ends = np.concatenate([nl, [base]]).astype(np.int64)
         linenos = np.arange(1, len(starts) + 1)
         torn = False
         if ends[-1] > starts[-1]:  # a last line without its newline: whole (another tool's file) or torn
-            with open(self.path, "rb") as fh:
-                fh.seek(int(starts[-1]))
-                try:
-                    json.loads(fh.read(int(ends[-1] - starts[-1])))
-                except ValueError:
-                    torn = True
+            fh.seek(int(starts[-1]))
+            try:
+                json.loads(fh.read(int(ends[-1] - starts[-1])))
+            except ValueError:
+                torn = True
         keep = ends - starts > 0
         if torn:
             keep[-1] = False
@@ -187,7 +188,7 @@ class JsonlSource:
         """(position, record or the reason it cannot be read) for positions lo..hi-1, read by offset."""
         if lo >= hi:
             return
-        with open(self.path, "rb") as fh:
+        with open_in_run(self.path, self.root) as fh:
             fh.seek(int(idx.starts[lo]))
             for i in range(lo, hi):
                 if fh.tell() != idx.starts[i]:
@@ -245,45 +246,47 @@ class ParquetSource:
 
     kind = "parquet"
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, root: Path):
+        self.path, self.root = path, root
         self._rows: tuple[tuple[int, int], list[Row]] | None = None
-        self._lock = threading.Lock()
 
-    def _file(self) -> Any:
+    def _file(self) -> tuple[Any, tuple[int, int]]:
+        """The file, read by Arrow with page checksums verified, and its (size, modification time)."""
         import pyarrow.parquet as pq
 
+        source = arrow_file_in_run(self.path, self.root)
         try:
-            return pq.ParquetFile(self.path, page_checksum_verification=True)
+            st = os.fstat(source.fileno())
+            return pq.ParquetFile(source, page_checksum_verification=True), (st.st_size, st.st_mtime_ns)
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            source.close()
             raise EpisodeError(f"{self.path.name}: not a readable Parquet file ({type(e).__name__}: {e})") from e
 
     def _summary(self) -> list[Row]:
         import pyarrow.compute as pc
 
-        st = self.path.stat()
-        stamp = (st.st_size, st.st_mtime_ns)
-        with self._lock:
-            if self._rows is None or self._rows[0] != stamp:
-                pf = self._file()
-                try:
-                    t = pf.read(columns=LIGHT_COLUMNS)
-                except Exception as e:  # noqa: BLE001
-                    raise EpisodeError(f"{self.path.name}: cannot read the summary columns "
-                                       f"({type(e).__name__}: {e})") from e
-                cols = {n: t.column(n).to_pylist() for n in ("id", "source", "policy", "won", "total_reward")}
-                task = t.column("task").to_pylist()
-                lengths = pc.list_value_length(t.column("steps")).to_pylist()
-                rows = [Row(i, id=str(cols["id"][i] or ""), task_id=str((task[i] or {}).get("id") or ""),
-                            instruction=str((task[i] or {}).get("instruction") or ""),
-                            source=str(cols["source"][i] or "real"), policy=str(cols["policy"][i] or ""),
-                            won=bool(cols["won"][i]), reward=float(cols["total_reward"][i] or 0.0),
-                            steps=int(lengths[i] or 0)) for i in range(t.num_rows)]
-                self._rows = (stamp, rows)
-            return self._rows[1]
+        pf, stamp = self._file()
+        cached = self._rows
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            t = pf.read(columns=LIGHT_COLUMNS)
+        except Exception as e:  # noqa: BLE001
+            raise EpisodeError(f"{self.path.name}: cannot read the summary columns "
+                               f"({type(e).__name__}: {e})") from e
+        cols = {n: t.column(n).to_pylist() for n in ("id", "source", "policy", "won", "total_reward")}
+        task = t.column("task").to_pylist()
+        lengths = pc.list_value_length(t.column("steps")).to_pylist()
+        rows = [Row(i, id=str(cols["id"][i] or ""), task_id=str((task[i] or {}).get("id") or ""),
+                    instruction=str((task[i] or {}).get("instruction") or ""),
+                    source=str(cols["source"][i] or "real"), policy=str(cols["policy"][i] or ""),
+                    won=bool(cols["won"][i]), reward=float(cols["total_reward"][i] or 0.0),
+                    steps=int(lengths[i] or 0)) for i in range(t.num_rows)]
+        self._rows = (stamp, rows)
+        return rows
 
     def count(self) -> int:
-        return self._file().metadata.num_rows
+        return int(self._file()[0].metadata.num_rows)
 
     def page(self, start: int, n: int, flt: Filter) -> Page:
         try:
@@ -304,7 +307,7 @@ class ParquetSource:
         return Page(out, start, pos if pos < len(rows) else None, len(rows), pos - start)
 
     def episode(self, index: int) -> Trajectory:
-        pf = self._file()
+        pf = self._file()[0]
         meta = pf.metadata
         if not 0 <= index < meta.num_rows:
             raise EpisodeError(f"{self.path.name} has no episode {index} ({meta.num_rows} episodes)")
@@ -351,51 +354,50 @@ class DreamSource:
 
     kind = "dream buffer"
 
-    def __init__(self, buffer_dir: Path, transitions: Path):
+    def __init__(self, buffer_dir: Path, transitions: Path, root: Path):
         self.path = transitions
-        self.buffer_dir = buffer_dir
+        self.buffer_dir, self.root = buffer_dir, root
         self._cache: tuple[tuple[int, int], list[list[int]], np.ndarray, list[str]] | None = None
-        self._lock = threading.Lock()
 
     def _episodes(self) -> tuple[list[list[int]], np.ndarray, list[str]]:
-        st = self.path.stat()
-        stamp = (st.st_size, st.st_mtime_ns)
-        with self._lock:
-            if self._cache is None or self._cache[0] != stamp:
-                self._cache = (stamp, *self._build())
-            return self._cache[1], self._cache[2], self._cache[3]
+        with open_in_run(self.path, self.root) as fh:
+            st = os.fstat(fh.fileno())
+            stamp = (st.st_size, st.st_mtime_ns)
+            cache = self._cache
+            if cache is None or cache[0] != stamp:
+                cache = self._cache = (stamp, *self._build(fh))
+        return cache[1], cache[2], cache[3]
 
-    def _build(self) -> tuple[list[list[int]], np.ndarray, list[str]]:
+    def _build(self, fh: BinaryIO) -> tuple[list[list[int]], np.ndarray, list[str]]:
         nodes: list[_Node] = []
         offsets: list[int] = []
         problems: list[str] = []
         by_tid: dict[str, list[int]] = {}
-        with open(self.path, "rb") as fh:
-            pos, lineno = 0, 0
-            for raw in fh:
-                lineno += 1
-                start, pos = pos, pos + len(raw)
-                if b'"synthetic"' not in raw:  # the seed data and real transitions: not dream steps
+        pos, lineno = 0, 0
+        for raw in fh:
+            lineno += 1
+            start, pos = pos, pos + len(raw)
+            if b'"synthetic"' not in raw:  # the seed data and real transitions: not dream steps
+                continue
+            try:
+                t = json.loads(raw)["t"]
+                if t.get("source") != "synthetic":
                     continue
-                try:
-                    t = json.loads(raw)["t"]
-                    if t.get("source") != "synthetic":
-                        continue
-                    node = _Node(lineno, str(t.get("trajectory_id", "")), int(t.get("step_index", 0)),
-                                 str(t["state"]), str(t["next_state"]), bool(t.get("done")))
-                except (ValueError, KeyError, TypeError) as e:
-                    if raw.endswith(b"\n"):
-                        problems.append(f"{self.path.name}:{lineno}: not a transition ({type(e).__name__})")
-                    continue
-                group = by_tid.setdefault(node.tid, [])
-                for j in reversed(group):
-                    prev = nodes[j]
-                    if prev.step < node.step and not prev.done and prev.next_state == node.state:
-                        node.parent = j
-                        break
-                group.append(len(nodes))
-                nodes.append(node)
-                offsets.append(start)
+                node = _Node(lineno, str(t.get("trajectory_id", "")), int(t.get("step_index", 0)),
+                             str(t["state"]), str(t["next_state"]), bool(t.get("done")))
+            except (ValueError, KeyError, TypeError) as e:
+                if raw.endswith(b"\n"):
+                    problems.append(f"{self.path.name}:{lineno}: not a transition ({type(e).__name__})")
+                continue
+            group = by_tid.setdefault(node.tid, [])
+            for j in reversed(group):
+                prev = nodes[j]
+                if prev.step < node.step and not prev.done and prev.next_state == node.state:
+                    node.parent = j
+                    break
+            group.append(len(nodes))
+            nodes.append(node)
+            offsets.append(start)
         has_child = np.zeros(len(nodes), dtype=bool)
         for n in nodes:
             if n.parent >= 0:
@@ -411,7 +413,7 @@ class DreamSource:
 
     def _transitions(self, chain: list[int], offsets: np.ndarray) -> list[dict[str, Any]]:
         out = []
-        with open(self.path, "rb") as fh:
+        with open_in_run(self.path, self.root) as fh:
             for i in chain:
                 fh.seek(int(offsets[i]))
                 out.append(json.loads(fh.readline())["t"])
@@ -455,28 +457,31 @@ class DreamSource:
             raise EpisodeError(f"{self.path.name}: dream episode {index}: {type(e).__name__}: {e}") from e
 
 
-def looks_like_trajectories(path: Path) -> bool:
-    """Whether a .jsonl/.parquet file holds trajectory records (its first record or its schema says so)."""
+def looks_like_trajectories(path: Path, root: Path) -> bool:
+    """Whether a .jsonl/.parquet file of run folder `root` holds trajectory records (its first record or its schema
+    says so)."""
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
 
-            names = pq.read_schema(path).names
+            with arrow_file_in_run(path, root) as source:
+                names = pq.ParquetFile(source).schema_arrow.names
         except Exception:  # noqa: BLE001 - a damaged file is listed, and its page says what is wrong
             return True
         return "steps" in names and "task" in names
     try:
-        with open(path, "rb") as fh:
+        with open_in_run(path, root) as fh:
             head = fh.readline(1 << 20)
     except OSError:
         return False
     return head.lstrip().startswith(b"{") and b'"steps"' in head and b'"task"' in head
 
 
-def buffer_transitions(buffer_dir: Path) -> Path | None:
-    """The live generation's transitions file of a replay buffer folder, or None."""
+def buffer_transitions(buffer_dir: Path, root: Path) -> Path | None:
+    """The live generation's transitions file of a replay buffer folder in run folder `root`, or None."""
     try:
-        gen = (buffer_dir / "CURRENT").read_text(encoding="utf-8").strip()
+        with open_in_run(buffer_dir / "CURRENT", root) as fh:
+            gen = fh.read(256).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
     path = buffer_dir / gen / "transitions.jsonl"

@@ -4,7 +4,9 @@ Owns: `Run` (config, machine record, results with intervals, training and held-o
 experience-model checkpoints and fidelity reports found in one folder) and `load_run`, which never raises: a
 file that is missing, truncated or malformed becomes a `Run.problems` entry naming it, and the rest is shown.
 Which folders are looked into is decided here too: only the given folder and its sub-folders, with links that
-lead outside it skipped, so nothing outside a given run folder is ever read through the viewer.
+lead outside it and files that are not regular files (a FIFO would block its reader) skipped with a problem line;
+every file is then opened by `dreamgym.view.files`, which checks the opened file again, so nothing outside a given
+run folder is ever read through the viewer, even when a listed file is swapped for a link before it is read.
 Must not know: HTTP, HTML, models, environments.
 
 What is read (the formats of `dreamgym.train`, `dreamgym.recipe`, `dreamgym.metrics`, `dreamgym.data`,
@@ -20,12 +22,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dreamgym.view.episodes import (DreamSource, EpisodeSource, JsonlSource, ParquetSource, buffer_transitions,
                                     looks_like_trajectories)
+from dreamgym.view.files import file_kind, open_in_run
 
 MAX_DEPTH = 2
 """Sub-folder levels searched below a run folder (a recipe's method folders are at level 1)."""
@@ -120,6 +124,14 @@ def _walk(root: Path, problems: list[str]) -> list[Path]:
             if not inside(p, root):
                 problems.append(f"{p.relative_to(root)}: skipped, a link to a file outside the run folder")
                 continue
+            try:
+                mode = p.stat().st_mode
+            except OSError as e:
+                problems.append(f"{p.relative_to(root)}: cannot read the file ({e.strerror or e})")
+                continue
+            if not stat.S_ISREG(mode):  # a FIFO would block the reader until someone writes to it
+                problems.append(f"{p.relative_to(root)}: skipped, {file_kind(mode)}, not a regular file")
+                continue
             out.append(p)
     return out
 
@@ -127,10 +139,11 @@ def _walk(root: Path, problems: list[str]) -> list[Path]:
 def _read_text(path: Path, root: Path, problems: list[str]) -> str | None:
     rel = path.relative_to(root)
     try:
-        if path.stat().st_size > MAX_SMALL_FILE:
-            problems.append(f"{rel}: over {MAX_SMALL_FILE >> 20} MiB, not read")
-            return None
-        return path.read_bytes().decode("utf-8")
+        with open_in_run(path, root) as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_SMALL_FILE:
+                problems.append(f"{rel}: over {MAX_SMALL_FILE >> 20} MiB, not read")
+                return None
+            return fh.read().decode("utf-8")
     except OSError as e:
         problems.append(f"{rel}: cannot read the file ({e.strerror or e})")
     except UnicodeDecodeError as e:
@@ -158,7 +171,7 @@ def _jsonl_rows(path: Path, root: Path, problems: list[str]) -> list[dict[str, A
     bad: list[int] = []
     rel = path.relative_to(root)
     try:
-        with open(path, "rb") as fh:
+        with open_in_run(path, root) as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue
@@ -236,14 +249,14 @@ def load_run(run_id: int, root: Path) -> Run:
                     run.fidelity.append({"model": f"{_label(p, run)}: {label}", **row})
         elif p.name in ("report.md", "results.md") and not run.report:
             run.report = _read_text(p, root, run.problems) or ""
-        elif p.suffix in (".jsonl", ".parquet") and p.name not in LOGS and looks_like_trajectories(p):
-            src: EpisodeSource = ParquetSource(p) if p.suffix == ".parquet" else JsonlSource(p)
+        elif p.suffix in (".jsonl", ".parquet") and p.name not in LOGS and looks_like_trajectories(p, root):
+            src: EpisodeSource = ParquetSource(p, root) if p.suffix == ".parquet" else JsonlSource(p, root)
             run.sources.append(Source(str(rel), src, p.stat().st_size))
     for buf in sorted(d for d in [root / "buffer", *(c / "buffer" for c in root.iterdir() if c.is_dir())]
                       if d.is_dir() and inside(d, root)):
-        trs = buffer_transitions(buf)
+        trs = buffer_transitions(buf, root)
         if trs is not None and inside(trs, root):
-            run.sources.append(Source(f"{buf.relative_to(root)} (dream episodes)", DreamSource(buf, trs),
+            run.sources.append(Source(f"{buf.relative_to(root)} (dream episodes)", DreamSource(buf, trs, root),
                                       trs.stat().st_size))
     return run
 

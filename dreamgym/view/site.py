@@ -136,10 +136,12 @@ class Site:
             raise NotFound(f"no run {rid} (runs 0 to {len(self.run_dirs) - 1})")
         with self._runs_lock:
             cached = self._runs.get(rid)
-            if cached is None or time.monotonic() - cached[0] > 2.0:
-                cached = (time.monotonic(), load_run(rid, self.run_dirs[rid]))
+        if cached is None or time.monotonic() - cached[0] > 2.0:
+            # Read without the lock: a run folder that is slow to read holds up only the pages that need it.
+            cached = (time.monotonic(), load_run(rid, self.run_dirs[rid]))
+            with self._runs_lock:
                 self._runs[rid] = cached
-            return cached[1]
+        return cached[1]
 
     def runs(self) -> list[Run]:
         return [self.run(i) for i in range(len(self.run_dirs))]
@@ -167,6 +169,8 @@ class Site:
             traj = src.source.episode(index)
         except EpisodeError as e:
             raise NotFound(str(e)) from e
+        except OSError as e:  # removed, or swapped for something the viewer does not read, since it was listed
+            raise NotFound(f"{src.name}: cannot read the file ({e.strerror or e})") from e
         if traj.source == "synthetic":
             key: tuple[Any, ...] = ("env", src.source.path, index, em)
         elif em is not None:
