@@ -74,9 +74,9 @@ def _assert_same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], 
     differ by under 10% of the update's norm. Not elementwise, nor per tensor: Adam divides by the root of the
     squared gradient, so an element whose gradient is near zero turns a float-order difference in its sum into an
     update difference of up to the learning rate, and in a small tensor a few such elements dominate. Measured after
-    two GRPO steps, one vs two ranks: 0.9% per tensor at most with default kernels; with AVX2 kernels
-    (ATEN_CPU_CAPABILITY=avx2) 3.6% over all weights (cosine 0.9994) while layer 2's 64-element input norm alone
-    differed by 17.9% (2026-12-05)."""
+    two GRPO steps, one vs two ranks: 0.9% per tensor at most in the default setting; with MKL_NUM_THREADS=2 in the
+    caller's environment (default or AVX2 kernels alike) 3.6% over all weights (cosine 0.9994) while layer 2's
+    64-element input norm alone differed by 17.9% (2026-12-05)."""
     assert a.keys() == b.keys()
     for k in a:
         assert float((a[k] - base[k]).norm()) > 0, k
