@@ -26,14 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from servers import cli_server  # noqa: E402  (tests/servers.py: start a dreamgym command, read its URL)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+from servers import cli_server, rss_mib  # noqa: E402  (tests/servers.py: start a dreamgym command, read its URL)
 
 
 def main() -> int:
@@ -50,13 +43,13 @@ def main() -> int:
         client.get("/health").raise_for_status()
         client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                   "max_tokens": 4}).raise_for_status()
-        before = rss_mb(proc.pid)
+        before = rss_mib(proc.pid)
         peak, health, done = before, [], threading.Event()
 
         def sample() -> None:
             nonlocal peak
             while not done.is_set():
-                peak = max(peak, rss_mb(proc.pid))
+                peak = max(peak, rss_mib(proc.pid))
                 time.sleep(0.01)
 
         def ping() -> None:
@@ -87,7 +80,7 @@ def main() -> int:
         done.set()
         for w in watchers:
             w.join()
-        after = rss_mb(proc.pid)
+        after = rss_mib(proc.pid)
     for route, status, secs, message in results:
         print(f"{route:22} {status}  {secs:6.2f} s  {message}")
     print(f"{len(results)} near-limit requests ({a.mb:g} MB of text each, {a.concurrent} at a time) in {wall:.2f} s")

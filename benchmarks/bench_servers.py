@@ -22,14 +22,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from servers import cli_server  # noqa: E402  (tests/servers.py: start a dreamgym command, read its URL)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+from servers import cli_server, rss_mib  # noqa: E402  (tests/servers.py: start a dreamgym command, read its URL)
 
 
 def bench(name: str, args: list[str], health: str, post: str, warm: list[tuple[str, str, dict]], n: int,
@@ -47,7 +40,7 @@ def bench(name: str, args: list[str], health: str, post: str, warm: list[tuple[s
     with cli_server(args) as (proc, base), httpx.Client(base_url=base, timeout=120) as client:
         for method, path, kwargs in warm:
             client.request(method, path, **kwargs).raise_for_status()
-        before = rss_mb(proc.pid)
+        before = rss_mib(proc.pid)
         t = time.perf_counter()
         statuses = []
         for i in range(n):
@@ -56,7 +49,7 @@ def bench(name: str, args: list[str], health: str, post: str, warm: list[tuple[s
                             .status_code)
         elapsed = time.perf_counter() - t
         health_ok = client.get(health).status_code == 200
-        after = rss_mb(proc.pid)
+        after = rss_mib(proc.pid)
     rejected = statuses.count(413)
     ok = rejected == n and health_ok and abs(after - before) <= 0.1 * before
     print(f"{name:>12}: RSS before {before:7.1f} MB  after {n} rejected {mb:g} MB requests {after:7.1f} MB "

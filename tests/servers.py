@@ -75,6 +75,15 @@ class Answer:
         return json.loads(self.body)
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a server process, in MiB (Linux's /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        kib = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), None)
+    if kib is None:
+        raise RuntimeError(f"no VmRSS for process {pid}")
+    return kib / 1024
+
+
 def parse_answer(data: bytes) -> Answer:
     """One HTTP/1.1 response from the bytes a server sent (up to its Content-Length)."""
     head, sep, rest = data.partition(b"\r\n\r\n")

@@ -38,7 +38,7 @@ from dreamgym.embed import HashingEmbedder
 from dreamgym.envserve.client import RemoteEnvError, RemoteTextEnv, ServerGone, server_info
 from dreamgym.synthetic_env import SyntheticEnv
 from fake_lm_dream_server import fake_dream_model
-from servers import server_process
+from servers import rss_mib, server_process
 
 pytestmark = pytest.mark.slow
 
@@ -66,12 +66,6 @@ def fake_lm_server(buffer: Path, timeout: float = 120.0) -> AbstractContextManag
     return server_process([sys.executable, str(script), "--buffer", str(buffer), "--max-sessions", "160",
                            "--max-body-mb", str(MAX_BODY_MB)], timeout,
                           env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])})
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return kib / 1024
 
 
 def plan(seed: int) -> list[str]:
