@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import fcntl
 import hashlib
 import json
 import os
-import platform
 import random
 import shutil
 import sys
@@ -114,7 +112,8 @@ def _convert_weights(folder: Path, dtype: Any) -> None:
         save_file(tensors, f, metadata={"format": "pt"})
 
 
-def _unpacked(name: str, spec: dict[str, Any], finish: Callable[[Path, dict[str, Any]], None] | None = None) -> Path:
+def _unpacked(name: str, spec: dict[str, Any],
+              finish: Callable[[Path, Path, dict[str, Any]], None] | None = None) -> Path:
     src = FIXTURES / name
     manifest = json.loads((src / "manifest.json").read_text())
     if manifest["spec"] != spec:
@@ -133,15 +132,15 @@ def _unpacked(name: str, spec: dict[str, Any], finish: Callable[[Path, dict[str,
         shutil.copytree(src, tmp)
         _convert_weights(tmp, torch.float32)
         if finish is not None:
-            finish(tmp, manifest)
+            finish(tmp, out, manifest)
         os.replace(tmp, out)  # manifest.json inside marks it complete
     return out
 
 
-def _finish_em(folder: Path, manifest: dict[str, Any]) -> None:
-    """Regenerate the training data beside the checkpoint and point its metadata at it (the replay buffer of the
-    checkpoint is seeded from its training data)."""
-    data = folder.with_name(folder.name.split(".")[0] + ".jsonl")
+def _finish_em(folder: Path, final: Path, manifest: dict[str, Any]) -> None:
+    """Regenerate the training data beside the checkpoint's final place and point the metadata in `folder` at it
+    (the replay buffer of the checkpoint is seeded from its training data)."""
+    data = final.with_suffix(".jsonl")
     digest = em_training_data(data)
     if digest != manifest["data_sha256"]:
         raise StaleFixture(f"the dial episodes EM_SETTINGS describe are not the ones tests/fixtures/models/dial-em "
@@ -166,18 +165,6 @@ def warm_model_dir() -> Path:
 # --------------------------------------------------------------------------------------------- building
 
 
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
-
-
 def _pack(src_files: list[tuple[Path, str]], name: str, manifest: dict[str, Any]) -> Path:
     """Copy `(file, relative name)` pairs into tests/fixtures/models/NAME with float16 weights and the manifest,
     replacing the old folder in one rename."""
@@ -197,32 +184,30 @@ def _pack(src_files: list[tuple[Path, str]], name: str, manifest: dict[str, Any]
 
 
 def _manifest(spec: dict[str, Any], what: str, t0: float, **extra: Any) -> dict[str, Any]:
-    import torch
+    """The build's record; `machine` is `dreamgym.metrics.machine_info()` (date, CPU, kernels, threads), which
+    decide where a tiny model's training lands."""
+    from dreamgym.metrics import machine_info
 
     return {"spec": spec, "what": what, "command": f"python tests/model_fixtures.py build {what}",
-            "built": datetime.date.today().isoformat(), "machine": _machine(), "torch": torch.__version__,
-            "build_s": round(time.perf_counter() - t0), **extra}
+            "machine": machine_info(), "build_s": round(time.perf_counter() - t0), **extra}
 
 
 EM_PROBES = [(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down", "submit")]  # DIAL_TASK's target is 5
 
 
-def em_probe_score(checkpoint: Path) -> dict[str, Any]:
-    """The probes of tests/experience/test_model.py on a checkpoint: how many next dial values are right, whether
-    exactly the submits end the episode, and the rewards of the losing submits."""
+def em_probe_score(model: Any) -> dict[str, Any]:
+    """The dial probes on an `ExperienceModel` (one batch): how many next dial values are right, how many `done`s
+    are right (exactly the submits end the episode), the rewards of the losing submits, and the answers' texts."""
     from em_helpers import dial_query
 
     from dreamgym.envs.dial import parse_state
-    from dreamgym.experience.data import checkpoint_buffer
-    from dreamgym.experience.model import ExperienceModel
 
-    m = ExperienceModel.load(checkpoint, buffer=checkpoint_buffer(checkpoint), device="cpu")
-    preds = m.predict([dial_query(v, a) for v, a in EM_PROBES])
+    preds = model.predict([dial_query(v, a) for v, a in EM_PROBES])
     want = [v + {"turn up": 1, "turn down": -1, "submit": 0}[a] for v, a in EM_PROBES]
     return {"values_right": sum(parse_state(p.next_state) == w for p, w in zip(preds, want)),
             "done_right": sum(p.done == (a == "submit") for p, (_, a) in zip(preds, EM_PROBES)),
             "losing_submit_rewards": [p.reward for p, (v, a) in zip(preds, EM_PROBES) if a == "submit" and v != 5],
-            "failures": m.stats["failures"]}
+            "texts": [p.text for p in preds]}
 
 
 def build_em() -> Path:
@@ -248,7 +233,14 @@ def build_em() -> Path:
              if f.is_file() and f.relative_to(out).parts[0] != "checkpoint"]
     manifest = _manifest(em_spec(), "em", t0, data_sha256=digest)
     dst = _pack(files, "dial-em", manifest)
-    manifest["measured"] = em_probe_score(em_checkpoint())
+    from dreamgym.experience.data import checkpoint_buffer
+    from dreamgym.experience.model import ExperienceModel
+
+    unpacked = em_checkpoint()
+    model = ExperienceModel.load(unpacked, buffer=checkpoint_buffer(unpacked), device="cpu")
+    score = em_probe_score(model)
+    del score["texts"]
+    manifest["measured"] = {**score, "failures": model.stats["failures"]}
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return dst
 
