@@ -173,6 +173,23 @@ def _fill_then_submit(values_of: Callable[[str, list[str]], list[str]]) -> Rule:
     return rule
 
 
+def _after_popup(rule: Rule) -> Rule:
+    """`rule` on a page where focusing a field may open a popup that disables the form ("Your session is expiring
+    soon", OK / Cancel): while the form is disabled, the popup's Cancel keeps the session; once it is closed, `rule`
+    sees only the actions since (the fill the popup interrupted did not take, and a password does not show)."""
+
+    def wrapped(goal: str, els: list[Element], clicked: list[str]) -> str | None:
+        if any(e.bid and "disabled=True" in e.attrs for e in els):
+            cancel = _by_name(els, "Cancel", ("button",))
+            if cancel is not None:
+                return _click(cancel)
+        shown = {_click(e) for e in els if e.bid}
+        gone = [i for i, a in enumerate(clicked) if a.startswith("click(") and a not in shown]  # the popup's Cancel
+        return rule(goal, els, clicked[gone[-1] + 1:] if gone else clicked)
+
+    return wrapped
+
+
 def _focus(goal: str, els: list[Element], clicked: list[str]) -> str | None:
     m = re.search(r"the (\w+) input", goal)
     i = _ORDINALS.get(m.group(1), 0) if m else 0
@@ -232,7 +249,7 @@ _RULES: dict[str, Rule] = {
     "enter-text": _SAME,
     "enter-text-dynamic": _SAME,
     "login-user": _SAME,
-    "login-user-popup": _SAME,
+    "login-user-popup": _after_popup(_SAME),
     "enter-text-2": _fill_then_submit(lambda goal, q: q[:1] and [q[0].upper() if "upper" in goal else q[0].lower()]),
     "enter-password": _fill_then_submit(lambda goal, q: q[:1] and [q[0], q[0]]),
     "focus-text": _focus,
