@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -54,25 +55,28 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(task, p) for task in tasks for p in policies
             if p not in oracle_based or task.goal["subdomain"] in ORACLE_TASKS]
     rows: list[dict[str, Any]] = []
-    local = threading.local()
     lock = threading.Lock()
     t0 = time.perf_counter()
     with BrowserPool(args.browsers) as pool:
-        envs: list[Any] = []
+        # One environment (one browser) per player; a job takes a free one and gives it back.
+        free: queue.Queue[Any] = queue.Queue()
+        envs = [fam.make_env(split, pool=pool, n_seeds=args.seeds, max_steps=args.max_steps)
+                for _ in range(args.browsers)]
+        for env in envs:
+            free.put(env)
 
         def play(job: tuple[Any, str]) -> None:
             task, pname = job
-            if not hasattr(local, "env"):
-                local.env = fam.make_env(split, pool=pool, n_seeds=args.seeds, max_steps=args.max_steps)
-                with lock:
-                    envs.append(local.env)
             row: dict[str, Any] = {"task": task.goal["subdomain"], "seed": task.goal["seed"], "policy": pname}
+            env = free.get()
             try:
-                traj = run_episode(local.env, fam.POLICIES[pname](task.goal["seed"]), task.goal["seed"], task=task,
+                traj = run_episode(env, fam.POLICIES[pname](task.goal["seed"]), task.goal["seed"], task=task,
                                    policy_name=pname)
                 row.update(won=traj.won, steps=len(traj.steps))
             except EpisodeFailed as e:
                 row.update(won=False, failed=str(e))
+            finally:
+                free.put(env)
             with lock:
                 rows.append(row)
                 print(f"[{len(rows)}/{len(jobs)}] {row['task']} {pname}: "
