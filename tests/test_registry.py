@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import gymnasium
@@ -104,7 +105,7 @@ def test_a_package_adds_a_family_through_its_entry_point(lamps_installed):
     lamps = family("lamps")
     assert lamps.name == "lamps" and sorted(lamps.hooks) == ["grounded_outcome", "noop_state"]
     check_family("lamps")
-    env = gymnasium.make("dreamgym/lamps-v0", split="test")  # the id it got when it was discovered
+    env = gymnasium.make("dreamgym/Lamps-v0", split="test")  # the id it got when it was discovered
     obs, info = env.reset(seed=0)
     assert info["task"].split == "test" and obs.startswith("Your task is to: light only the")
 
@@ -160,6 +161,70 @@ def test_import_dreamgym_registers_the_gym_ids_and_imports_no_family():
     """)
     assert run.returncode == 0, run.stderr
     assert "The dial shows" in run.stdout
+
+
+def test_import_dreamgym_registers_the_gym_ids_of_entry_point_families_by_one_rule(tmp_path):
+    """An installed family has its gymnasium id right after `import dreamgym`, before anything asks the registry,
+    named by the same rule as the built-in ones; a broken neighbour does not break the import."""
+    _dist_info(tmp_path, {"lamps": "familypkg.lamps", "grid_world": "familypkg.lamps:NO_SUCH_FAMILY",
+                          "dial": "familypkg.lamps", "not-a-name": "familypkg.lamps"})
+    run = _python("""
+        import re
+        import gymnasium
+        import dreamgym
+        from gymnasium.utils.env_checker import check_env
+        from dreamgym.envs import registry
+        assert registry.gym_id_of("lamps") == "dreamgym/Lamps-v0" and registry.gym_id_of("dial") == "dreamgym/Dial-v0"
+        assert registry.gym_id_of("grid_world") == "dreamgym/GridWorld-v0"
+        ids = sorted(i for i in gymnasium.registry if i.startswith("dreamgym/"))
+        print(ids)
+        assert "dreamgym/Lamps-v0" in ids and "dreamgym/GridWorld-v0" in ids
+        assert all(re.fullmatch(r"dreamgym/[A-Z][A-Za-z0-9]*-v0", i) for i in ids), ids  # one rule for all
+        env = gymnasium.make("dreamgym/Lamps-v0", split="test")
+        check_env(env.unwrapped)
+        print(type(env.unwrapped).__name__, env.reset(seed=0)[0])
+        try:
+            registry.family_names()
+        except ValueError as e:
+            print("family_names:", e)
+    """, tmp_path, FIXTURES)
+    assert run.returncode == 0, run.stderr
+    assert "LampsEnv Your task is to: light only the" in run.stdout
+    assert "family_names: environment family 'dial' is already registered" in run.stdout
+
+
+# What a registered id needs to run, where that is more than this package: a check is skipped only for want of it.
+_NEEDS = {"dreamgym/ALFWorld-v0": "alfworld", "dreamgym/TextWorld-v0": "textworld", "dreamgym/MiniWoB-v0": "chromium",
+          "dreamgym/WebArenaLite-v0": "the WebArena sites"}
+
+
+@pytest.mark.parametrize("env_id", sorted(i for i in gymnasium.registry if i.startswith("dreamgym/")))
+def test_every_registered_id_passes_gymnasiums_check_env(env_id):
+    need = _NEEDS.get(env_id)
+    if need == "the WebArena sites":
+        pytest.skip("WebArena-Lite runs on its self-hosted sites (docs/web.md), never offline")
+    if need == "chromium":
+        from dreamgym.envs.web.browser import chromium_available
+
+        if not chromium_available():
+            pytest.skip("no Chromium (apt-get install chromium, or set $DREAMGYM_CHROMIUM)")
+    elif need is not None:
+        pytest.importorskip(need)
+    from gymnasium.utils.env_checker import check_env
+
+    env = gymnasium.make(env_id)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)  # raises AssertionError naming the broken rule
+    env.close()
+    assert not [str(w.message) for w in caught if "WARN" in str(w.message)]
+
+
+def test_every_id_keeps_gymnasiums_passive_checker():
+    env = gymnasium.make("dreamgym/Dial-v0")
+    assert isinstance(env, gymnasium.wrappers.PassiveEnvChecker) and not env.spec.disable_env_checker
+    obs, info = env.reset(seed=3)
+    assert env.step("turn up")[1:4] == (0.0, False, False)
 
 
 def test_gymnasium_make_with_the_module_prefix_needs_no_import():
