@@ -232,8 +232,9 @@ def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, t
 
 
 def train_s2r_real(trainer: OnlineTrainer, family: EnvFamily, dream_dir: Path, *, env: str, iterations: int,
-                   tasks_per_iteration: int, seed: int, evaluate: PeriodicEvaluation | None = None,
-                   eval_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
+                   tasks_per_iteration: int, group_size: int, max_turns: int, seed: int,
+                   evaluate: PeriodicEvaluation | None = None, eval_every: int = 0,
+                   progress: bool = True) -> list[dict[str, Any]]:
     """The real phase of S2R: the policy a dream at `dream_dir` trained continues RL in the real environment for
     `iterations` more iterations, or until the trainer's real-step budget (a hard cap enforced by the rollout
     engine) is spent, on the train tasks whose latest dream group had mixed outcomes (all train tasks when the
@@ -242,12 +243,14 @@ def train_s2r_real(trainer: OnlineTrainer, family: EnvFamily, dream_dir: Path, *
     distributed.barrier("rank 0 finishing the dream's log")  # the other ranks read what rank 0 wrote
     pool = task_pool(family.tasks("train"), dream_dir, name="s2r", env=env, fall_back_below=tasks_per_iteration)
     return train_real(trainer, family, pool, iterations=iterations, tasks_per_iteration=tasks_per_iteration,
-                      seed=seed, label="s2r real", counted_from=trainer.iteration, evaluate=evaluate,
-                      eval_every=eval_every, eval_tag="s2r-it", progress=progress)
+                      group_size=group_size, max_turns=max_turns, seed=seed, label="s2r real",
+                      counted_from=trainer.iteration, evaluate=evaluate, eval_every=eval_every, eval_tag="s2r-it",
+                      progress=progress)
 
 
 def train_s2r(trainer: OnlineTrainer, world: DreamWorld, *, dream_iterations: int, real_iterations: int,
-              tasks_per_iteration: int, algo: str, seed: int, run_dir: Path, logger: MetricsLogger | None,
+              tasks_per_iteration: int, group_size: int, max_turns: int, algo: str, seed: int, run_dir: Path,
+              logger: MetricsLogger | None,
               evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, save_every: int = 0,
               progress: bool = True) -> None:
     """Sim-to-real: `train_dream` in `world` (saving every `save_every` iterations), then `train_s2r_real` from the
@@ -256,5 +259,5 @@ def train_s2r(trainer: OnlineTrainer, world: DreamWorld, *, dream_iterations: in
                 run_dir=run_dir, logger=logger, evaluate=evaluate, eval_every=eval_every, save_every=save_every,
                 progress=progress)
     train_s2r_real(trainer, world.family, run_dir, env=world.family_name, iterations=real_iterations,
-                   tasks_per_iteration=tasks_per_iteration, seed=seed, evaluate=evaluate, eval_every=eval_every,
-                   progress=progress)
+                   tasks_per_iteration=tasks_per_iteration, group_size=group_size, max_turns=max_turns, seed=seed,
+                   evaluate=evaluate, eval_every=eval_every, progress=progress)

@@ -153,10 +153,12 @@ def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> 
     return draw_tasks(random.Random(mix_seed(seed, iteration, 11)), pool, n)
 
 
-def real_iteration_tasks(trainer: OnlineTrainer, pool: Sequence[Task], n_tasks: int, seed: int) -> list[Task]:
+def real_iteration_tasks(trainer: OnlineTrainer, pool: Sequence[Task], n_tasks: int, seed: int, group_size: int,
+                         max_turns: int) -> list[Task]:
     """One real iteration's tasks: `iteration_tasks` over as many of `n_tasks` as the remaining real-step budget can
-    finish (`affordable_tasks`). Empty, with a message, when not even one task's episodes fit: the caller stops."""
-    affordable = trainer.affordable_tasks(n_tasks)
+    finish (`RealStepBudget.affordable`: `group_size` episodes of each, up to `max_turns` steps). Empty, with a
+    message, when not even one task's episodes fit: the caller stops."""
+    affordable = trainer.budget.affordable(n_tasks, group_size, max_turns)
     if affordable == 0:
         print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need at "
               f"rollout.max_turns; stopping after {trainer.iteration} iterations")
@@ -208,7 +210,7 @@ class Evaluation:
 
 # ------------------------------------------------------------------------------------------------ loops
 def train_real(trainer: OnlineTrainer, family: EnvFamily, pool: Sequence[Task], *, iterations: int,
-               tasks_per_iteration: int, seed: int, label: str, counted_from: int = 0,
+               tasks_per_iteration: int, group_size: int, max_turns: int, seed: int, label: str, counted_from: int = 0,
                evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, eval_tag: str = "it",
                save_every: int = 0, checkpoint: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Online RL in the real environment: per iteration a seeded sample of `pool` (as many tasks as the real-step
@@ -226,7 +228,7 @@ def train_real(trainer: OnlineTrainer, family: EnvFamily, pool: Sequence[Task], 
                   disable=not progress) as bar:
         job = bar.add_task(label, total=iterations, completed=trainer.iteration - counted_from)
         while trainer.iteration - counted_from < iterations:
-            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed)
+            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed, group_size, max_turns)
             if not tasks:  # the rest of the budget cannot finish one group: spending it would train nothing
                 break
             _, m = trainer.train_iteration(tasks, env_factory)
@@ -238,7 +240,7 @@ def train_real(trainer: OnlineTrainer, family: EnvFamily, pool: Sequence[Task], 
                 trainer.save(checkpoint)
             if evaluate is not None and eval_every and done % eval_every == 0:
                 evaluate(f"{eval_tag}{trainer.iteration}", trainer.iteration)
-            if m.get("budget_exhausted"):
+            if trainer.budget.exhausted:
                 break
     return history
 

@@ -28,7 +28,6 @@ from dreamgym.evaluate import EvalConfig, EvalResult
 from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
-from dreamgym.rollout import RealStepBudget
 from dreamgym.train import TrainConfig
 from dreamgym.trainers.protocols import OnlineTrainer
 
@@ -201,17 +200,16 @@ class Recipe:
         done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
         t0 = time.time()
         init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
+        # The run's one real-step budget: none for a dream row, whatever `budget` says.
         cfg = dataclasses.replace(
-            self.base, algo=algo, init=str(init), real_step_budget=budget,
+            self.base, algo=algo, init=str(init), real_step_budget=0 if mode == "dream" else budget,
             grpo=dataclasses.replace(self.base.grpo, group_size=group_size, tasks_per_iteration=tasks_per_iteration),
             ppo=dataclasses.replace(self.base.ppo, tasks_per_iteration=tasks_per_iteration,
                                     episodes_per_task=group_size),
             optim=dataclasses.replace(self.base.optim, lr=lr))
         method_dir = self.run / self._slug(name)
         lg = MetricsLogger(method_dir, tensorboard=False)
-        budget_obj = RealStepBudget(0 if mode == "dream" else budget)
-        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(), logger=lg,
-                                       budget=budget_obj)
+        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(), logger=lg)
         curve: list[tuple[int, float]] = []
 
         def evaluate(tag: str, step: int) -> None:
@@ -225,11 +223,13 @@ class Recipe:
         loop: dict[str, Any] = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
                     progress=self.progress)
         if mode == "real":
-            train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations, seed=self.seed,
-                       label=f"real {algo}", **loop)
+            train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations,
+                       group_size=group_size, max_turns=cfg.rollout.max_turns, seed=self.seed, label=f"real {algo}",
+                       **loop)
         elif mode == "s2r" and from_method:
             train_s2r_real(trainer, self.family, self.run / self._slug(from_method), env=self.env,
-                           iterations=real_iterations, seed=self.seed, **loop)
+                           iterations=real_iterations, group_size=group_size, max_turns=cfg.rollout.max_turns,
+                           seed=self.seed, **loop)
         else:
             dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
             world = DreamWorld(self.env, dcfg, method_dir, self.seed)
@@ -238,7 +238,8 @@ class Recipe:
                             **loop)
             else:
                 train_s2r(trainer, world, dream_iterations=dream_iterations, real_iterations=real_iterations,
-                          algo=algo, seed=self.seed, run_dir=method_dir, logger=lg, **loop)
+                          group_size=group_size, max_turns=cfg.rollout.max_turns, algo=algo, seed=self.seed,
+                          run_dir=method_dir, logger=lg, **loop)
         trainer.save(method_dir / "final")
         res = self.evaluate(trainer.backend)
         if eval_every and (not curve or curve[-1][0] != trainer.iteration):

@@ -3,8 +3,8 @@
 Owns: `run_rollouts` (batched policy generation across all live episodes each turn; real environments stepped
 in a thread pool with per-step and per-episode timeouts; environments that declare `batched_step` stepped
 with one `step_batch` call per turn), `Turn`/`Episode` (what was sampled, exactly: prompt ids, generated ids
-and their sampling log-probabilities), `RealStepBudget` (a hard cap on real-environment steps),
-`Episode.to_trajectory` (provenance: real/synthetic, seed, policy version) and `rollout_metrics`.
+and their sampling log-probabilities), `Episode.to_trajectory` (provenance: real/synthetic, seed, policy
+version) and `rollout_metrics`.
 Must not know: any concrete environment (it gets a `TextEnv` factory), trainers, optimisers, the loss.
 
 Decisions (documented here because trainers and evaluation depend on them):
@@ -29,15 +29,14 @@ Decisions (documented here because trainers and evaluation depend on them):
 - Environments are constructed in the calling thread (constructors are cheap; a failing one ends its episode
   with "reset_error"). When any of them declares `thread_safe = False` the pool has one worker: their steps
   run one at a time and a step's timeout measures the step, not the wait behind the other instances.
-- Every step of an environment without `is_synthetic = True` takes one unit from the `RealStepBudget` before
-  it runs; when none is left the episode ends with reason "budget" (not trainable), so the cap is never
-  exceeded.
+- Every step of an environment without `is_synthetic = True` takes one unit from the run's `RealStepBudget`
+  (`dreamgym.budget`) before it runs; when none is left the episode ends with reason "budget" (not trainable),
+  so the cap is never exceeded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -45,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from dreamgym.config import ranged
+from dreamgym.budget import RealStepBudget
 from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, ground_action, parse_action, parse_thought
 from dreamgym.env import TextEnv
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
@@ -90,36 +90,6 @@ class RolloutConfig:
     ground_actions: float = ranged(0.0, ge=0, le=1)
     """Map an action the environment does not list onto the most similar admissible one when their string
     similarity (0..1) is at least this; 0 turns grounding off."""
-
-
-class RealStepBudget:
-    """A thread-safe hard cap on real-environment steps. `take()` reserves one step or says there is none."""
-
-    def __init__(self, limit: int | None):
-        self.limit = limit
-        self.used = 0
-        self._lock = threading.Lock()
-
-    def take(self, n: int = 1) -> bool:
-        with self._lock:
-            if self.limit is not None and self.used + n > self.limit:
-                return False
-            self.used += n
-            return True
-
-    @property
-    def remaining(self) -> int | None:
-        return None if self.limit is None else self.limit - self.used
-
-    @property
-    def exhausted(self) -> bool:
-        return self.limit is not None and self.used >= self.limit
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"limit": self.limit, "used": self.used}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.limit, self.used = d["limit"], int(d["used"])
 
 
 @dataclass
@@ -397,8 +367,7 @@ def run_shared(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tasks
     if stats is not None:
         stats.update(zip(keys, totals))
     if budget is not None:
-        with budget._lock:
-            budget.used += int(used)
+        budget.charge(int(used))
     return [e for part in distributed.gather(mine) for e in part]
 
 

@@ -155,7 +155,9 @@ def _demonstrations(cfg: TrainConfig, run_dir: Path) -> list[Trajectory]:
 def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg: TrainConfig, run_dir: Path,
                   logger: MetricsLogger | None, evaluation: Evaluation, progress: bool) -> None:
     """GRPO/PPO in `cfg.mode`: real RL on `pool`, RL inside the experience model, or S2R (the dream, then real RL)."""
-    n_tasks = cfg.online_config().tasks_per_iteration
+    algo = cfg.online_config()
+    n_tasks = algo.tasks_per_iteration
+    group_size = algo.group_size if isinstance(algo, GRPOConfig) else algo.episodes_per_task
 
     def periodic(tag: str, step: int) -> None:
         # checkpoint/ is replaced as training goes on: keep_evaluated keeps each evaluated policy under its tag.
@@ -166,9 +168,10 @@ def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg:
     loop: dict[str, Any] = dict(tasks_per_iteration=n_tasks, evaluate=periodic, eval_every=cfg.eval_every,
                                 progress=progress)
     if cfg.mode == "real":
-        history = train_real(trainer, fam, pool, iterations=cfg.iterations, seed=cfg.seed, label=f"real {cfg.algo}",
-                             save_every=cfg.save_every, checkpoint=run_dir / "checkpoint", **loop)
-        if history and history[-1].get("budget_exhausted"):
+        train_real(trainer, fam, pool, iterations=cfg.iterations, group_size=group_size,
+                   max_turns=cfg.rollout.max_turns, seed=cfg.seed, label=f"real {cfg.algo}", save_every=cfg.save_every,
+                   checkpoint=run_dir / "checkpoint", **loop)
+        if trainer.budget.exhausted:
             print(f"real-step budget of {cfg.real_step_budget} used up after {trainer.iteration} iterations")
         return
     world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed)
@@ -177,7 +180,8 @@ def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg:
                     save_every=cfg.save_every, **loop)
     else:
         train_s2r(trainer, world, dream_iterations=cfg.dream.iterations, real_iterations=cfg.dream.s2r_iterations,
-                  algo=cfg.algo, seed=cfg.seed, run_dir=run_dir, logger=logger, save_every=cfg.save_every, **loop)
+                  group_size=group_size, max_turns=cfg.rollout.max_turns, algo=cfg.algo, seed=cfg.seed,
+                  run_dir=run_dir, logger=logger, save_every=cfg.save_every, **loop)
 
 
 def main(argv: list[str] | None = None) -> int:

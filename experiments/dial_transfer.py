@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from dreamgym.budget import RealStepBudget
 from dreamgym.config import load_config
 from dreamgym.data import load_trajectories
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream
@@ -40,7 +41,6 @@ from dreamgym.envs import dial
 from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
 from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer, train_real
 from dreamgym.recipe import ENV_DEFAULTS
-from dreamgym.rollout import RealStepBudget
 from dreamgym.train import TrainConfig
 
 
@@ -110,7 +110,8 @@ def main() -> None:
     be = build_backend(rcfg, str(out / "start"))
     trainer = build_online_trainer(be, rcfg, rcfg.grpo, budget=RealStepBudget(None))
     train_real(trainer, dial, dial.tasks("train"), iterations=rcfg.iterations,
-               tasks_per_iteration=rcfg.grpo.tasks_per_iteration, seed=rcfg.seed, label="real grpo", progress=False)
+               tasks_per_iteration=rcfg.grpo.tasks_per_iteration, group_size=rcfg.grpo.group_size,
+               max_turns=rcfg.rollout.max_turns, seed=rcfg.seed, label="real grpo", progress=False)
     trainer.save(out / "real" / "final")
     results["real"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)

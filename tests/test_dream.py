@@ -11,7 +11,7 @@ from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backen
 from dreamgym.curriculum import CurriculumConfig
 from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r_real
 from dreamgym.envs import family
-from dreamgym.rollout import RealStepBudget
+from dreamgym.budget import RealStepBudget
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
@@ -37,8 +37,8 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
 
     trainer.budget = RealStepBudget(60)  # one group of 4 x 12 turns fits, a second never does
     # this dream's log (in tmp_path) decides which real tasks S2R draws
-    hist = train_s2r_real(trainer, family("dial"), tmp_path, env="dial", iterations=5, tasks_per_iteration=4, seed=0,
-                          progress=False)
+    hist = train_s2r_real(trainer, family("dial"), tmp_path, env="dial", iterations=5, tasks_per_iteration=4,
+                          group_size=4, max_turns=DIAL_ROLLOUT.max_turns, seed=0, progress=False)
     assert 0 < trainer.budget.used <= 60  # a hard cap: the rollout engine refuses steps past it
     assert all(m["episodes_failed"] == 0 for m in hist)  # no episode was cut off by the budget
 

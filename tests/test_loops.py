@@ -11,7 +11,7 @@ from dreamgym.config import ConfigError
 from dreamgym.curriculum import Curriculum, CurriculumConfig
 from dreamgym.envs import family
 from dreamgym.loops import DREAM_VARIANCE_LOG, iteration_tasks, task_pool, train_real
-from dreamgym.rollout import RealStepBudget
+from dreamgym.budget import RealStepBudget
 
 
 def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffer(tmp_path):
@@ -64,22 +64,18 @@ def test_s2r_task_pool_aims_at_tasks_with_mixed_dream_outcomes_else_all(tmp_path
 
 
 class StandIn:
-    """An online trainer without a model: each iteration plays its tasks for `steps_per_task` real steps."""
+    """An online trainer without a model: each iteration plays its tasks, one episode of 2 real steps each."""
 
-    def __init__(self, iteration: int = 0, budget: int | None = None, steps_per_task: int = 2):
-        self.iteration, self.budget, self.steps_per_task = iteration, RealStepBudget(budget), steps_per_task
+    def __init__(self, iteration: int = 0, budget: int | None = None):
+        self.iteration, self.budget = iteration, RealStepBudget(budget)
         self.played: list[list[str]] = []
         self.saved: list[tuple[str, int]] = []
 
-    def affordable_tasks(self, n_tasks: int) -> int:
-        left = self.budget.remaining
-        return n_tasks if left is None else min(n_tasks, left // self.steps_per_task)
-
     def train_iteration(self, tasks, env_factory):
         self.played.append([t.id for t in tasks])
-        assert self.budget.take(len(tasks) * self.steps_per_task)
+        assert self.budget.take(len(tasks) * 2)
         self.iteration += 1
-        return [], {"success_rate": 0.0, "budget_exhausted": self.budget.exhausted}
+        return [], {"success_rate": 0.0}
 
     def save(self, directory):
         self.saved.append((Path(directory).name, self.iteration))
@@ -90,7 +86,8 @@ def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_period
     multiples, and each iteration draws the tasks its iteration number seeds."""
     fam, trainer, evals = family("dial"), StandIn(iteration=2), []
     pool = fam.tasks("train")
-    hist = train_real(trainer, fam, pool, iterations=5, tasks_per_iteration=3, seed=7, label="real grpo",
+    hist = train_real(trainer, fam, pool, iterations=5, tasks_per_iteration=3, group_size=1, max_turns=2, seed=7,
+                      label="real grpo",
                       evaluate=lambda tag, it: evals.append((tag, it)), eval_every=3, save_every=2,
                       checkpoint=tmp_path / "checkpoint", progress=False)
     assert len(hist) == 3 and trainer.iteration == 5
@@ -101,7 +98,8 @@ def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_period
 def test_a_phase_that_continues_another_counts_from_its_start(tmp_path):
     """S2R's real phase after 2 dream iterations: 3 more iterations, evaluated every 2 of its own, tagged s2r-it."""
     fam, trainer, evals = family("dial"), StandIn(iteration=2), []
-    train_real(trainer, fam, fam.tasks("train"), iterations=3, tasks_per_iteration=3, seed=0, label="s2r real",
+    train_real(trainer, fam, fam.tasks("train"), iterations=3, tasks_per_iteration=3, group_size=1, max_turns=2, seed=0,
+               label="s2r real",
                counted_from=2, evaluate=lambda tag, it: evals.append((tag, it)), eval_every=2, eval_tag="s2r-it",
                progress=False)
     assert trainer.iteration == 5 and evals == [("s2r-it4", 4)] and trainer.saved == []
@@ -110,12 +108,12 @@ def test_a_phase_that_continues_another_counts_from_its_start(tmp_path):
 def test_the_loop_stops_when_the_budget_is_spent_or_cannot_finish_one_task(capsys):
     fam = family("dial")
     trainer = StandIn(budget=6)  # 2 tasks (4 steps), then the 2 steps left afford 1 task and spend the budget
-    hist = train_real(trainer, fam, fam.tasks("train"), iterations=10, tasks_per_iteration=2, seed=0, label="x",
-                      progress=False)
-    assert [len(p) for p in trainer.played] == [2, 1] and hist[-1]["budget_exhausted"]
+    hist = train_real(trainer, fam, fam.tasks("train"), iterations=10, tasks_per_iteration=2, group_size=1,
+                      max_turns=2, seed=0, label="x", progress=False)
+    assert [len(p) for p in trainer.played] == [2, 1] and len(hist) == 2 and trainer.budget.exhausted
     trainer = StandIn(budget=1)  # not one task's episodes fit: nothing is spent
-    assert train_real(trainer, fam, fam.tasks("train"), iterations=10, tasks_per_iteration=2, seed=0, label="x",
-                      progress=False) == []
+    assert train_real(trainer, fam, fam.tasks("train"), iterations=10, tasks_per_iteration=2, group_size=1,
+                      max_turns=2, seed=0, label="x", progress=False) == []
     assert trainer.budget.used == 0 and "stopping after 0 iterations" in capsys.readouterr().out
 
 

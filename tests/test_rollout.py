@@ -15,7 +15,8 @@ import torch
 from dreamgym.agent import AgentConfig, build_messages
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
 from dreamgym.llm.base import Completion
-from dreamgym.rollout import RealStepBudget, RolloutConfig, rollout_metrics, run_rollouts
+from dreamgym.budget import RealStepBudget
+from dreamgym.rollout import RolloutConfig, rollout_metrics, run_rollouts
 
 AGENT = AgentConfig(history=2, show_admissible=False, system_prompt="You are an agent.")
 
@@ -324,12 +325,3 @@ def test_real_model_rollouts_are_seeded(tiny):
     assert ids(a)[0] != ids(a)[1]  # group members sample differently from the same prompt
     assert all(len(t.logprobs) == len(t.completion_ids) > 0 for e in a for t in e.turns)
 
-
-def test_budget_is_thread_safe():
-    budget = RealStepBudget(1000)
-    threads = [threading.Thread(target=lambda: [budget.take() for _ in range(300)]) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert budget.used == 1000 and not budget.take()

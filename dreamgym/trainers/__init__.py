@@ -4,7 +4,7 @@ Owns: nothing itself; each trainer lives in its own module and shares the pieces
 loops may call is written down once, as the protocols in `protocols`:
 
     OnlineTrainer:  trainer.train_iteration(tasks, env_factory) -> (episodes, metrics)   # one rollout batch + update
-                    trainer.affordable_tasks(n), trainer.policy_version()
+                    trainer.policy_version()
     OfflineTrainer: trainer.fit(trajectories) -> metrics
     both:           trainer.save(directory); trainer.load(directory)                      # exact resume
 

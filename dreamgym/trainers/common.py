@@ -43,7 +43,8 @@ from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_shared
+from dreamgym.budget import RealStepBudget
+from dreamgym.rollout import Episode, RolloutConfig, run_shared
 from dreamgym.types import Task
 
 class _TurnSample(Protocol):
@@ -846,21 +847,6 @@ class BaseTrainer:
     def _extra_modules(self) -> dict[str, nn.Module]:
         """Modules saved as state dicts beside the policy (value head, critic, full-FT reference)."""
         return {}
-
-    def affordable_tasks(self, n_tasks: int) -> int:
-        """How many of an iteration's `n_tasks` to play in the real environment so that each of their episodes
-        (`group_size` or `episodes_per_task` per task) can run to `rollout.max_turns` within the remaining
-        real-step budget; all of them without a budget, and 0 when not even one task's episodes fit (the caller
-        stops there and leaves the rest of the budget unspent). The rollout engine steps episodes in lockstep, so a
-        batch the budget cannot finish has every episode ended by the budget, and none trainable (measured: S2R's
-        1,356 steps against 4 ALFWorld groups of 8 cut all 32 episodes at ~42 steps; a last group of 8 with 25 steps
-        left ended every episode after ~3 steps)."""
-        remaining = self.budget.remaining
-        if remaining is None:
-            return n_tasks
-        group_size: int | None = getattr(self.config, "group_size", None)  # GRPO; PPO has episodes_per_task
-        per_task = group_size or int(getattr(self.config, "episodes_per_task", 1))
-        return min(n_tasks, remaining // (per_task * self.common.rollout.max_turns))
 
     # -- checkpoints
     def save(self, directory: str | Path) -> Path:

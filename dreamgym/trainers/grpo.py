@@ -45,7 +45,8 @@ from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
+from dreamgym.budget import RealStepBudget
+from dreamgym.rollout import Episode, rollout_metrics
 from dreamgym.trainers.common import (
     BaseTrainer,
     TrainerConfig,
@@ -177,7 +178,7 @@ class GRPOTrainer(BaseTrainer):
             iteration=float(self.iteration), real_steps_used=float(self.budget.used),
             synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
             rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
-            gen_tokens=stats["gen_tokens"], budget_exhausted=self.budget.exhausted)
+            gen_tokens=stats["gen_tokens"])
         if metrics.get("update_tokens", 0) and t_upd > 0:
             metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
         self.log(metrics)

@@ -28,7 +28,8 @@ from dreamgym import algos, distributed, fsdp
 from dreamgym.config import ranged
 from dreamgym.env import TextEnv
 from dreamgym.metrics import MetricsLogger
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
+from dreamgym.budget import RealStepBudget
+from dreamgym.rollout import Episode, rollout_metrics
 from dreamgym.trainers.common import (
     BaseTrainer,
     TrainerConfig,
@@ -146,7 +147,7 @@ class PPOTrainer(BaseTrainer):
             iteration=float(self.iteration), samples=float(len(samples)), real_steps_used=float(self.budget.used),
             synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
             rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
-            gen_tokens=stats["gen_tokens"], budget_exhausted=self.budget.exhausted)
+            gen_tokens=stats["gen_tokens"])
         if metrics.get("update_tokens", 0) and t_upd > 0:
             metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
         self.log(metrics)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, PolicyBackend, RealStepBudget
+from dreamgym.budget import RealStepBudget
+from dreamgym.rollout import Episode, PolicyBackend
 from dreamgym.types import Task, Trajectory
 
 
@@ -37,10 +38,6 @@ class OnlineTrainer(Trainer, Protocol):
 
     def train_iteration(self, tasks: Sequence[Task],
                         env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]: ...
-
-    def affordable_tasks(self, n_tasks: int) -> int:
-        """How many of `n_tasks` the remaining real-step budget can finish (0: not one)."""
-        ...
 
     def policy_version(self) -> str:
         """The policy's name in the transitions it generates (the replay buffer keeps it)."""
