@@ -120,7 +120,7 @@ def recipe_rows(root: Path) -> dict[str, Any]:
     r = Recipe("dial", root, seed=0, eval_tasks=6, eval_seeds=[0, 1], eval_temperature=1.0, progress=False,
                train_overrides=["grpo.epochs=2", "grpo.minibatches=2"], threads=1)
     r.collect_offline(80, "oracle:0.4,noisy:0.4,random:0.2", "oracle")
-    em = r.experience_model("em", overrides=["max_steps=60", "batch_size=8"])
+    em = r.experience_model("em", overrides=["max_steps=400", "batch_size=8"])
     r.sft(epochs=50, lr=1e-3, batch_size=16)
     rl: dict[str, Any] = dict(tasks_per_iteration=3, group_size=4, lr=2e-4, eval_every=1)
     r.run_method("DreamGym GRPO", algo="grpo", mode="dream", em=em, dream_iterations=2, **rl)
@@ -142,7 +142,7 @@ def train_runs(root: Path, em: Path, sft: Path) -> None:
               "grpo.epochs=2", "grpo.minibatches=2", "ppo.epochs=2", "ppo.minibatches=2"]
     real = ["--algo", "grpo", "--env", "dial", f"run_dir={root / 'train-grpo-real'}", "grpo.group_size=4",
             "grpo.tasks_per_iteration=3", "save_every=1", "eval_every=1", "keep_evaluated=true",
-            "real_step_budget=150", *common]
+            "real_step_budget=250", *common]
     assert train(real + ["iterations=2"]) == 0
     assert train(real + ["iterations=3", "--resume"]) == 0
     assert train(["--algo", "ppo", "--env", "dial", "mode=s2r", f"run_dir={root / 'train-ppo-s2r'}",
