@@ -156,7 +156,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     # Rank 1 dies between its rollouts and the update of iteration 2.
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "rank 1" in out or "rank: 1" in out, out[-3000:]

@@ -129,7 +129,7 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
 
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}", "model.fsdp=true"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and ("rank 1" in out or "local_rank: 1" in out), out[-3000:]
     ckpt = resumable_checkpoint(run / "checkpoint")

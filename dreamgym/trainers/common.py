@@ -27,10 +27,10 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,22 +40,8 @@ from dreamgym import distributed, fsdp
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
-from dreamgym.metrics import MetricsLogger
+from dreamgym.episode import RolloutConfig
 from dreamgym.paths import crash_point
-from dreamgym.env import TextEnv
-from dreamgym.budget import RealStepBudget
-from dreamgym.rollout import Episode, RolloutConfig, run_shared
-from dreamgym.types import Task
-
-class _TurnSample(Protocol):
-    """What a clipped-ratio update reads of one turn (GRPO's and PPO's sample types both have it)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    old_logprobs: list[float]
-
-
-SampleT = TypeVar("SampleT", bound=_TurnSample)
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -134,7 +120,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    """What every trainer reads; `dreamgym.train.TrainConfig` extends it with the run-level fields."""
+    """What every trainer reads (seed, model, optimiser, prompt) and what the run loop of its online runs reads
+    (rollout settings, real-step budget); `dreamgym.train.TrainConfig` extends it with the run-level fields."""
 
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seeds model initialisation order, rollouts, sampling and data order: same seed, same metrics."""
@@ -145,9 +132,9 @@ class TrainerConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The policy's prompt (history length, admissible actions)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """Rollout engine settings (online trainers)."""
+    """Rollout engine settings (the run loop's rollouts)."""
     real_step_budget: int | None = ranged(None, ge=0)
-    """Hard cap on real-environment steps over the whole run (None = unlimited)."""
+    """Hard cap on real-environment steps over the whole run (None = unlimited): the run loop's budget."""
 
 
 # ------------------------------------------------------------------------------------------------- seeding
@@ -710,19 +697,18 @@ def resumable_checkpoint(path: str | Path) -> Path | None:
 
 # ------------------------------------------------------------------------------------------------- base trainer
 class BaseTrainer:
-    """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser,
-    counters, RNG, real-step budget, metrics logger and checkpointing. Subclasses add their algorithm and
-    extend `_extra_state` / `_load_extra_state` / `_extra_modules`."""
+    """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser, the
+    optimiser-step count, RNG and exact checkpoints. Subclasses add their algorithm and extend `_extra_state` /
+    `_load_extra_state` / `_extra_modules`. A trainer plays nothing and counts no iterations: the run loop
+    (`dreamgym.run`) or the fit loop (`dreamgym.trainers.offline`) drives it."""
 
     algo = "base"
     config: Any
     """The algorithm's config dataclass; each subclass sets (and types) it."""
 
-    def __init__(self, backend: Any, common: TrainerConfig, *, logger: MetricsLogger | None = None,
-                 budget: RealStepBudget | None = None):
+    def __init__(self, backend: Any, common: TrainerConfig):
         self.backend = backend
         self.common = common
-        self.logger = logger
         set_seed(common.seed)
         backend.model = prepare_policy(backend.model, common.model)
         self.model: nn.Module = backend.model
@@ -731,8 +717,6 @@ class BaseTrainer:
         self.pad_id = backend.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = backend.tokenizer.eos_token_id
-        self.budget = budget if budget is not None else RealStepBudget(common.real_step_budget)
-        self.iteration = 0  # completed train_iteration calls / epochs
         self.global_step = 0  # optimiser steps
         self.optimizer: torch.optim.Optimizer | None = None  # built by the subclass once its modules exist
 
@@ -808,52 +792,25 @@ class BaseTrainer:
                     out[i] = lp
         return out
 
-    def with_learner_old_logprobs(self, samples: Sequence[SampleT]) -> list[SampleT]:
-        """`samples` (dataclasses with prompt_ids, completion_ids, old_logprobs) ready for a clipped-ratio update:
-        unchanged when the sampler's log-probs are the learner's numerics (`sampler_matches_learner`), otherwise
-        copies whose `old_logprobs` the learner recomputed, so the ratio is 1 before the first step."""
-        if self.sampler_matches_learner():
-            return list(samples)
-        fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
-        # Both sample types are dataclasses; the Protocol bound cannot say so to mypy.
-        return [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]  # type: ignore[type-var]
-
-    def play(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv], group_size: int,
-             stats: dict[str, float]) -> list[Episode]:
-        """`group_size` episodes of every task with the current policy (`run_rollouts`, seeded by the iteration),
-        filling `stats`. Several processes: each plays a contiguous share of the tasks (whole groups) within its share
-        of the real-step budget, sampling each prompt with the seed of its position in the whole turn; every rank
-        then holds all the episodes in the order one process would have them, the summed stats, and the budget's
-        total use."""
-        return run_shared(self.backend, env_factory, tasks, group_size=group_size,
-                          seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                          budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
-                          stats=stats)
-
-    def policy_version(self) -> str:
-        return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"
-
-    def log(self, metrics: dict[str, Any]) -> None:
-        if self.logger is not None:
-            self.logger.log(self.iteration, metrics)
-
     # -- checkpoint hooks
     def _extra_state(self) -> dict[str, Any]:
         return {}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        pass
+    def _load_extra_state(self, extra: dict[str, Any], run: dict[str, Any]) -> None:
+        """Restore what `_extra_state` saved (`extra`); `run` is the run state the checkpoint was saved with."""
 
     def _extra_modules(self) -> dict[str, nn.Module]:
         """Modules saved as state dicts beside the policy (value head, critic, full-FT reference)."""
         return {}
 
     # -- checkpoints
-    def save(self, directory: str | Path) -> Path:
-        """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
-        RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one. With several
-        processes only rank 0 writes (every rank holds the same state; sharded weights are gathered to it first, so
-        every rank calls this)."""
+    def save(self, directory: str | Path, run: Mapping[str, Any] | None = None) -> Path:
+        """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser, RNG
+        states, the optimiser-step count, the trainer's extra state and `run`, the state of the loop that drives it
+        (`dreamgym.run.RunState.state_dict()`: "iteration" and the real-step "budget"; an offline trainer's epoch),
+        which `load` returns. Atomic: a crash leaves the old one. With several processes only rank 0 writes (every
+        rank holds the same state; sharded weights are gathered to it first, so every rank calls this)."""
+        run = dict(run or {})
         weights = fsdp.full_state(self.model) if fsdp.is_sharded(self.model) else None
         opt = optimizer_state(self._stepped_modules(), self.optimizer) if self.optimizer is not None \
             else {"optimizer": None}
@@ -864,14 +821,13 @@ class BaseTrainer:
         state = {
             **opt,
             "rng": rng_state(),
-            "iteration": self.iteration,
+            **run,
             "global_step": self.global_step,
-            "budget": self.budget.state_dict(),
             "modules": modules,
             "extra": self._extra_state(),
         }
-        meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": self.iteration,
-                "global_step": self.global_step, "real_steps_used": self.budget.used,
+        meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": int(run.get("iteration", 0)),
+                "global_step": self.global_step, "real_steps_used": int(run.get("budget", {}).get("used", 0)),
                 "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
         return write_checkpoint(directory, self.model, self.tokenizer, state, meta, weights)
 
@@ -879,9 +835,10 @@ class BaseTrainer:
         """One module holding the policy and the extra modules: the names of every weight the optimizer steps."""
         return nn.ModuleDict({"policy": self.model, **self._extra_modules()})
 
-    def load(self, directory: str | Path) -> None:
-        """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters)
-        so the next iteration is exactly the one an uninterrupted run would have done."""
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters) so
+        the next update is exactly the one an uninterrupted run would have made; returns the run state it was saved
+        with (for the loop to continue from)."""
         state = read_checkpoint_state(directory, self.model)
         for k, m in self._extra_modules().items():
             if fsdp.is_sharded(m):
@@ -890,11 +847,15 @@ class BaseTrainer:
                 m.load_state_dict(state["modules"][k])
         if self.optimizer is not None and state["optimizer"] is not None:
             load_optimizer_state(self._stepped_modules(), self.optimizer, state)
-        self.iteration = int(state["iteration"])
         self.global_step = int(state["global_step"])
-        self.budget.load_state_dict(state["budget"])
-        self._load_extra_state(state["extra"])
+        run = {k: v for k, v in state.items() if k not in TRAINER_STATE_KEYS}
+        self._load_extra_state(state["extra"], run)
         set_rng_state(state["rng"])
+        return run
+
+
+TRAINER_STATE_KEYS = ("optimizer", "optimizer_format", "rng", "global_step", "modules", "extra")
+"""The keys of a checkpoint's state a trainer owns; the others are the run state `BaseTrainer.save` was given."""
 
 
 def read_meta(directory: str | Path) -> dict[str, Any]:
