@@ -38,7 +38,8 @@ from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
 from dreamgym.presets import PresetError
 from dreamgym.run import LoopSettings, RunState, train
-from dreamgym.trainers.common import CheckpointError, TrainerConfig, resumable_checkpoint
+from dreamgym.trainers.checkpoint import CheckpointError, resumable_checkpoint
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.trainers.dpo import DPOConfig
 from dreamgym.trainers.grpo import GRPOConfig
 from dreamgym.trainers.ppo import PPOConfig

@@ -129,7 +129,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     """Two GRPO iterations from a warm SFT start: the same rollouts (each iteration's metrics agree) and the same
     weights with one and two ranks. Then rank 1 is killed after its rollouts in iteration 2: the job stops naming
     the rank, the checkpoint of iteration 1 loads, and --resume finishes the run."""
-    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
     start = _weights(warm_dir)
 

@@ -14,8 +14,9 @@ from crash import run_python
 import torch
 
 from dreamgym.paths import atomic_write_text
-from dreamgym.trainers.common import (META_FILE, STATE_FILE, BaseTrainer, CheckpointError, TrainerConfig,
-                                      atomic_dir, read_meta, resumable_checkpoint)
+from dreamgym.trainers.checkpoint import (META_FILE, STATE_FILE, CheckpointError, atomic_dir, read_meta,
+                                          resumable_checkpoint)
+from dreamgym.trainers.common import BaseTrainer, TrainerConfig
 
 
 # Saves iteration 1, then iteration 2 with changed weights; each crash point is armed at its pass inside the second
@@ -135,7 +136,7 @@ def test_a_swap_interrupted_under_the_old_naming_is_recovered_or_refused(tmp_pat
 ATOMIC_DIR = """
 import sys
 from pathlib import Path
-from dreamgym.trainers.common import atomic_dir
+from dreamgym.trainers.checkpoint import atomic_dir
 final = Path(sys.argv[1])
 with atomic_dir(final) as tmp:
     (tmp / "v").write_text(sys.argv[2])
