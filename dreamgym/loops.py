@@ -159,8 +159,7 @@ def task_pool(tasks: Sequence[Task], source: str | Path, *, name: str, env: str,
     - "data", with `buffer`: those with real transitions in the replay buffer (`dream.task_pool=data`);
     - a dream run's folder: those whose latest dream group had mixed outcomes (its `curriculum.jsonl`, none
       without one). A group whose rewards are all equal has zero GRPO advantage, so a small real budget spent on
-      it trains nothing (ALFWorld, docs/log/18-more-fresh-games.md: uniform draws gave 0 of 7 mixed groups,
-      this pool 5 of 8);
+      it trains nothing (docs/decisions.md, "S2R has one route");
     - a trajectory file: those its episodes played (a fixed set real and dream RL can share).
 
     Fewer than `fall_back_below` kept: all of `tasks`, so S2R never narrows to a handful by accident. Otherwise none

@@ -12,7 +12,8 @@ quickstart and the table build them (`dreamgym.recipe.Recipe.run_method`) and `d
 
 It writes one JSON file: every metric row (metrics.jsonl), evaluation (eval.jsonl), curriculum row, every dreamt
 episode, each row's result and a SHA-256 of each final checkpoint's weights, optimiser state, RNG state and
-counters, with wall-clock figures left out (they differ between identical runs).
+counters, with wall-clock figures left out (they differ between identical runs), as is the RNG state of the
+experience model's checkpoint (train-em does not seed the global RNGs).
 
     python experiments/loop_golden.py --out runs/loop-golden --json golden-before.json
     python experiments/loop_golden.py --compare golden-before.json golden-after.json [--rename renames.json]
@@ -75,8 +76,9 @@ def digest(x: Any) -> str:
     return h.hexdigest()
 
 
-def checkpoint_record(directory: Path) -> dict[str, Any]:
-    """SHA-256 of a trainer checkpoint's weights and of each part of its state, plus its counters."""
+def checkpoint_record(directory: Path, rng: bool = True) -> dict[str, Any]:
+    """SHA-256 of a trainer checkpoint's weights and of each part of its state (its RNG state only with `rng`),
+    plus its counters."""
     import torch
     from safetensors.torch import load_file
 
@@ -85,7 +87,7 @@ def checkpoint_record(directory: Path) -> dict[str, Any]:
         weights.update(load_file(str(f)))
     state = torch.load(directory / "trainer_state.pt", map_location="cpu", weights_only=False)
     meta = json.loads((directory / "trainer_state.json").read_text())
-    rec = {"weights": digest(weights), **{f"state/{k}": digest(v) for k, v in state.items()}}
+    rec = {"weights": digest(weights), **{f"state/{k}": digest(v) for k, v in state.items() if rng or k != "rng"}}
     rec.update({k: meta.get(k) for k in ("iteration", "global_step", "real_steps_used")})
     return rec
 
@@ -95,7 +97,9 @@ def read_jsonl(path: Path) -> list[Any]:
 
 
 def run_record(run: Path) -> dict[str, Any]:
-    """Everything a run folder holds that a refactor must not change."""
+    """Everything a run folder holds that a refactor must not change. The experience model's training never seeds
+    the global RNGs, and torch's is seeded at random when the package is imported, so the RNG state its checkpoint
+    keeps differs from run to run on unchanged code: it is left out."""
     out: dict[str, Any] = {}
     for name in ("metrics.jsonl", "eval.jsonl", "curriculum.jsonl"):
         if (run / name).is_file():
@@ -107,7 +111,7 @@ def run_record(run: Path) -> dict[str, Any]:
         out["dream_state"] = digest(json.loads((run / "dream_state.json").read_text()))
     for ck in ("final", "checkpoint") + tuple(p.name for p in sorted(run.glob("*it[0-9]*")) if p.is_dir()):
         if (run / ck / "trainer_state.pt").is_file():
-            out[f"{ck}/"] = checkpoint_record(run / ck)
+            out[f"{ck}/"] = checkpoint_record(run / ck, rng=run.name != "em")
     if (run / "summary.json").is_file():
         s = json.loads((run / "summary.json").read_text())
         out["summary"] = stable({k: v for k, v in s.items() if k not in ("machine", "run_dir", "timings_s")})
