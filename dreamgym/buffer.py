@@ -104,6 +104,21 @@ def _read_current(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------- vector index
 
+def _top_k_columns(s: np.ndarray, k: int) -> np.ndarray:
+    """(B, k) column numbers of each row's k largest scores of `s` (B, C), ties at the k-th score going to the
+    lowest columns. `argpartition` alone leaves which of several equal scores makes the cut to its selection
+    algorithm, which numpy dispatches by CPU (SIMD sorts): retrieval would then differ between machines."""
+    part = np.argpartition(s, s.shape[1] - k, axis=1)[:, -k:]
+    picked = np.take_along_axis(s, part, axis=1)
+    kth = picked.min(axis=1, keepdims=True)  # (B, 1)
+    # Rows where more columns hold the k-th score than were picked: choose those by column number.
+    for b in np.flatnonzero((s == kth).sum(axis=1) > (picked == kth).sum(axis=1)):
+        above = np.flatnonzero(s[b] > kth[b, 0])
+        tied = np.flatnonzero(s[b] == kth[b, 0])[: k - len(above)]
+        part[b] = np.concatenate([above, tied])
+    return part
+
+
 class VectorIndex:
     """Exact maximum-inner-product top-k over unit vectors (= cosine), numpy or faiss `IndexFlatIP`.
 
@@ -193,16 +208,13 @@ class VectorIndex:
                 if len(rows):
                     r = rows[(rows >= c0) & (rows < c1)]
                     s[b, r - c0] = -np.inf
-            kk = min(k, c1 - c0)
-            part = np.argpartition(s, s.shape[1] - kk, axis=1)[:, -kk:]
+            part = _top_k_columns(s, min(k, c1 - c0))
             best_s = np.concatenate([best_s, np.take_along_axis(s, part, axis=1)], axis=1)
             best_i = np.concatenate([best_i, part + c0], axis=1)
-            if best_s.shape[1] > k:
-                keep = np.argpartition(best_s, best_s.shape[1] - k, axis=1)[:, -k:]
-                best_s, best_i = np.take_along_axis(best_s, keep, 1), np.take_along_axis(best_i, keep, 1)
-        # Best first; equal scores by row number, so results do not depend on chunking.
-        order = np.lexsort((best_i, -best_s), axis=1) if best_s.size else np.zeros_like(best_i)
-        return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+            # Best first; equal scores by row number, so results depend neither on chunking nor on the CPU.
+            order = np.lexsort((best_i, -best_s), axis=1)[:, :k]
+            best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+        return best_s, best_i
 
     def _search_faiss(self, q, k, allowed, exclude):
         import faiss

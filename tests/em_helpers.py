@@ -4,22 +4,18 @@
   environment and the fidelity code can be tested against a known-correct "model";
 - `dial_trajectories`: real dial trajectories from the family's scripted policies;
 - `DIAL_TASK` and `dial_query`: a dial task (target 5) and a query on it;
-- `trained_dial_model`: a tiny experience model trained on real dial data, built once and cached on disk
-  (keyed by the settings and the experience model's FORMAT_VERSION), so training is paid for at most once.
+- `trained_dial_model`: a tiny experience model trained with retrieval on real dial data, shipped with the tests
+  (`model_fixtures`).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import re
 from pathlib import Path
 
 from dreamgym.collect import run_episode
 from dreamgym.envs import dial
-from dreamgym.experience.format import FORMAT_VERSION, RESET_ACTION, format_completion, query_for
-from dreamgym.paths import cache_dir
+from dreamgym.experience.format import RESET_ACTION, format_completion, query_for
 from dreamgym.types import Task, Transition
 
 DIAL_TASK = Task(id="dial-3-5", env="dial", instruction="set the dial to 5 and press submit",
@@ -66,37 +62,9 @@ def dial_trajectories(n: int, split: str = "train", seed: int = 0,
     return out
 
 
-# The quickstart's settings: two retrieved examples, no history window, reasoning traces, batches of 8. The tiny
-# model writes the format after ~100 steps but copies the dial's value only after ~1000 (an abrupt drop of the
-# loss), so anything shorter cannot test dynamics, rewards or the use of examples.
-TRAIN_SETTINGS = {"episodes": 300, "max_steps": 1600, "batch_size": 8, "k": 2, "history": 0,
-                  "use_reasoning": True, "embedder": "hashing", "lr": 1e-3, "warmup_steps": 50}
-
-
 def trained_dial_model() -> Path:
-    """A checkpoint of the tiny preset trained with retrieval on real dial data (cached under the test-artifacts
-    cache; about 7 minutes to build once on two free cores)."""
-    # "stack" names the training code's generation: a model cached by an older stack is not this one's.
-    spec = {**TRAIN_SETTINGS, "format_version": FORMAT_VERSION, "stack": "trainers.common"}
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    root = cache_dir("test-artifacts")
-    out = root / f"em-dial-{key}"
-    with open(root / f"em-dial-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes build it once
-        if (out / "train_summary.json").is_file():
-            return out
-        from dreamgym.data import write_jsonl
-        from dreamgym.experience.config import ExperienceModelConfig
-        from dreamgym.experience.train import TrainEMConfig, train
+    """The dial experience-model checkpoint the tests load: shipped in tests/fixtures/models/dial-em (see
+    `model_fixtures`), unpacked once into the DreamGym cache."""
+    from model_fixtures import em_checkpoint
 
-        s = TRAIN_SETTINGS
-        trajs = dial_trajectories(s["episodes"])
-        data = root / f"em-dial-{key}.jsonl"
-        write_jsonl(data, trajs)
-        cfg = TrainEMConfig(env="dial", data=str(data), preset="tiny", out=str(out), resume=False,
-                            model=ExperienceModelConfig(k=s["k"], history=s["history"], embedder=s["embedder"],
-                                                        use_reasoning=s["use_reasoning"]),
-                            max_steps=s["max_steps"], batch_size=s["batch_size"], lr=s["lr"],
-                            warmup_steps=s["warmup_steps"], log_every=50, save_every=0)
-        train(cfg, trajectories=trajs)
-    return out
+    return em_checkpoint()

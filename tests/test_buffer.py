@@ -302,3 +302,17 @@ def test_sigkill_mid_write_loses_at_most_the_transition_in_flight(tmp_path):
     assert (path / "gen-000000" / "embeddings.f32").stat().st_size == n * 64 * 4
     lines = (path / "gen-000000" / "transitions.jsonl").read_bytes()
     assert lines.endswith(b"\n") and len([json.loads(x) for x in lines.splitlines()]) == n
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 65536])
+def test_ties_at_the_cut_go_to_the_lowest_rows(chunk_rows):
+    """Which of several equal scores make the top k is decided by row number, not by numpy's selection algorithm
+    (dispatched by CPU): a stored step with many identical-looking neighbours retrieves the same ones everywhere."""
+    from dreamgym.buffer import VectorIndex
+
+    idx = VectorIndex(4, chunk_rows=chunk_rows)
+    e = np.eye(4, dtype=np.float32)
+    idx.add(np.stack([e[1]] * 3 + [e[0]] * 40 + [e[2]] * 5))
+    scores, rows = idx.search(np.stack([e[0], e[2]]), 6)
+    assert rows[0].tolist() == [3, 4, 5, 6, 7, 8] and rows[1, :5].tolist() == [43, 44, 45, 46, 47]
+    assert rows[1, 5] == 0  # the first of the 43 rows tied at cosine 0

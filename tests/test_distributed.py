@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
 
 from dreamgym import distributed
 
@@ -70,14 +70,19 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], base: d
 
 
 def _assert_same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> None:
-    """Two runs made the same update: per tensor, the runs differ by under 3% of the update's norm. Not elementwise:
-    Adam divides by the root of the squared gradient, so an element whose gradient is near zero turns a float-order
-    difference in its sum into an update difference of up to the learning rate (measured: 0.9% of the norm at most,
-    2% of elements off by more than 1e-5, after two GRPO steps)."""
+    """Two runs made the same update: every tensor moved, and the two updates, taken over all weights together,
+    differ by under 10% of the update's norm. Not elementwise, nor per tensor: Adam divides by the root of the
+    squared gradient, so an element whose gradient is near zero turns a float-order difference in its sum into an
+    update difference of up to the learning rate, and in a small tensor a few such elements dominate. Measured after
+    two GRPO steps, one vs two ranks: 0.9% per tensor at most with default kernels; with AVX2 kernels
+    (ATEN_CPU_CAPABILITY=avx2) 3.6% over all weights (cosine 0.9994) while layer 2's 64-element input norm alone
+    differed by 17.9% (2026-12-05)."""
     assert a.keys() == b.keys()
     for k in a:
-        update = float((a[k] - base[k]).norm())
-        assert update > 0 and float((a[k] - b[k]).norm()) <= 0.03 * update, k
+        assert float((a[k] - base[k]).norm()) > 0, k
+    ua = torch.cat([(a[k] - base[k]).flatten() for k in a])
+    ub = torch.cat([(b[k] - base[k]).flatten() for k in a])
+    assert float((ua - ub).norm()) <= 0.10 * float(ua.norm()), float((ua - ub).norm() / ua.norm())
 
 
 def test_without_a_launcher_every_share_is_the_whole():

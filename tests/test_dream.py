@@ -6,7 +6,7 @@ import json
 import pytest
 
 from em_helpers import trained_dial_model
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
 
 from dreamgym.budget import RealStepBudget
 from dreamgym.curriculum import CurriculumConfig

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from test_distributed import TRAIN, _assert_same_update, _run, warm_dir  # noqa: F401
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_backend, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
 
 from dreamgym import distributed
 from dreamgym.config import ConfigError, load_config

@@ -12,6 +12,7 @@ from dreamgym.experience.format import FAILURE_STATE, format_completion, query_f
 from dreamgym.experience.model import ExperienceModel
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_query, dial_sim, dial_trajectories, trained_dial_model
+from model_fixtures import EM_PROBES
 
 # ------------------------------------------------------------------------------- prediction with FakeLLM
 
@@ -79,34 +80,35 @@ def trained_model(trained):
     return ExperienceModel.load(trained, buffer=checkpoint_buffer(trained), device="cpu")
 
 
-PROBES = [(v, a) for v in (2, 5, 7) for a in ("turn up", "turn down", "submit")]  # DIAL_TASK's target is 5
+PROBES = EM_PROBES  # DIAL_TASK's target is 5
 
 
-def test_trained_tiny_model_writes_a_loadable_checkpoint_and_learns_the_dynamics(trained, trained_model):
+def test_trained_tiny_model_loads_and_predicts_the_dynamics(trained, trained_model):
+    """The shipped dial experience model (tests/fixtures/models/dial-em, see `model_fixtures`) through today's
+    checkpoint loading, retrieval, prompt and parser: it must still predict the dial's arithmetic and which action
+    ends the episode. Measured on this fixture: 8 of the 9 next values right and all 9 `done`s, the same under
+    default kernels with 1 and 2 threads, AVX2 kernels with 2 threads and ATen's non-vectorised kernels with 1
+    (2026-12-05, AMD EPYC); the threshold leaves one probe of room for another CPU's rounding."""
     meta = json.loads((trained / "em_config.json").read_text())
     assert meta["env"] == "dial" and meta["lora"] is False and meta["model"]["k"] == 2 and meta["final"]
-    assert (trained / "model" / "config.json").is_file() and (trained / "checkpoint" / "trainer_state.pt").is_file()
-    losses = [json.loads(line)["em/loss"] for line in (trained / "metrics.jsonl").read_text().splitlines()]
-    assert losses[-1] < 0.05 * losses[0]
+    assert (trained / "model" / "config.json").is_file()
     m = trained_model
     m.stats.clear()
     preds = m.predict([dial_query(v, a) for v, a in PROBES])
     assert m.stats["failures"] == 0 and m.stats["generate_calls"] == 1
-    # The dial's state arithmetic (8 of the 9 probes; the fixture measured 8) and which action ends the episode.
     want = [(v + {"turn up": 1, "turn down": -1, "submit": 0}[a], a == "submit") for v, a in PROBES]
     got = [(parse_state(p.next_state), p.done) for p in preds]
-    assert sum(g[0] == w[0] for g, w in zip(got, want)) >= 8, [p.text for p in preds]
+    assert sum(g[0] == w[0] for g, w in zip(got, want)) >= 7, [p.text for p in preds]
     assert [g[1] for g in got] == [w[1] for w in want]
 
 
 def test_trained_tiny_model_never_credits_a_losing_submit(trained_model):
-    """A false success is the error that breaks RL in the dream, so a losing submit must get reward 0.
+    """A false success is the error that breaks RL in the dream, so a losing submit must get reward 0 (measured
+    0 and 0 on the shipped fixture under the four settings above).
 
-    Whether the winning submit gets reward 1 is not asserted: it is the known gap of issue 5. The reward is
-    learnt at the edge of this fixture's budget (reward-1 recall 0.14 on held-out steps for one build, while the
-    quickstart's model with the same settings on other data reaches reward accuracy 0.996), and a fixture built
-    afresh on another machine (2026-12-01) did learn it, so the outcome depends on the machine that built the
-    fixture and no xfail, strict or not, states it."""
+    Whether the winning submit gets reward 1 is not asserted: the reward is learnt at the edge of this fixture's
+    training budget (reward-1 recall 0.14 on held-out steps for one build, while the quickstart's model with the
+    same settings on other data reaches reward accuracy 0.996)."""
     preds = trained_model.predict([dial_query(v, "submit") for v in (2, 5, 7)])
     assert [p.reward for p in (preds[0], preds[2])] == [0.0, 0.0], [p.text for p in preds]
     assert preds[1].reward in (0.0, 1.0) and all(p.done for p in preds), [p.text for p in preds]

@@ -7,7 +7,7 @@ import httpx
 import pytest
 import torch
 from servers import cli_server
-from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT, tiny_preset, warm_state  # noqa: F401
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
 
 from dreamgym.llm import SamplingParams, row_seed
 from dreamgym.llm.hf import HFBackend
@@ -180,7 +180,7 @@ def test_full_weight_policy_refuses_to_drift_from_the_server(served, tiny_preset
 
 
 @pytest.mark.slow
-def test_grpo_samples_from_the_server_and_pushes_each_update(tiny_preset, warm_state):  # noqa: F811
+def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
     """Real-environment GRPO on the dial with its policy samples from `serve-model` over HTTP: the first iteration
     trains, the adapter is pushed, and the next iteration's samples are the updated policy's (their server log-probs
     are the learner's, and not the pre-update policy's)."""
@@ -189,9 +189,8 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(tiny_preset, warm_s
     from dreamgym.envs import dial
     from dreamgym.rollout import run_rollouts
 
-    model, tok = tiny_preset
+    model, tok = warm_preset
     warm = copy.deepcopy(model)
-    warm.load_state_dict(warm_state)
     handle = start_server(HFBackend(copy.deepcopy(warm), tok, batch_size=64), model_name="tiny-warm")
     try:
         with HTTPPolicyBackend(handle.url, warm, tok, max_retries=0) as backend:

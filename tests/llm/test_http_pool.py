@@ -7,7 +7,6 @@ import json
 
 import pytest
 from em_helpers import dial_query, dial_trajectories
-from trainers.conftest import tiny_preset  # noqa: F401
 
 from dreamgym.llm import SamplingParams
 from dreamgym.llm.hf import HFBackend

@@ -47,18 +47,17 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     assert after.success_rate > before.success_rate and p < 0.01, (before, after, p)
 
 
-def test_grpo_resume_is_exact(warm_state, tiny_preset, dial_common, tmp_path):
+def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
     """Interrupted after 2 iterations of the run loop, saved with the run's state, loaded into a fresh trainer and
     state, 1 more == 3 uninterrupted (the same task draws, rollouts, updates and real-step count)."""
     from dreamgym.llm.hf import HFBackend
 
-    model, tok = tiny_preset
+    model, tok = warm_preset
     cfg, common = GRPOConfig(group_size=4, tasks_per_iteration=4, kl_coef=0.05, epochs=2, minibatches=2), \
         dial_common(seed=5, lr=1e-3)
 
     def fresh():
         m = copy.deepcopy(model)
-        m.load_state_dict(warm_state)
         return GRPOTrainer(HFBackend(m, tok), cfg, common), RunState(RealStepBudget(500))
 
     def run(tr, state, until):
@@ -220,17 +219,16 @@ def _zero_groups(episodes, earned):
     return sum(len(v) == 1 for v in by_group.values())
 
 
-def test_success_reward_trains_on_wins_not_partial_credit(tiny_preset, warm_state, dial_common):
+def test_success_reward_trains_on_wins_not_partial_credit(warm_preset, dial_common):
     """reward="success": a group of near-misses (0.5 and 0 rewards, no win) carries no signal, where "env" trains on
     it. Same start, same seed, so both trainers play the same episodes; only the advantages differ."""
     from dreamgym.llm.hf import HFBackend
 
-    model, tok = tiny_preset
+    model, tok = warm_preset
     tasks = dial.make_tasks("train")[:24]
     runs = {}
     for reward in ("env", "success"):
         m = copy.deepcopy(model)
-        m.load_state_dict(warm_state)
         tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(group_size=4, reward=reward), dial_common())
         runs[reward] = play_and_update(tr, tasks, PartialCreditDial)
     (eps, m_env), (eps_s, m_success) = runs["env"], runs["success"]
