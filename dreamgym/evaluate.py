@@ -24,7 +24,9 @@ from typing import Any
 from dreamgym.config import ranged, validate_config
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_shared
+from dreamgym.budget import RealStepBudget
+from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
+from dreamgym.rollout import run_shared
 from dreamgym.types import Task
 
 

@@ -5,8 +5,8 @@ Owns: `ENV_DEFAULTS` (each environment's small-scale settings), `Recipe` (offlin
 the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R), the results
 table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and `quickstart_main`
 (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget).
-Must not know: trainers' internals, how the loops run (`dreamgym.loops`, `dreamgym.dream`), concrete environments
-(families are reached through `dreamgym.envs.family`).
+Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
+`dreamgym.run.train`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from typing import Any, Literal
 from dreamgym.checks import POLICY_MIX, env_family, family_choices
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
 from dreamgym.data import DataError
-from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
+from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.evaluate import EvalConfig, EvalResult
-from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
+from dreamgym.loops import Evaluation, OnlineTrainer, build_backend, build_offline_trainer, build_online_trainer
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
-from dreamgym.rollout import RealStepBudget
+from dreamgym.run import LoopSettings, RunState, train
 from dreamgym.train import TrainConfig
-from dreamgym.trainers.protocols import OnlineTrainer
 
 ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
@@ -192,7 +191,7 @@ class Recipe:
                    from_method: str | None = None) -> OnlineTrainer:
         """Train `algo` (grpo or ppo) in `mode` and evaluate it: 'real' (RL in the real environment on all train
         tasks), 'dream' (RL inside the experience model `em` only) or 's2r' (sim-to-real: a dream, then real RL on
-        the train tasks the dream left with mixed outcomes, `dreamgym.dream.train_s2r`). It starts from the SFT
+        the train tasks the dream left with mixed outcomes: `dreamgym.dream.online_phases`). It starts from the SFT
         policy, or from the final policy of the earlier row `from_method` (whose real data and wall time it then
         inherits); an S2R row continuing a dream row runs only the real phase, on that row's dream log. Real phases
         stop at `real_iterations` or when the hard real-step `budget` is spent, whichever comes first."""
@@ -201,48 +200,41 @@ class Recipe:
         done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
         t0 = time.time()
         init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
+        # The run's one real-step budget: none for a dream row, whatever `budget` says.
         cfg = dataclasses.replace(
-            self.base, algo=algo, init=str(init), real_step_budget=budget,
+            self.base, algo=algo, init=str(init), real_step_budget=0 if mode == "dream" else budget,
             grpo=dataclasses.replace(self.base.grpo, group_size=group_size, tasks_per_iteration=tasks_per_iteration),
             ppo=dataclasses.replace(self.base.ppo, tasks_per_iteration=tasks_per_iteration,
                                     episodes_per_task=group_size),
             optim=dataclasses.replace(self.base.optim, lr=lr))
         method_dir = self.run / self._slug(name)
         lg = MetricsLogger(method_dir, tensorboard=False)
-        budget_obj = RealStepBudget(0 if mode == "dream" else budget)
-        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(), logger=lg,
-                                       budget=budget_obj)
+        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config())
+        state = RunState.new(cfg.real_step_budget)
         curve: list[tuple[int, float]] = []
 
         def evaluate(tag: str, step: int) -> None:
             res = self.evaluate(trainer.backend)
             curve.append((step, res.success_rate))
-            lg.log(step, {"success_rate": res.success_rate, "real_steps": float(trainer.budget.used)}, prefix="eval/")
+            lg.log(step, {"success_rate": res.success_rate, "real_steps": float(state.budget.used)}, prefix="eval/")
 
         if eval_every:
             evaluate("start", 0)
         world = None
-        loop: dict[str, Any] = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
-                    progress=self.progress)
-        if mode == "real":
-            train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations, seed=self.seed,
-                       label=f"real {algo}", **loop)
-        elif mode == "s2r" and from_method:
-            train_s2r_real(trainer, self.family, self.run / self._slug(from_method), env=self.env,
-                           iterations=real_iterations, seed=self.seed, **loop)
-        else:
+        if mode != "real" and not from_method:
             dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
-            world = DreamWorld(self.env, dcfg, method_dir, self.seed)
-            if mode == "dream":
-                train_dream(trainer, world, iterations=dream_iterations, algo=algo, run_dir=method_dir, logger=lg,
-                            **loop)
-            else:
-                train_s2r(trainer, world, dream_iterations=dream_iterations, real_iterations=real_iterations,
-                          algo=algo, seed=self.seed, run_dir=method_dir, logger=lg, **loop)
-        trainer.save(method_dir / "final")
+            world = DreamWorld(self.env, dcfg, method_dir, self.seed, algo=algo)
+        phases = online_phases(mode, self.family, self.env, self.seed, world=world,
+                               real_iterations=real_iterations, dream_iterations=dream_iterations,
+                               tasks_per_iteration=tasks_per_iteration,
+                               dream_log=self.run / self._slug(from_method) if from_method else None)
+        train(trainer, phases, state, LoopSettings.of(cfg, cfg.online_config(), eval_every=eval_every,
+                                                      run_dir=method_dir, progress=self.progress),
+              logger=lg, evaluate=evaluate)
+        trainer.save(method_dir / "final", state.state_dict())
         res = self.evaluate(trainer.backend)
-        if eval_every and (not curve or curve[-1][0] != trainer.iteration):
-            curve.append((trainer.iteration, res.success_rate))
+        if eval_every and (not curve or curve[-1][0] != state.iteration):
+            curve.append((state.iteration, res.success_rate))
         lg.close()
         # Real data in the paper's sense: the SFT start's demonstrations, the offline data behind the experience
         # model for dream methods, plus the real steps the method took itself.
@@ -253,7 +245,7 @@ class Recipe:
             prior, wall = parent["real_data"], wall + parent["wall_time_s"]
             offset = parent["curve"][-1][0] if parent["curve"] else 0  # iterations continue the parent's
             curve = parent["curve"] + [(offset + st, v) for st, v in curve if st > 0]
-        self.record(name, res, real_steps=trainer.budget.used, real_data=prior + trainer.budget.used,
+        self.record(name, res, real_steps=state.budget.used, real_data=prior + state.budget.used,
                     wall=wall, curve=curve)
         if world is not None:
             self.results[name]["curriculum"] = dataclasses.asdict(world.curriculum.stats) | {

@@ -33,14 +33,15 @@ from pathlib import Path
 
 import torch
 
+from dreamgym.budget import RealStepBudget
 from dreamgym.config import load_config
 from dreamgym.data import load_trajectories
-from dreamgym.dream import DreamConfig, DreamWorld, train_dream
+from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import dial
 from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
-from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer, train_real
+from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer
 from dreamgym.recipe import ENV_DEFAULTS
-from dreamgym.rollout import RealStepBudget
+from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
 from dreamgym.train import TrainConfig
 
 
@@ -96,23 +97,24 @@ def main() -> None:
     t0 = time.time()
     gcfg = load_config(TrainConfig, None, [*rl, "mode=dream", f"dream.em={run / 'em'}"])
     be = build_backend(gcfg, str(out / "start"))
-    trainer = build_online_trainer(be, gcfg, gcfg.grpo, budget=RealStepBudget(0))
+    trainer = build_online_trainer(be, gcfg, gcfg.grpo)
     world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={run / 'em'}"]), out / "dream", args.seed)
-    train_dream(trainer, world, iterations=args.iterations, tasks_per_iteration=8, algo="grpo",
-                run_dir=out / "dream", logger=None, progress=False)
-    trainer.save(out / "dream" / "final")
-    results["dream"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
+    state = RunState(RealStepBudget(0))
+    train(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings.of(gcfg, gcfg.grpo, progress=False))
+    trainer.save(out / "dream" / "final", state.state_dict())
+    results["dream"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("dream:", json.dumps(results["dream"]), flush=True)
 
     # 2b. GRPO in the real dial, same iterations, every step counted.
     t0 = time.time()
     rcfg = load_config(TrainConfig, None, [*rl, f"iterations={args.iterations}", "save_every=0"])
     be = build_backend(rcfg, str(out / "start"))
-    trainer = build_online_trainer(be, rcfg, rcfg.grpo, budget=RealStepBudget(None))
-    train_real(trainer, dial, dial.tasks("train"), iterations=rcfg.iterations,
-               tasks_per_iteration=rcfg.grpo.tasks_per_iteration, seed=rcfg.seed, label="real grpo", progress=False)
-    trainer.save(out / "real" / "final")
-    results["real"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
+    trainer = build_online_trainer(be, rcfg, rcfg.grpo)
+    state = RunState(RealStepBudget(None))
+    train(trainer, [Phase(RealWorld(dial, rcfg.seed), rcfg.iterations)], state,
+          LoopSettings.of(rcfg, rcfg.grpo, progress=False))
+    trainer.save(out / "real" / "final", state.state_dict())
+    results["real"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)
 
     s = results["start"]

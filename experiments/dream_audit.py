@@ -38,10 +38,11 @@ from dreamgym.config import load_config
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
+from dreamgym.episode import rollout_metrics
 from dreamgym.fidelity import token_f1
 from dreamgym.loops import build_backend
 from dreamgym.recipe import ENV_DEFAULTS
-from dreamgym.rollout import rollout_metrics, run_rollouts
+from dreamgym.rollout import run_rollouts
 from dreamgym.train import TrainConfig
 
 
@@ -82,7 +83,7 @@ def main() -> None:
         backend = build_backend(cfg, args.policy)
         tasks = played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
-        episodes = run_rollouts(backend, world.env_factory(), tasks, config=cfg.rollout, agent=cfg.agent,
+        episodes = run_rollouts(backend, world.envs(""), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
     parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
     outcomes: collections.Counter = collections.Counter()

@@ -134,7 +134,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     """Two GRPO iterations from a warm SFT start: the same rollouts (each iteration's metrics agree) and the same
     weights with one and two ranks. Then rank 1 is killed after its rollouts in iteration 2: the job stops naming
     the rank, the checkpoint of iteration 1 loads, and --resume finishes the run."""
-    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
     start = _weights(warm_dir)
 
@@ -161,7 +161,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     # Rank 1 dies between its rollouts and the update of iteration 2.
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "rank 1" in out or "rank: 1" in out, out[-3000:]

@@ -106,7 +106,7 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     their episodes at different turns), the updates sharded; rank 1 is killed after its rollouts of iteration 2, the
     job stops naming it, and --resume from the sharded checkpoint (adapter and by-name optimizer state) finishes.
     Both iterations have the rollouts and figures of one unsharded process, and the final adapter is its adapter."""
-    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
     grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
             "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
@@ -129,7 +129,7 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
 
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}", "model.fsdp=true"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and ("rank 1" in out or "local_rank: 1" in out), out[-3000:]
     ckpt = resumable_checkpoint(run / "checkpoint")

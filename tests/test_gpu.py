@@ -38,8 +38,10 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     learner's numerics, starts at ratio 1 (approx_kl ~ 0, nothing clipped). A full GRPO iteration then runs."""
     from dreamgym.envs import dial
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.loops import iteration_tasks
+    from dreamgym.budget import RealStepBudget
+    from dreamgym.envs import family
     from dreamgym.rollout import run_rollouts
+    from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample
 
     model, tok = cuda_tiny
@@ -58,13 +60,15 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     diffs = [abs(a - b) for s, lp in zip(samples, learner) for a, b in zip(s.old_logprobs, lp)]
     assert len(diffs) == sum(len(s.completion_ids) for s in samples)
     assert np.mean(diffs) > 1e-4, "sampler (fp32) and learner (bf16 autocast) log-probs should differ on CUDA"
-    m = tr.update(samples)
+    m = tr.optimize(samples)
     assert m["optimizer_steps"] == 1 and m["clip_frac"] == 0.0
     # Not exactly 0: the update packs rows into other padded shapes than the recomputation, and bf16 kernels of
     # other shapes may round differently; far below the sampler/learner gap above either way.
     assert abs(m["approx_kl"]) < 1e-3, m
-    eps, it = tr.train_iteration(iteration_tasks(dial.make_tasks("train"), 4, 0, 0), dial.DialEnv)
-    assert len(eps) == 16 and it["iteration"] == 1 and math.isfinite(it["loss"])
+    end = train(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
+                LoopSettings.of(common, tr.config, progress=False))
+    [it] = end.history
+    assert it["episodes"] == 16 and it["iteration"] == 1 and math.isfinite(it["loss"])
 
 
 def test_full_finetuning_keeps_fp32_master_weights_under_bf16_autocast(cuda_tiny):

@@ -3,6 +3,7 @@ without importing anything).
 
 - environments, the replay buffer and the curriculum never import torch (or a model library) or a trainer;
 - trainers and the rollout engine never import a concrete environment;
+- trainers never reach the rollout engine, the real-step budget or the loops;
 - every module opens with a docstring.
 """
 
@@ -96,6 +97,33 @@ def test_trainers_import_no_concrete_environment(name):
     bad = sorted(m for m in reached if m.startswith("dreamgym.envs") and m not in registry
                  and m.rsplit(".", 1)[0] not in registry[1:])
     assert not bad, f"{name} reaches {bad}"
+
+
+TRAINER_MODULES = sorted(n for n in MODULES if n.startswith("dreamgym.trainers"))
+
+
+@pytest.mark.parametrize("name", TRAINER_MODULES)
+def test_trainers_only_update_they_reach_no_rollout_engine_budget_or_loop(name):
+    """A trainer learns from the episodes it is given: the rollout engine, the real-step budget and the loops that
+    play and count iterations (`dreamgym.run`, `dreamgym.loops`) are out of its reach, lazy imports included."""
+    graph = import_graph()
+    seen, stack = set(), [name]
+    while stack:
+        cur = stack.pop()
+        if cur not in seen:
+            seen.add(cur)
+            stack.extend(graph[cur])
+    assert not seen & {"dreamgym.rollout", "dreamgym.budget", "dreamgym.run", "dreamgym.loops"}, sorted(seen)
+
+
+@pytest.mark.parametrize("name", TRAINER_MODULES)
+def test_trainers_share_their_loops_not_each_others_private_helpers(name):
+    """GRPO and PPO share `trainers.online`, SFT and DPO `trainers.offline`: no trainer borrows another's private
+    name (DPO used to run SFT's `_progress`, PPO GRPO's `_split`)."""
+    tree = ast.parse(MODULES[name].read_text())
+    borrowed = [f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("dreamgym") for a in node.names if a.name.startswith("_")]
+    assert not borrowed, f"{name} imports {borrowed}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -305,7 +305,7 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     model credits while its state has the book on the desk is overruled (the episode goes on, `model_won` keeps
     the claim), and placing the book on the shelf wins although the model wrote reward 0. `reward_from="model"`
     keeps the model's verdict, and a family without a goal check cannot be asked for the state's."""
-    from dreamgym.rollout import Episode, Turn, rollout_metrics
+    from dreamgym.episode import Episode, Turn, rollout_metrics
 
     answers = {
         "go to desk 1": (_alf("desk 1: book 1", "desk 1"), 1.0, True),  # an invented win

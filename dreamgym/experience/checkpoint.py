@@ -4,8 +4,9 @@ Owns: the directory a training run writes and prediction loads -- `em_config.jso
 `ExperienceModelConfig` under "model", the training config under "train", format_version, steps, final), written
 last, when training has finished, and `model/` (full weights, or a LoRA adapter on the base preset); beside them,
 `checkpoint/` holds the training run's resumable state in the agent trainers' format
-(`dreamgym.trainers.common.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get their
-old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused otherwise.
+(`dreamgym.trainers.checkpoint.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get
+their old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused
+otherwise.
 Must not know: prompts, generation, retrieval, how training works.
 torch, transformers and peft are imported inside `load_checkpoint_model` only.
 """

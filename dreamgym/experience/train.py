@@ -143,11 +143,10 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     from dreamgym import distributed, fsdp
     from dreamgym.metrics import MetricsLogger, pin_threads
     from dreamgym.presets import load_preset, pick_device
-    from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
-                                          load_optimizer_state, model_device, optimizer_state, prepare_policy,
-                                          read_checkpoint_state, read_meta,
-                                          resumable_checkpoint, rng_state, set_lr, set_rng_state, supervised_step,
-                                          trainable_parameters, write_checkpoint)
+    from dreamgym.trainers.checkpoint import (atomic_dir, is_peft, load_optimizer_state, optimizer_state,
+                                              read_checkpoint_state, read_meta, resumable_checkpoint, write_checkpoint)
+    from dreamgym.trainers.common import (ModelConfig, OptimConfig, make_optimizer, model_device, prepare_policy,
+                                          rng_state, set_lr, set_rng_state, supervised_step, trainable_parameters)
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
@@ -340,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                                 if (v := getattr(a, k)) is not None]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from dreamgym.presets import PresetError
-    from dreamgym.trainers.common import CheckpointError
+    from dreamgym.trainers.checkpoint import CheckpointError
 
     try:
         cfg = load_config(TrainEMConfig, a.config, over)

@@ -248,7 +248,8 @@ def test_dreamgym_evaluation_runs_unchanged_against_a_served_environment():
     the in-process one: same episodes, same outcome, real steps charged."""
     from dreamgym.evaluate import EvalConfig, evaluate_policy
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.rollout import RealStepBudget, RolloutConfig
+    from dreamgym.budget import RealStepBudget
+    from dreamgym.rollout import RolloutConfig
 
     backend = HFBackend.from_preset("tiny", device="cpu")
     tasks = dial.tasks("test")[:3]

@@ -184,6 +184,8 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
     """Real-environment GRPO on the dial with its policy samples from `serve-model` over HTTP: the first iteration
     trains, the adapter is pushed, and the next iteration's samples are the updated policy's (their server log-probs
     are the learner's, and not the pre-update policy's)."""
+    from trainers.iterate import play_and_update
+
     from dreamgym.envs import dial
     from dreamgym.rollout import run_rollouts
 
@@ -194,7 +196,7 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
         with HTTPPolicyBackend(handle.url, warm, tok, max_retries=0) as backend:
             trainer = _learner(backend, ModelConfig(lora=True, lora_r=8))
             tasks = dial.make_tasks("train")[:6]
-            episodes, m = trainer.train_iteration(tasks, dial.DialEnv)
+            episodes, m = play_and_update(trainer, tasks, dial.DialEnv)
             assert backend.pushes == 1 and m["samples"] > 0 and m["optimizer_steps"] == 1
             assert m["clip_frac"] == 0.0 and m["approx_kl"] == pytest.approx(0.0, abs=1e-6)  # old = learner
             nxt = run_rollouts(backend, dial.DialEnv, tasks, group_size=4, seed=1, config=DIAL_ROLLOUT,
