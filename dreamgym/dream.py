@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dreamgym import distributed
-from dreamgym.checks import SERVER_URLS, em_checkpoint, em_config_overrides, server_urls, task_source, trajectory_file
+from dreamgym.checks import SERVER_URLS, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
 from dreamgym.data import write_jsonl
 from dreamgym.episode import Episode
+from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_overrides
 from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, task_pool
 from dreamgym.paths import atomic_write_text
 from dreamgym.run import Phase, RealWorld
@@ -45,7 +46,7 @@ with its provenance (source synthetic, seed, policy version), so a dream can be 
 
 @dataclass
 class DreamConfig:
-    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
+    em: str = checked("", usable_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
     """Experience-model checkpoint directory (from `dreamgym train-em`); required for mode=dream and mode=s2r."""
     em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """Offline real trajectories that seed the replay buffer (default: the experience model's training data)."""
@@ -71,7 +72,8 @@ class DreamConfig:
     task_pool: str = checked("all", task_source, "all, data or a trajectory file")
     """The dream's base tasks: 'all' train tasks, 'data' (those the offline real data played) or those a trajectory
     file played; curriculum variants are added to any pool."""
-    em_overrides: list[str] = checked([], em_config_overrides, "key=value settings of the experience model's config")
+    em_overrides: list[str] = checked([], usable_config_overrides,
+                                      "key=value settings of the experience model's config")
     """Experience-model config overrides at load time, e.g. [use_retrieval=false] (the no-replay ablation)."""
     em_url: str = checked("", server_urls, SERVER_URLS)
     """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as

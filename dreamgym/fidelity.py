@@ -43,6 +43,7 @@ from dreamgym.experience import (
     query_for,
     read_checkpoint_meta,
 )
+from dreamgym.experience.checkpoint import usable_checkpoint
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
 from dreamgym.types import Trajectory, Transition
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Every input is checked before any model or data loads.
         checks.env_family(a.env)
-        inputs: list[tuple[str, Callable[[str], None], str]] = [("--model", checks.em_checkpoint, m) for m in a.model]
+        inputs: list[tuple[str, Callable[[str], None], str]] = [("--model", usable_checkpoint, m) for m in a.model]
         inputs.append(("--data", checks.trajectory_file, a.data))
         if a.train_data:
             inputs.append(("--train-data", checks.trajectory_file, a.train_data))

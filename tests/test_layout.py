@@ -157,6 +157,38 @@ def test_no_import_cycle_inside_the_package():
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The imports between the parts of `package` (its modules and sub-packages, each taken whole): a part imports
+    another when any module inside it imports any module inside the other."""
+    depth = len(package.split(".")) + 1
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    inside = [m for m in graph if m.startswith(package + ".")]
+    out: dict[str, set[str]] = {part(m): set() for m in inside}
+    for m in inside:
+        out[part(m)] |= {part(d) for d in graph[m] if d.startswith(package + ".") and part(d) != part(m)}
+    return out
+
+
+PACKAGES = sorted({m.rsplit(".", 1)[0] for m in MODULES if "." in m})
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_between_the_parts_of_a_package(package):
+    """Taken whole, no two sub-packages or modules of a package need each other, lazy imports counted: a package
+    can be read and tested above the ones it uses (`checks` -> `experience` -> `trainers` -> `checks` was one)."""
+    found = cycles(package_graph(import_graph(), package))
+    assert found == [], f"import cycles in {package}: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_package_graph_finds_a_cycle_the_module_graph_does_not_have():
+    graph = {"p.a": {"p.b.x"}, "p.b.x": set(), "p.b.y": {"p.a"}, "p.c": {"p.a"}}
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph, "p")) == [["p.a", "p.b"]]
+
+
 def test_the_import_reader_sees_lazy_and_type_checking_imports_and_finds_a_cycle():
     graph = import_graph()
     assert "dreamgym.envs.webshop.product" in graph["dreamgym.envs.webshop.goals"]  # under TYPE_CHECKING

@@ -58,7 +58,7 @@ from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dreamgym import serving
-from dreamgym.checks import em_checkpoint, env_family, family_choices, trajectory_file
+from dreamgym.checks import env_family, family_choices, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
@@ -79,6 +79,14 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"detail": message, "status": status}
 
 
+def _usable_checkpoint(path: str) -> None:
+    """`dreamgym.experience.checkpoint.usable_checkpoint`, imported only when a config names a checkpoint: a server
+    of real environments never loads the experience-model package."""
+    from dreamgym.experience.checkpoint import usable_checkpoint
+
+    usable_checkpoint(path)
+
+
 @dataclass
 class EnvServerConfig:
     """What `dreamgym serve-env` serves and the limits it keeps."""
@@ -89,7 +97,7 @@ class EnvServerConfig:
     """The task split episodes draw from when a reset names no task."""
     dream: bool = False
     """Serve the synthetic environment (the experience model) instead of the real one."""
-    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
+    em: str = checked("", _usable_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
     """dream: the experience-model checkpoint."""
     em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """dream: offline real trajectories that seed the replay buffer (default: the model's training data)."""

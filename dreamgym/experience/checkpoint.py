@@ -7,6 +7,9 @@ last, when training has finished, and `model/` (full weights, or a LoRA adapter 
 (`dreamgym.trainers.checkpoint.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get
 their old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused
 otherwise.
+Also what makes a checkpoint usable at start-up (`usable_checkpoint`, `usable_config_overrides`: the checks of the
+config fields naming one), here rather than in `dreamgym.checks` so that the general checks never import this
+package.
 Must not know: prompts, generation, retrieval, how training works.
 torch, transformers and peft are imported inside `load_checkpoint_model` only.
 """
@@ -65,6 +68,24 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
     # Checkpoints from before `compact_states` were trained on whole states.
     fields = {"compact_states": False, **fields, **parse_overrides(list(overrides))}
     return from_dict(ExperienceModelConfig, fields)
+
+
+def usable_checkpoint(path: str) -> None:
+    """A start-up check (`dreamgym.config.checked`) of an experience-model checkpoint folder (`dreamgym train-em`):
+    its em_config.json reads and holds a model config this version can run, and its `model/` folder is there.
+    Raises ValueError (or OSError) saying what is wrong; loads nothing."""
+    meta: Any = read_checkpoint_meta(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: em_config.json does not hold a mapping")
+    checkpoint_model_config(meta)
+    if not (Path(path) / MODEL_SUBDIR).is_dir():
+        raise ValueError(f"{path}: the checkpoint has no {MODEL_SUBDIR}/ folder")
+
+
+def usable_config_overrides(overrides: list[str]) -> None:
+    """A start-up check of `key=value` settings of an `ExperienceModelConfig` (known fields, right types and
+    ranges); raises ValueError saying which is wrong."""
+    from_dict(ExperienceModelConfig, parse_overrides(overrides))
 
 
 def load_checkpoint_tokenizer(path: str | Path) -> Any:

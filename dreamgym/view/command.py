@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export-replays", action="store_true",
                    help="an export also replays each exported real episode in every experience model")
     a = p.parse_args(argv)
-    from dreamgym import checks
+    from dreamgym.experience.checkpoint import usable_checkpoint
 
     runs = [Path(r) for r in a.runs] or sorted(d for d in Path("runs").glob("*") if d.is_dir())
     if not runs:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail("view", f"{r}: not a folder")
     for em in a.em:
         try:
-            checks.em_checkpoint(em)
+            usable_checkpoint(em)
         except (OSError, ValueError) as e:
             return fail("view", f"--em {em}: {e}")
     from dreamgym.view.site import Site
