@@ -87,10 +87,11 @@ def main() -> None:
                       "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
                       "grpo.group_size=8", "grpo.tasks_per_iteration=8", "rollout.max_new_tokens=16",
                       "rollout.max_turns=6", f"model.fsdp={str(sharded).lower()}", *a.grpo_args, f"run_dir={run}"], n)
-                its = [r for line in (run / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
-                roll = sum(r["rollout_time_s"] for r in its) / len(its)
-                upd = sum(r["update_time_s"] for r in its) / len(its)
-                steps = sum(r["optimizer_steps"] for r in its)
+                its = [r for line in (run / "metrics.jsonl").open()
+                       if "rollout/episodes" in (r := json.loads(line))]
+                roll = sum(r["rollout/rollout_time_s"] for r in its) / len(its)
+                upd = sum(r["losses/update_time_s"] for r in its) / len(its)
+                steps = sum(r["losses/optimizer_steps"] for r in its)
                 print(f"  {n} process{'es' if n > 1 else '  '}{label:8}: {roll + upd:6.2f}s per iteration "
                       f"(rollouts {roll:.2f}s, update {upd:.2f}s; {steps:.0f} optimizer steps)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

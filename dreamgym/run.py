@@ -19,7 +19,9 @@ One iteration, top to bottom:
      rollout engine takes every real step from the run's budget and never exceeds it;
   3. `trainer.update(episodes)`: the algorithm's update;
   4. `world.after_iteration`: what the world does with the episodes (the dream: buffer, episode log, curriculum);
-  5. log: one metrics row (rollouts, update, the loop's counts and timings), and the world's own under its name;
+  5. log: one metrics row, the rollouts and the loop's counts and timings under `rollout/`, the update's figures
+     under `losses/`, and the world's own figures under its name (`dream/`) in a second row of the same step
+     (`dreamgym.metric_names`);
   6. save every `save_every` and evaluate every `eval_every` iterations of the phase; a real phase that spent the
      budget ends the run.
 
@@ -43,6 +45,7 @@ from dreamgym.budget import RealStepBudget
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
 from dreamgym.loops import EnvFamily, OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
+from dreamgym.metric_names import LOSSES, ROLLOUT, namespaced
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.rollout import run_shared
@@ -178,8 +181,9 @@ class LoopSettings:
 
 @dataclass
 class RunEnd:
-    """What `train` returns: every iteration's metrics row, and whether the real-step budget ended the run (spent,
-    or what is left cannot finish one task's episodes)."""
+    """What `train` returns: every iteration's metrics (what it logged, the world's figures included, under their
+    namespaces), and whether the real-step budget ended the run (spent, or what is left cannot finish one task's
+    episodes)."""
 
     history: list[dict[str, Any]]
     out_of_budget: bool = False
@@ -241,31 +245,33 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
             crash_point("loop.rolled_out")  # fault tests: a rank dies between its rollouts and the update
 
             # 3. the update
-            metrics: dict[str, Any] = rollout_metrics(episodes)
+            played = rollout_metrics(episodes)
             t1 = time.perf_counter()
-            metrics.update(trainer.update(episodes))
+            update = trainer.update(episodes)
             t_upd = time.perf_counter() - t1
             state.iteration += 1
             ran = True
-            metrics.update(
+            played.update(
                 iteration=float(state.iteration), real_steps_used=float(budget.used),
-                synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
+                synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll,
                 rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
                 gen_tokens=stats["gen_tokens"])
-            if metrics.get("update_tokens", 0) and t_upd > 0:
-                metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
+            update = {**update, "update_time_s": t_upd}
+            if update.get("update_tokens", 0) and t_upd > 0:
+                update["update_tokens_per_s"] = update["update_tokens"] / t_upd
+            metrics: dict[str, Any] = {**namespaced(ROLLOUT, played), **namespaced(LOSSES, update)}
 
             # 4. the world's turn
-            own = world.after_iteration(state.iteration, episodes, version)
+            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version))
 
             # 5. log
             if logger is not None:
                 logger.log(state.iteration, metrics)
                 if own:
-                    logger.log(state.iteration, own, prefix=f"{world.name}/")
+                    logger.log(state.iteration, own)
             history.append({**metrics, **own})
             bar.update(job, completed=state.iteration - start,
-                       description=f"{label} success {metrics['success_rate']:.2f} loss {metrics.get('loss', 0):.3f} "
+                       description=f"{label} success {played['success_rate']:.2f} loss {update.get('loss', 0):.3f} "
                                    f"real steps {budget.used}")
 
             # 6. save, evaluate

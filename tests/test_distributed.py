@@ -143,14 +143,15 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
             f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     _run(grpo + [f"run_dir={tmp_path / 'g1'}"], 1, tmp_path)
     _run(grpo + [f"run_dir={tmp_path / 'g2'}"], 2, tmp_path)
-    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "rollout/episodes" in (r := json.loads(line))]
             for g in ("g1", "g2")]
     assert len(rows[0]) == len(rows[1]) == 2
     for r1, r2 in zip(*rows):
-        for k in ("success_rate", "mean_reward", "gen_tokens", "samples", "groups", "zero_variance_groups",
-                  "real_steps_used", "optimizer_steps", "loss"):
+        for k in ("rollout/success_rate", "rollout/mean_reward", "rollout/gen_tokens", "losses/samples",
+                  "losses/groups", "losses/zero_variance_groups", "rollout/real_steps_used",
+                  "losses/optimizer_steps", "losses/loss"):
             assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
-    assert sum(r["optimizer_steps"] for r in rows[0]) > 0  # the update ran
+    assert sum(r["losses/optimizer_steps"] for r in rows[0]) > 0  # the update ran
     # The evaluation, split between the ranks, plays the same episodes as one process.
     evals = [[json.loads(line) for line in (tmp_path / g / "eval.jsonl").open()] for g in ("g1", "g2")]
     assert [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[0]] == \

@@ -34,21 +34,21 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
 
     hist = train(trainer, phases("dream", world), state, settings).history
     assert len(hist) == 2 and state.budget.used == 0  # dream mode: zero real steps
-    assert hist[-1]["synthetic_steps"] > 0
+    assert hist[-1]["rollout/synthetic_steps"] > 0
     assert len(world.buffer) > seed_size  # the buffer co-evolves with the agent's synthetic transitions
     synthetic = [t for t in world.buffer.transitions() if t.source == "synthetic"]
     assert synthetic and all(t.policy_version for t in synthetic)
     log = [json.loads(line) for line in (tmp_path / "curriculum.jsonl").read_text().splitlines()]
     assert [row["iteration"] for row in log] == [0, 1] and all("variance" in row for row in log)
-    assert "curriculum/valid_share" in hist[-1]
+    assert "dream/curriculum/valid_share" in hist[-1]
 
     # The same run as S2R: its dream phase is done, its real phase draws the tasks the dream's log (in tmp_path)
     # left mixed; one group of 4 x 12 turns fits the budget, a second never does
     state.budget = RealStepBudget(60)
     end = train(trainer, phases("s2r", world), state, settings)
-    assert end.history and end.history[0]["iteration"] == 3  # the run's count goes on
+    assert end.history and end.history[0]["rollout/iteration"] == 3  # the run's count goes on
     assert 0 < state.budget.used <= 60 and end.out_of_budget  # a hard cap: the rollout engine refuses steps past it
-    assert all(m["episodes_failed"] == 0 for m in end.history)  # no episode was cut off by the budget
+    assert all(m["rollout/episodes_failed"] == 0 for m in end.history)  # no episode was cut off by the budget
 
 
 def test_dream_config_rejects_bad_values_naming_the_field():

@@ -136,11 +136,12 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     assert ckpt is not None and read_meta(ckpt)["iteration"] == 1
     _run(grpo + [f"run_dir={run}", "model.fsdp=true", "--resume"], 2, tmp_path)
     # Iteration 1 before the kill and iteration 2 after the resume: the rollouts and figures of one process.
-    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "rollout/episodes" in (r := json.loads(line))]
             for g in ("plain", "killed")]
-    assert len(rows[0]) == len(rows[1]) == 2 and sum(r["optimizer_steps"] for r in rows[0]) > 0
+    assert len(rows[0]) == len(rows[1]) == 2 and sum(r["losses/optimizer_steps"] for r in rows[0]) > 0
     for r1, r2 in zip(*rows):
-        for k in ("success_rate", "gen_tokens", "samples", "real_steps_used", "optimizer_steps", "loss"):
+        for k in ("rollout/success_rate", "rollout/gen_tokens", "losses/samples", "rollout/real_steps_used",
+                  "losses/optimizer_steps", "losses/loss"):
             assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
     same_adapter(adapter("plain"), adapter("killed"))
 

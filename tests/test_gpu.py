@@ -68,7 +68,7 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     end = train(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, tr.config, progress=False))
     [it] = end.history
-    assert it["episodes"] == 16 and it["iteration"] == 1 and math.isfinite(it["loss"])
+    assert it["rollout/episodes"] == 16 and it["rollout/iteration"] == 1 and math.isfinite(it["losses/loss"])
 
 
 def test_full_finetuning_keeps_fp32_master_weights_under_bf16_autocast(cuda_tiny):

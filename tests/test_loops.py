@@ -110,8 +110,8 @@ def settings(n_tasks: int, **kw) -> LoopSettings:
 
 def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_periods(tmp_path, tokenizer):
     """`dreamgym train mode=real --resume` at iteration 2 of 5: saves and evaluations fall on the run's own
-    multiples, each iteration draws the tasks its iteration number seeds, and its row holds the rollouts' figures,
-    the update's and the loop's."""
+    multiples, each iteration draws the tasks its iteration number seeds, and its row holds the rollouts' figures
+    and the loop's under rollout/, the update's under losses/."""
     fam, trainer, evals = family("dial"), StandIn(tokenizer), []
     pool = fam.tasks("train")
     state = RunState(RealStepBudget(None), iteration=2)
@@ -122,7 +122,9 @@ def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_period
     assert trainer.played == [[t.id for t in iteration_tasks(pool, 3, 7, it)] for it in (2, 3, 4)]
     assert trainer.saved == [("checkpoint", 4)] and evals == [("it3", 3)]
     row = end.history[0]
-    assert row["episodes"] == 3 and row["loss"] == 0.5 and row["iteration"] == 3 and row["real_steps_used"] == 6
+    assert row["rollout/episodes"] == 3 and row["losses/loss"] == 0.5 and row["rollout/iteration"] == 3
+    assert row["rollout/real_steps_used"] == 6 and row["losses/update_time_s"] >= 0
+    assert {k.split("/")[0] for k in row} == {"rollout", "losses"}, sorted(row)
     assert state.budget.used == 18
 
 
@@ -193,9 +195,10 @@ def test_a_world_is_asked_in_order_and_its_metrics_are_logged_under_its_name(tmp
                            ("envs", "standin-seed7-it1"), ("after", 2, 2, "standin-seed7-it1"), ("save", 2),
                            ("envs", "standin-seed7-it2"), ("after", 3, 2, "standin-seed7-it2"), ("save", 3)]
     assert state.budget.used == 0 and not end.out_of_budget and trainer.saved == [("checkpoint", 2)]
-    assert all(r["synthetic_steps"] == 4 and r["buffer/size"] == r["iteration"] for r in end.history)
+    assert all(r["rollout/synthetic_steps"] == 4 and r["dream/buffer/size"] == r["rollout/iteration"]
+               for r in end.history)
     rows = read_metrics(tmp_path / "metrics.jsonl")
-    assert [(r["step"], "dream/buffer/size" in r, "loss" in r) for r in rows] == \
+    assert [(r["step"], "dream/buffer/size" in r, "losses/loss" in r) for r in rows] == \
         [(1, False, True), (1, True, False), (2, False, True), (2, True, False), (3, False, True), (3, True, False)]
 
 

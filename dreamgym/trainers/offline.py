@@ -3,9 +3,9 @@ batch, resumable mid-epoch.
 
 Owns: `FitTrainer`, the base of the offline trainers — `fit(trajectories)`: the items (`_items`: SFT's turn
 examples, DPO's episode pairs), each epoch's order (seeded by the run seed and the epoch), one `_step` per batch,
-metrics every `log_every` steps under the trainer's prefix, a progress bar, the early stops (`on_step`, the
-trainer's own `_stop_after`), and the epoch and batch position a checkpoint keeps so a resumed fit continues where
-it stopped.
+metrics every `log_every` steps under `losses/` (`dreamgym.metric_names`), a progress bar, the early stops
+(`on_step`, the trainer's own `_stop_after`), and the epoch and batch position a checkpoint keeps so a resumed fit
+continues where it stopped.
 Must not know: environments, rollouts, any one algorithm's loss.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from dreamgym.metric_names import LOSSES
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, mix_seed
 from dreamgym.types import Trajectory
@@ -91,8 +92,7 @@ class FitTrainer(BaseTrainer, Generic[ItemT]):
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v
                     if self.logger is not None and self.global_step % self.config.log_every == 0:
-                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)},
-                                        prefix=f"{self.algo}/")
+                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)}, prefix=LOSSES)
                     if bar is not None:
                         bar[0].update(bar[1], advance=1, description=f"{self.algo} loss {st['loss']:.3f}")
                     if on_step is not None and on_step(self.global_step):

@@ -25,6 +25,7 @@ from typing import Any
 
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.config import ranged
+from dreamgym.metric_names import EVAL
 from dreamgym.metrics import MetricsLogger
 from dreamgym.trainers.common import TrainerConfig, set_lr, supervised_step
 from dreamgym.trainers.offline import FitTrainer
@@ -137,13 +138,13 @@ class SFTTrainer(FitTrainer[Example]):
         return self.config.max_steps
 
     def _stop_after(self) -> dict[str, float] | None:
-        """`stop_at`: every `check_every` steps, `replay_success` on the demonstrations (logged); the fit ends once
-        it reaches `stop_at` (the step and value are kept in `stopped_at`)."""
+        """`stop_at`: every `check_every` steps, `replay_success` on the demonstrations (logged as
+        `eval/replay_success`); the fit ends once it reaches `stop_at` (the step and value are kept in `stopped_at`)."""
         if not self.config.stop_at or self.global_step % self.config.check_every:
             return None
         replay = self.replay_success(self._demos)
         if self.logger is not None:
-            self.logger.log(self.global_step, {"replay_success": replay}, prefix="sft/")
+            self.logger.log(self.global_step, {"replay_success": replay}, prefix=EVAL)
         if replay < self.config.stop_at:
             return None
         self.stopped_at = {"step": float(self.global_step), "replay_success": replay}

@@ -37,10 +37,10 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     tr = GRPOTrainer(be, cfg, common)
     end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, cfg, progress=False))
-    n_episodes = sum(int(m["episodes"]) for m in end.history)
+    n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     assert len(end.history) == 6
     for m in end.history:
-        assert m["samples"] > 0 and m["optimizer_steps"] == 4 and m["real_steps_used"] > 0
+        assert m["losses/samples"] > 0 and m["losses/optimizer_steps"] == 4 and m["rollout/real_steps_used"] > 0
     after = dial_eval(be, 202)
     z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
     learning_report("grpo", before, after, n_episodes, z, p, time.perf_counter() - t0)
@@ -67,13 +67,13 @@ def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
 
     full, full_state = fresh()
     straight = run(full, full_state, 3)
-    assert sum(m["optimizer_steps"] for m in straight) >= 4 and any(m["kl"] > 0 for m in straight)
+    assert sum(m["losses/optimizer_steps"] for m in straight) >= 4 and any(m["losses/kl"] > 0 for m in straight)
     first, state = fresh()
     resumed = run(first, state, 2)
     first.save(tmp_path / "ck", state.state_dict())
     second, state = fresh()
     state.load_state_dict(second.load(tmp_path / "ck"))
-    assert state.iteration == 2 and state.budget.used == resumed[-1]["real_steps_used"]
+    assert state.iteration == 2 and state.budget.used == resumed[-1]["rollout/real_steps_used"]
     resumed += run(second, state, 3)
     assert resumed == straight and state.budget.used == full_state.budget.used
     ref = full.model.state_dict()

@@ -28,11 +28,11 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     tr = PPOTrainer(be, cfg, common)
     end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, cfg, progress=False))
-    n_episodes = sum(int(m["episodes"]) for m in end.history)
-    gaps = [abs(m["value_mean"] - m["return_mean"]) for m in end.history]
+    n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
+    gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
     assert len(end.history) == 6
     for m in end.history:
-        assert m["optimizer_steps"] == 4 and m["samples"] > 0
+        assert m["losses/optimizer_steps"] == 4 and m["losses/samples"] > 0
     after = dial_eval(be, 404)
     z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
     learning_report("ppo", before, after, n_episodes, z, p, time.perf_counter() - t0)

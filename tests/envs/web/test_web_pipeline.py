@@ -52,14 +52,15 @@ def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  #
     assert summary["real_steps_used"] == 0 and summary["iterations"] == 1
     assert summary["final"]["n"] + summary["final"]["n_failed"] == 2  # evaluated on real test pages
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    it = next(r for r in rows if "synthetic_steps" in r)
-    assert it["real_steps_used"] == 0 and it["episodes"] == 4 and it.get("end_invalid_action", 0) == 0, it
-    assert it["synthetic_steps"] == it["turns"] >= 4, it  # every turn of every episode was a step in the dream
+    it = next(r for r in rows if "rollout/synthetic_steps" in r)
+    assert it["rollout/real_steps_used"] == 0 and it["rollout/episodes"] == 4, it
+    assert it.get("rollout/end_invalid_action", 0) == 0, it
+    assert it["rollout/synthetic_steps"] == it["rollout/turns"] >= 4, it  # every turn of every episode was a step in the dream
     dream = next(r for r in rows if "dream/buffer/size" in r)
     # Actions the page offers (as written or grounded) are the experience model's to answer; the rest get the
     # dream's no-op answer without a model call.
-    noops = round(it["noop_step_rate"] * it["turns"])
-    assert dream["dream/em/predictions"] + noops == it["synthetic_steps"], (it, dream)
+    noops = round(it["rollout/noop_step_rate"] * it["rollout/turns"])
+    assert dream["dream/em/predictions"] + noops == it["rollout/synthetic_steps"], (it, dream)
     seeded = sum(len(t.steps) for t in trajs)
     # The real transitions seed the buffer and every well-formed prediction joined them.
     assert dream["dream/buffer/size"] >= seeded + dream["dream/em/predictions"] - dream["dream/em/failures"]
