@@ -18,8 +18,8 @@ experience model's checkpoint (train-em does not seed the global RNGs).
     python experiments/loop_golden.py --out runs/loop-golden --json golden-before.json
     python experiments/loop_golden.py --compare golden-before.json golden-after.json [--rename renames.json]
 
-`--compare` prints every value that differs (nothing: identical); `--rename` maps metric names old -> new for a
-change that only renames keys. Takes ~5 minutes on one idle core; the record is the same run to run on one
+`--compare` prints every value that differs (nothing: identical); `--rename` maps metric names (the keys of the
+metrics.jsonl rows) old -> new for a change that only renames them. Takes ~5 minutes on one idle core; the record is the same run to run on one
 machine, not across CPUs (kernels and thread counts change float sums: docs/log/01-quickstart.md).
 """
 
@@ -201,8 +201,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
-        if args.rename:
-            before = renamed(before, json.loads(Path(args.rename).read_text()))
+        if args.rename:  # metric names only: the same key elsewhere (an evaluation's success_rate) is not one
+            names = json.loads(Path(args.rename).read_text())
+            for run in before["runs"].values():
+                if "metrics.jsonl" in run:
+                    run["metrics.jsonl"] = renamed(run["metrics.jsonl"], names)
         diff = compare(before, after)
         print("\n".join(diff) if diff else "identical")
         return 1 if diff else 0
