@@ -27,8 +27,18 @@ One iteration, top to bottom:
 
 Iterations are numbered over the whole run (S2R's real phase continues the dream's count, a resumed run its
 checkpoint's), so task draws and rollout seeds depend only on the iteration; save and evaluation periods count
-from the phase's start. The paper's loop has no phases: S2R is its dream loop followed by real RL, which is what
-two phases are.
+from the phase's start.
+
+State: `RunState` (the iterations done and the real-step budget) is all the loop keeps of a run; every checkpoint
+holds it beside the trainer's own state (`trainer.save(directory, state.state_dict())`), and each world keeps its
+own beside the checkpoint (`world.save`). A run resumed from a checkpoint continues from its iteration with the
+budget it had left, and plays what the uninterrupted run would have played.
+
+Where this differs from the paper (docs/concepts.md: "The run loop, phases and worlds", "Sim-to-real",
+"Real-step accounting"): the paper's loop has no phases; S2R is its dream loop followed by real RL, which is what
+two phases of one run are, and its real phase plays the train tasks the dream left with mixed outcomes. The
+real-step budget is a hard cap the rollout engine enforces, a real iteration plays only the tasks whose groups it
+can finish, and evaluations on held-out tasks are measurement, never charged to it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ format, via `dreamgym.trainers.sft.turn_examples`); the chosen trajectory won th
 not. Per-episode pairs need no alignment of the two episodes' turns, and they credit the whole decision
 sequence, as the outcome reward does. Reference log-probabilities are those of the policy before the first
 DPO step (computed once, kept in the checkpoint so a resumed run uses the same ones).
+
+State: the weights, the optimiser, the fit loop's epoch and batch position (`dreamgym.trainers.offline`) and the
+reference log-probabilities.
 """
 
 from __future__ import annotations

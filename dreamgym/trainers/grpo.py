@@ -17,6 +17,10 @@ One update, step by step (the iteration around it, tasks and rollouts included, 
      optimiser steps each; every micro-batch's loss weighted by its share of the step's token weight, so the step's
      loss is exactly the (weighted) token mean.
 
+State: the weights, the optimiser, the update count (`dreamgym.trainers.online`) and, with `kl_coef` > 0, the
+frozen reference; with `min_groups`, the samples kept until enough groups carried signal are not checkpointed (a
+resumed run collects them again).
+
 Choices the paper leaves open: the loss is a token mean over the batch (DAPO's), so an episode weighs by its
 length; `loss_agg="episode"` gives each token the weight 1 / (its episode's generated tokens in the batch), so each
 episode's tokens sum to one unit (DeepSeekMath's per-sequence mean) and within a group the advantages sum to zero

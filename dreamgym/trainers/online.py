@@ -10,6 +10,10 @@ which seeds each update's sample order.
 Must not know: rollouts, environments, the real-step budget, iterations: the loop plays and counts; this only
 learns from the episodes it is given.
 
+State: besides the weights and the optimiser (`BaseTrainer`), the count of updates made (`updates`): a checkpoint
+keeps it, so a resumed trainer draws the same sample orders as an uninterrupted one. The metrics an update returns
+are logged by the run loop under `losses/` (`dreamgym.metric_names`).
+
 What differs between the algorithms is the loss of one micro-batch (`_micro_step`): how much of the step's loss
 it carries, and how much its statistics weigh in the logged means (GRPO: its share of the step's token weight;
 PPO: its share of the step's turns). The logged means follow each algorithm's loss, as before the two shared

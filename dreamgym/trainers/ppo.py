@@ -12,8 +12,13 @@ read at its last token. Turn k's advantage is applied to every token the policy 
 With critic="shared" the value loss also trains the policy's trunk (at the policy's learning rate); the head
 and a separate critic use `value_lr`. A micro-batch's policy terms are token means weighted by its share of the
 step's tokens, its value loss a turn mean weighted by its share of the step's turns; its logged statistics weigh
-by the turn share. The paper trains PPO with a learned value and GAE; the critic's granularity (one value per turn)
-and where it sits (a head on the policy's own trunk by default) are our choices.
+by the turn share.
+
+State: the weights, the optimiser, the update count (`dreamgym.trainers.online`), the value head, the separate
+critic (critic="separate") and, with `kl_coef` > 0, the frozen reference; all in every checkpoint.
+
+The paper trains PPO with a learned value and GAE; the critic's granularity (one value per turn) and where it sits
+(a head on the policy's own trunk by default) are our choices.
 """
 
 from __future__ import annotations

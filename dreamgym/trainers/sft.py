@@ -8,6 +8,11 @@ stopped by a measured criterion (`replay_success`).
 Must not know: concrete environments (a family's `admissible_from_state` may be passed in as a function),
 presets, how the trajectories were collected.
 
+State: the weights, the optimiser and the fit loop's epoch and batch position (`dreamgym.trainers.offline`);
+`stop_at` is checked again after a resume (the step and value it stopped at are not kept).
+Not in the paper: the stop at a replay criterion (docs/decisions.md, "Quickstart SFT stops at a measured
+criterion").
+
 Example for step i of a trajectory: the prompt is `build_messages(task, [(s_j, a_j) for j < i], s_i,
 admissible(s_i))` rendered by the backend's chat template with the generation prompt; the target is
 `<think>{thought}</think><action>{a_i}</action>` followed by the tokenizer's eos token, where the thought is
