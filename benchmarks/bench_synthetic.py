@@ -99,9 +99,10 @@ def answer_stats(model, queries: list, batch: int) -> dict:
             "max_tokens": max(tokens), "ms_per_answer": 1000 * dt / len(texts)}
 
 
-def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None = None):
+def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None = None,
+               overrides: tuple[str, ...] = ()):
     """The checkpoint as an `ExperienceModel` (hashing retrieval over its own training data), with or without
-    structured decoding; `url`: generate on that server instead."""
+    structured decoding and with `overrides` of its config; `url`: generate on that server instead."""
     from dreamgym.data import load_trajectories
     from dreamgym.experience import ExperienceModel, buffer_for, em_transitions, read_checkpoint_meta
 
@@ -109,15 +110,15 @@ def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None
     seed_trs = em_transitions(load_trajectories(meta["train"]["data"])[:300], history=meta["model"]["history"])
     buf = buffer_for(seed_trs, "hashing")
     return ExperienceModel.load(model_dir, buffer=buf, device="cpu", batch_size=episodes, url=url,
-                                config_overrides=["embedder=hashing", f"structured_output={structured}"])
+                                config_overrides=["embedder=hashing", f"structured_output={structured}", *overrides])
 
 
 def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int,
-                          structured: bool = True) -> dict:
+                          structured: bool = True, overrides: tuple[str, ...] = ()) -> dict:
     from dreamgym.envs import family
     from dreamgym.synthetic_env import SyntheticEnv
 
-    model = load_model(model_dir, episodes, structured)
+    model = load_model(model_dir, episodes, structured, overrides=overrides)
     buf = model.buffer
     assert buf is not None
     fam = family(env_name)
@@ -150,22 +151,25 @@ def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) ->
     synthetic steps/s."""
     from dreamgym.llm.server import start_server
 
+    overrides = () if a.temperature is None else (f"temperature={a.temperature}",)
     queries = held_out_transitions(model_dir, env_name, a.held_out_episodes)
-    print(f"{len(queries)} held-out transitions ({a.held_out_episodes} test-split episodes), batch {a.episodes}")
+    print(f"{len(queries)} held-out transitions ({a.held_out_episodes} test-split episodes), batch {a.episodes}, "
+          f"{' '.join(overrides) or 'the checkpoint temperature'}")
     print("| path | decoding | malformed first answers | median tokens | max tokens | ms/answer |")
     print("|---|---|---|---|---|---|")
     for structured in (False, True):
-        model = load_model(model_dir, a.episodes, structured)
+        model = load_model(model_dir, a.episodes, structured, overrides=overrides)
+        answer_stats(model, queries[:1], 1)  # warm-up: the first call of a process pays one-off costs
         rows = [("in-process", answer_stats(model, queries, a.episodes))]
         with start_server(model.llm, model_name="em") as server:
-            http = load_model(model_dir, a.episodes, structured, url=f"{server.url}#em")
+            http = load_model(model_dir, a.episodes, structured, url=f"{server.url}#em", overrides=overrides)
             rows.append(("HTTP serve-model", answer_stats(http, queries, a.episodes)))
             http.llm.close()
         for path, st in rows:
             print(f"| {path} | {'structured' if structured else 'free'} | {st['malformed']}/{st['answers']} | "
                   f"{st['median_tokens']:g} | {st['max_tokens']} | {st['ms_per_answer']:.1f} |")
     for structured in (False, True):
-        syn = synthetic_steps_per_s(model_dir, env_name, a.episodes, a.turns, structured)
+        syn = synthetic_steps_per_s(model_dir, env_name, a.episodes, a.turns, structured, overrides)
         print(f"synthetic ({'structured' if structured else 'free'}, x{a.episodes}): {syn['per_s']:.1f} "
               f"transitions/s ({syn['transitions']} in {syn['seconds']:.1f}s, {syn['malformed']} malformed, "
               f"{syn['failures']} failure states)")
@@ -182,6 +186,8 @@ def main() -> None:
                     help="compare free and structured decoding (held-out answers in-process and over HTTP, "
                          "synthetic steps/s) instead of synthetic versus real")
     ap.add_argument("--held-out-episodes", type=int, default=24, help="test-split episodes for --structured")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="experience-model sampling temperature for --structured (default: the checkpoint's)")
     a = ap.parse_args()
     import torch
 
