@@ -43,6 +43,14 @@ class Grammars:
         """An all-allowed bitmask for `rows` rows."""
         return xgr.allocate_token_bitmask(rows, self.vocab_size)
 
+    @staticmethod
+    def apply(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """A copy of `logits` (batch, vocab) with the tokens `bitmask` disallows at -inf in `rows` (others as
+        they are)."""
+        out = logits.clone()
+        xgr.apply_token_bitmask_inplace(out, bitmask.to(logits.device), vocab_size=out.shape[-1], indices=rows)
+        return out
+
     def row(self, constraint: OutputConstraint, max_tokens: int) -> RowMatcher:
         """A fresh matcher for one completion of at most `max_tokens` tokens."""
         counts, mask = self._mark_tokens(constraint.mark)
@@ -105,10 +113,3 @@ class RowMatcher:
             self.marks += self.mark_counts[token]
             self.field_start = self.generated
         return ok
-
-
-def apply(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """A copy of `logits` (batch, vocab) with the tokens `bitmask` disallows at -inf in `rows` (others untouched)."""
-    out = logits.clone()
-    xgr.apply_token_bitmask_inplace(out, bitmask.to(logits.device), vocab_size=out.shape[-1], indices=rows)
-    return out

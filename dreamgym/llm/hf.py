@@ -25,12 +25,14 @@ import inspect
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dreamgym.llm import grammar
 from dreamgym.llm.base import ChatRequest, Completion, OutputConstraint, SamplingParams, row_seed
+
+if TYPE_CHECKING:
+    from dreamgym.llm.grammar import Grammars
 
 # Used for models whose tokenizer ships without a chat template (base models): the tiny preset's ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -61,7 +63,7 @@ class HFBackend:
         self.batch_size = max(1, int(batch_size))
         self._lock = threading.Lock()  # one generation at a time: the model and its mode are shared state
         self._trigger_cache: dict[frozenset[str], frozenset[int]] = {}
-        self._grammar: grammar.Grammars | None = None
+        self._grammar: Grammars | None = None
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None)
         eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
@@ -197,7 +199,7 @@ class HFBackend:
                 for b in constrained:
                     matchers[slots[b]].fill(bitmask, b)  # type: ignore[union-attr]
                 if constrained:
-                    allowed = grammar.apply(logits, bitmask[:len(slots)], constrained)
+                    allowed = self._grammars().apply(logits, bitmask[:len(slots)], constrained)
             tokens = _sample(allowed, temps[slots_dev], top_ps[slots_dev], uniforms[slots_dev, step],
                              any_sampled=any(sampled), any_nucleus=any(sm and p.top_p < 1.0
                                                                        for sm, p in zip(sampled, rows_t)))
@@ -228,15 +230,18 @@ class HFBackend:
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
 
-    def _grammars(self) -> grammar.Grammars:
-        """The constraints compiled for this tokenizer (built on the first constrained request)."""
+    def _grammars(self) -> Grammars:
+        """The constraints compiled for this tokenizer (built on the first constrained request: a backend that never
+        decodes under a constraint, a policy's, never imports xgrammar)."""
         if self._grammar is None:
+            from dreamgym.llm import grammar
+
             # The logits' width: a model may have more rows than its tokenizer has tokens (never allowed then).
             self._grammar = grammar.Grammars(self.tokenizer, int(self.model.config.vocab_size))
         return self._grammar
 
     def check_constraint(self, constraint: OutputConstraint) -> None:
-        """Raise `grammar.ConstraintError` when `constraint` cannot be enforced here (compiles it, cached)."""
+        """Raise `ConstraintError` when `constraint` cannot be enforced here (compiled grammars are cached)."""
         self._grammars().compile(constraint.regex)
 
     def _stop_triggers(self, stop: Sequence[str]) -> frozenset[int] | None:
