@@ -27,7 +27,8 @@ from dreamgym.episode import Episode
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import PolicyBackend
-from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.seeds import mix_seed
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.types import Task, Trajectory
 
 if TYPE_CHECKING:

@@ -42,11 +42,11 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-import zlib
 from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
+from dreamgym.seeds import text_seed
 from dreamgym.types import Task, Transition
 
 DEFAULT_MAX_STEPS = 30
@@ -81,7 +81,7 @@ def noise_seed(episode_id: str, action: str) -> int:
     """The sampling seed of a synthetic step under shared noise: a function of the episode id (task and reset
     seed, shared by a GRPO group) and the normalised action only, so it does not depend on the step count,
     the history or what else is in the batch."""
-    return zlib.crc32(f"{episode_id}\x1f{_norm(action)}".encode())
+    return text_seed(episode_id, _norm(action))
 
 
 class SyntheticEnv(TextEnv):
@@ -372,7 +372,7 @@ class SyntheticBatcher:
             else:
                 # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
                 key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
-                preds = model.predict(queries, seed=zlib.crc32(key.encode()))
+                preds = model.predict(queries, seed=text_seed(key))
             new: dict[int, tuple[Any, list[Transition], list[dict[str, Any]]]] = {}
             for e, q, p, i in zip(batch, queries, preds, idx):
                 results[i], tr = e.apply(q, p)
