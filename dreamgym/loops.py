@@ -12,7 +12,6 @@ concrete environments (a family is reached through the `EnvFamily` surface).
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from dreamgym.data import iter_jsonl_records
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
+from dreamgym.jsonl import JsonlAppender
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import PolicyBackend
 from dreamgym.seeds import mix_seed
@@ -212,8 +212,8 @@ class Evaluation:
     def __call__(self, backend: PolicyBackend, tag: str = "", step: int = 0) -> EvalResult:
         res = evaluate_policy(backend, lambda: self.family.make_env(self.split), self.tasks, self.seeds, self.config)
         if self.log is not None:
-            with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"tag": tag, "step": step, **res.to_dict()}) + "\n")
+            with JsonlAppender(self.log, ensure_ascii=True) as out:  # sets aside a row a kill left torn
+                out.append({"tag": tag, "step": step, **res.to_dict()})
         if self.logger is not None:
             self.logger.log(step, res.to_dict(), prefix="eval/")
         if self.log is not None:

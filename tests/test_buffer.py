@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from dreamgym.buffer import BufferOpenError, ReplayBuffer, VectorIndex, content_hash, mmr_select
+from dreamgym.buffer import BufferOpenError, ReplayBuffer, content_hash
+from dreamgym.vector_index import VectorIndex, mmr_select
 from dreamgym.collect import collect
 from dreamgym.data import read_jsonl
 from dreamgym.embed import HashingEmbedder, text_of
@@ -220,6 +221,19 @@ def test_reopen_reads_stored_embeddings_and_refuses_mismatch(tmp_path):
         ReplayBuffer(tmp_path / "b", HashingEmbedder(dim=32))
 
 
+def test_a_whole_last_line_without_its_newline_is_kept_with_its_embedding(tmp_path):
+    emb, trs = HashingEmbedder(dim=64), random_transitions(5)
+    with ReplayBuffer(tmp_path / "b", emb) as buf:
+        buf.add(trs)
+    lines = tmp_path / "b" / "gen-000000" / "transitions.jsonl"
+    whole = lines.read_bytes()
+    lines.write_bytes(whole[:-1])  # the kill came just before the last newline
+    with ReplayBuffer(tmp_path / "b", emb) as buf:
+        assert len(buf) == 5 and buf.stats()["recovered_torn_bytes"] == 0
+        assert buf.stats()["dropped_orphan_embeddings"] == 0
+    assert lines.read_bytes() == whole
+
+
 def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
     emb = HashingEmbedder(dim=64)
     trs = random_transitions(30)
@@ -232,7 +246,9 @@ def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
         fh.write(b'{"h": "abc", "seed": false, "t": {"task": {"id"')
     with ReplayBuffer(tmp_path / "b", emb) as buf:
         st = buf.stats()
-        assert len(buf) == 20 and st["recovered_torn_bytes"] > 0 and st["dropped_orphan_embeddings"] == 2
+        assert len(buf) == 20 and st["recovered_torn_bytes"] == 47 and st["dropped_orphan_embeddings"] == 2
+        # The torn line is set aside beside the file (the torn-tail rule of dreamgym.jsonl), not dropped.
+        assert (gen / "transitions.jsonl.torn").read_bytes() == b'{"h": "abc", "seed": false, "t": {"task": {"id"\n'
         assert buf.add(trs[20:]) == 10
     lines = (gen / "transitions.jsonl").read_bytes().split(b"\n")
     lines[4] = b"{garbage"
@@ -243,6 +259,7 @@ def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
         assert np.allclose(buf.index.vectors, emb.encode([text_of(t) for t in buf.transitions()]), atol=1e-6)
     assert len(list((tmp_path / "b").glob("corrupt-*.jsonl"))) == 1
     assert [p.name for p in (tmp_path / "b").glob("gen-*")] == ["gen-000001"]
+    assert (tmp_path / "b" / "gen-000001" / "transitions.jsonl.torn").is_file()  # compaction keeps what was set aside
 
 
 def test_compaction_keeps_files_small_and_consistent(tmp_path):
@@ -308,7 +325,7 @@ def test_sigkill_mid_write_loses_at_most_the_transition_in_flight(tmp_path):
 def test_ties_at_the_cut_go_to_the_lowest_rows(chunk_rows):
     """Which of several equal scores make the top k is decided by row number, not by numpy's selection algorithm
     (dispatched by CPU): a stored step with many identical-looking neighbours retrieves the same ones everywhere."""
-    from dreamgym.buffer import VectorIndex
+    from dreamgym.vector_index import VectorIndex
 
     idx = VectorIndex(4, chunk_rows=chunk_rows)
     e = np.eye(4, dtype=np.float32)
