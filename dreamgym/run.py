@@ -42,7 +42,8 @@ from dreamgym.agent import AgentConfig
 from dreamgym.budget import RealStepBudget
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
-from dreamgym.loops import EnvFamily, OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
+from dreamgym.envs.family import EnvFamily
+from dreamgym.loops import OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.rollout import run_shared

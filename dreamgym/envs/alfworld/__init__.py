@@ -28,6 +28,9 @@ from dreamgym.envs.alfworld.state import (admissible_from_state, canonical_state
 
 SPLITS = (*games.SPLITS, "test")
 
+MAX_STEPS = 50
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
+
 
 def make_env(split: str = "train", **kwargs: Any):
     from dreamgym.envs.alfworld.env import ALFWorldEnv
@@ -35,7 +38,8 @@ def make_env(split: str = "train", **kwargs: Any):
     return ALFWorldEnv(split=split, **kwargs)
 
 
-__all__ = ["ALFWorldMissing", "ExpertPolicy", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS", "TASK_TYPES",
+__all__ = ["ALFWorldMissing", "ExpertPolicy", "MAX_STEPS", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS",
+           "TASK_TYPES",
            "admissible_from_state", "canonical_state", "complete_state", "corpus_text", "determined_outcome", "explain",
            "goal_reached", "grounded_outcome", "hidden_outcome_key", "make_env", "model_observation", "model_state",
            "noop_state", "outcome_contradiction", "parse_goal", "state_after", "tasks"]

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym.env import TextEnv
-from dreamgym.envs.alfworld import games
+from dreamgym.envs.alfworld import MAX_STEPS, games
 from dreamgym.envs.alfworld.engine import ENGINE_LOCK, make_engine
 from dreamgym.envs.alfworld.state import StateTracker, normalize_command
 from dreamgym.types import Task
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_STEPS = 50
+DEFAULT_MAX_STEPS = MAX_STEPS  # the family's step limit (dreamgym.envs.alfworld.MAX_STEPS)
 
 
 class ALFWorldEnv(TextEnv):
