@@ -18,6 +18,7 @@ from typing import Any
 
 from dreamgym.envs.alfworld import games
 from dreamgym.envs.alfworld.corpus import corpus_text
+from dreamgym.envs.alfworld.env import MAX_STEPS
 from dreamgym.envs.alfworld.games import tasks
 from dreamgym.envs.alfworld.goals import explain, goal_reached, grounded_outcome, parse_goal
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, ALFWorldMissing
@@ -27,9 +28,6 @@ from dreamgym.envs.alfworld.state import (admissible_from_state, canonical_state
                                          noop_state, outcome_contradiction, state_after)
 
 SPLITS = (*games.SPLITS, "test")
-
-MAX_STEPS = 50
-"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
 
 
 def make_env(split: str = "train", **kwargs: Any):
