@@ -26,8 +26,9 @@ from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
 from dreamgym.data import write_jsonl
 from dreamgym.episode import Episode
+from dreamgym.envs.family import EnvFamily
 from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_overrides
-from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, task_pool
+from dreamgym.loops import DREAM_VARIANCE_LOG, task_pool
 from dreamgym.paths import atomic_write_text
 from dreamgym.run import Phase, RealWorld
 from dreamgym.types import Task

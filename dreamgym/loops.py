@@ -6,13 +6,12 @@ a trainer of either kind (`build_backend`, `build_online_trainer`, `build_offlin
 (`train_offline`), the one evaluation path (`Evaluation`), which train tasks a run draws from (`task_pool`) and how
 one iteration draws them (`iteration_tasks`).
 Must not know: trainers' internals (only the two protocols), the synthetic environment or the experience model,
-concrete environments (a family is reached through the `EnvFamily` surface).
+concrete environments (a family is reached through the `EnvFamily` contract, `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,12 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dreamgym.config import ConfigError
 from dreamgym.curriculum import draw_tasks, informative_task_ids
 from dreamgym.data import iter_jsonl_records
-from dreamgym.env import TextEnv
+from dreamgym.envs.family import EnvFamily
 from dreamgym.episode import Episode
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
+from dreamgym.jsonl import JsonlAppender
 from dreamgym.metrics import MetricsLogger
 from dreamgym.rollout import PolicyBackend
-from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.seeds import mix_seed
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.types import Task, Trajectory
 
 if TYPE_CHECKING:
@@ -46,18 +47,6 @@ variance. Named here because `task_pool` reads it to aim real RL at the tasks a 
 PeriodicEvaluation = Callable[[str, int], object]
 """`evaluate(tag, iteration)`: what the run loop calls every `eval_every` iterations of a phase (tags it<N>,
 dream-it<N>, s2r-it<N>)."""
-
-
-class EnvFamily(Protocol):
-    """The part of an environment family (`dreamgym.envs.family(name)`) the loops, the dream and the recipe use."""
-
-    def make_env(self, split: str = "train") -> TextEnv: ...
-
-    def tasks(self, split: str = "train") -> list[Task]: ...
-
-    def admissible_from_state(self, state: str) -> list[str]: ...
-
-    def parse_goal(self, instruction: str) -> dict[str, Any] | None: ...
 
 
 # ------------------------------------------------------------------------------------------------ trainers
@@ -211,8 +200,8 @@ class Evaluation:
     def __call__(self, backend: PolicyBackend, tag: str = "", step: int = 0) -> EvalResult:
         res = evaluate_policy(backend, lambda: self.family.make_env(self.split), self.tasks, self.seeds, self.config)
         if self.log is not None:
-            with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"tag": tag, "step": step, **res.to_dict()}) + "\n")
+            with JsonlAppender(self.log, ensure_ascii=True) as out:  # sets aside a row a kill left torn
+                out.append({"tag": tag, "step": step, **res.to_dict()})
         if self.logger is not None:
             self.logger.log(step, res.to_dict(), prefix="eval/")
         if self.log is not None:

@@ -47,7 +47,8 @@ from dreamgym.agent import ACTION_STOP, AgentConfig, build_messages, ground_acti
 from dreamgym.budget import RealStepBudget
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode, RolloutConfig, Turn
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams
+from dreamgym.seeds import ROLLOUT_BASIS, mix_seed, row_seed
 from dreamgym.types import Task
 
 
@@ -61,14 +62,6 @@ class PolicyBackend(Protocol):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _mix(*xs: int) -> int:
-    """Deterministic 31-bit seed from integers (Python's hash() of ints is stable, but keep it explicit)."""
-    h = 0x9E3779B1
-    for x in xs:
-        h = (h * 1_000_003 ^ (int(x) & 0xFFFFFFFF)) & 0x7FFFFFFF
-    return h
-
-
 def _call_all(pool: ThreadPoolExecutor, fns: list[Callable[[], Any]],
               timeouts: Sequence[float]) -> list[tuple[str, Any, float]]:
     """Run `fns` in the pool; call i gets `timeouts[i]` seconds from the moment it starts running (time queued
@@ -137,9 +130,10 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
     """Play `group_size` episodes of every task (members of a group share the environment seed) and return
     them in order (task-major). Never raises for environment or parse failures; see the module docstring.
 
-    `seed` fixes the environment seeds (`reset(seed=_mix(seed, task_index))`, or `task_seeds[task_index]` when
-    given) and the sampling seed of each turn, so the same seed, policy and environments give the same
-    episodes. `first_task` is the index of `tasks[0]` in a larger list split between processes: task indices
+    `seed` fixes the environment seeds (`reset(seed=mix_seed(seed, task_index, basis=ROLLOUT_BASIS))`, or
+    `task_seeds[task_index]` when given) and the sampling seed of each turn, so the same seed, policy and
+    environments give the same episodes. `first_task` is the index of `tasks[0]` in a larger list split between
+    processes: task indices
     (environment seeds, group ids) are then those of the whole list, and `share_rows` (every process calls it
     once per turn with the number of prompts it generates) returns (the position of this process's first prompt
     among all processes' prompts of the turn, their total): each prompt is sampled with the seed of its position in
@@ -155,7 +149,8 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
         st.setdefault(k, 0.0)
     slots: list[_Slot] = []
     for ti, task in enumerate(tasks, start=first_task):
-        env_seed = int(task_seeds[ti - first_task]) if task_seeds is not None else _mix(seed, ti)
+        env_seed = (int(task_seeds[ti - first_task]) if task_seeds is not None
+                    else mix_seed(seed, ti, basis=ROLLOUT_BASIS))
         for m in range(group_size):
             slots.append(_Slot(Episode(task=task, seed=env_seed, group=ti, member=m, policy_version=policy_version)))
     if not slots:
@@ -190,7 +185,8 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
             live = [s for s in slots if not s.ep.done]
             if not live and share_rows is None:
                 break
-            to_step = _policy_turn(backend, live, cfg, agent, _mix(seed, 7919, turn), st, share_rows)
+            turn_seed = mix_seed(seed, 7919, turn, basis=ROLLOUT_BASIS)
+            to_step = _policy_turn(backend, live, cfg, agent, turn_seed, st, share_rows)
             if to_step is None:  # no process has a prompt left
                 break
             _env_turn(pool, to_step, cfg, budget, st)

@@ -54,7 +54,8 @@ from dreamgym.agent import AgentConfig
 from dreamgym.budget import RealStepBudget
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
-from dreamgym.loops import EnvFamily, OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
+from dreamgym.envs.family import EnvFamily
+from dreamgym.loops import OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
 from dreamgym.metric_names import LOSSES, ROLLOUT, namespaced
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point

@@ -31,8 +31,9 @@ from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_sourc
                              trajectory_file)
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, online_phases
+from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
-from dreamgym.loops import (EnvFamily, Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
+from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text

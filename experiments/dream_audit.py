@@ -85,7 +85,7 @@ def main() -> None:
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
         episodes = run_rollouts(backend, world.envs(""), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
-    parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
+    parse = str.strip
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = noops_real = 0
     wrong_lines: collections.Counter = collections.Counter()  # which line of the state the dream got wrong
@@ -153,9 +153,9 @@ def _self_consistent_wins(fam, episodes: list) -> tuple[int, int] | None:
     can put the target elsewhere than the real game did). What it must not do is credit one its own states
     contradict: (credited wins that the family's reward rule, `grounded_outcome`, also grants on the dream's last
     step, credited wins), or None for a family without a rule."""
-    rule = getattr(fam, "grounded_outcome", None)
-    if rule is None:
+    if not fam.hooks.grounds_outcomes:
         return None
+    rule = fam.hooks.grounded_outcome
     wins = [e for e in episodes if e.won]
     ok = 0
     for e in wins:

@@ -16,7 +16,9 @@ from dreamgym.curriculum import Curriculum, CurriculumConfig
 from dreamgym.envs import family
 from dreamgym.envs.dial import DialEnv
 from dreamgym.episode import RolloutConfig
-from dreamgym.loops import DREAM_VARIANCE_LOG, iteration_tasks, task_pool
+from dreamgym.data import iter_jsonl_records
+from dreamgym.evaluate import EvalConfig
+from dreamgym.loops import DREAM_VARIANCE_LOG, Evaluation, iteration_tasks, task_pool
 from dreamgym.metrics import MetricsLogger, read_metrics
 from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
 
@@ -217,6 +219,17 @@ def test_a_mode_is_a_list_of_phases():
 
 
 LAYER = ("dreamgym.loops", "dreamgym.run", "dreamgym.dream", "dreamgym.recipe", "dreamgym.train")
+
+
+def test_an_evaluation_row_torn_by_a_kill_is_set_aside_before_the_next_is_appended(tmp_path, tokenizer):
+    log = tmp_path / "eval.jsonl"
+    log.write_bytes(b'{"tag": "it1", "step": 1, "success_rate": 1.0}\n{"tag": "it2", "st')
+    fam = family("dial")
+    ev = Evaluation(fam, "test", fam.tasks("test")[:2], [0], EvalConfig(agent=AGENT), log=log)
+    res = ev(ScriptedBackend(tokenizer, expert_reply), "it3", 3)
+    rows = [rec for _, rec in iter_jsonl_records(log)]
+    assert [r["tag"] for r in rows] == ["it1", "it3"] and rows[1]["success_rate"] == res.success_rate == 1.0
+    assert (tmp_path / "eval.jsonl.torn").read_bytes() == b'{"tag": "it2", "st\n'
 
 
 def test_the_loop_layer_dream_recipe_and_train_import_one_way():

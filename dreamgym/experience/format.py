@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.hooks import family_hook, observation_hooks
+from dreamgym.experience.hooks import family_hooks
 from dreamgym.llm.base import ChatRequest, FieldBudget, OutputConstraint
 from dreamgym.types import Task, Transition
 
@@ -96,26 +96,24 @@ def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
     after `[reset]` (there is no previous state to complete it from)."""
     if not tr.state.strip():
         return tr.next_state
-    hooks = observation_hooks(tr.task.env) if cfg.write_observation else None
-    if hooks:
-        return hooks[0](tr.next_state)
-    if not cfg.compact_states:
+    hooks = family_hooks(tr.task.env) if cfg.write_observation or cfg.compact_states else None
+    if hooks is None:
         return tr.next_state
-    fn = family_hook(tr.task.env, "model_state")
-    return fn(tr.next_state) if fn else tr.next_state
+    if cfg.write_observation and hooks.writes_observations:
+        return hooks.model_observation(tr.next_state)
+    return hooks.model_state(tr.next_state) if cfg.compact_states else tr.next_state
 
 
 def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> str:
     """The inverse of `written_state`: the whole next state from the model's text and the query's state."""
     if not query.state.strip():
         return written
-    hooks = observation_hooks(env or query.task.env) if cfg.write_observation else None
-    if hooks:
-        return hooks[1](query.state, written)
-    if not cfg.compact_states:
+    hooks = family_hooks(env or query.task.env) if cfg.write_observation or cfg.compact_states else None
+    if hooks is None:
         return written
-    fn = family_hook(env or query.task.env, "complete_state")
-    return fn(written, query.state) if fn else written
+    if cfg.write_observation and hooks.writes_observations:
+        return hooks.state_after(query.state, written)
+    return hooks.complete_state(written, query.state) if cfg.compact_states else written
 
 
 def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:

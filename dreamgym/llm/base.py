@@ -10,17 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from dreamgym.seeds import row_seed as row_seed  # the seam's seed rule (dreamgym.seeds), re-exported here
+
 ChatRequest = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}, ...]
-
-_GOLDEN = 0x9E3779B97F4A7C15  # odd 64-bit constant: distinct (seed, index) pairs give distinct row seeds
-_MASK64 = (1 << 64) - 1
-
-
-def row_seed(seed: int, index: int) -> int:
-    """The sampling seed of request `index` in a batch whose `SamplingParams.seed` is `seed`, shared by all
-    backends. `row_seed(s, 0) == s`, so a request sent alone with seed `row_seed(s, i)` samples what request i
-    of the batch would; identical prompts in one batch still get different samples."""
-    return (seed + index * _GOLDEN) & _MASK64
 
 
 class ConstraintError(ValueError):

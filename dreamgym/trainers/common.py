@@ -36,6 +36,7 @@ from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.episode import RolloutConfig
+from dreamgym.seeds import mix_seed as mix_seed  # re-exported: the trainers' seeds mix through dreamgym.seeds
 from dreamgym.trainers.checkpoint import (
     is_peft,
     load_optimizer_state,
@@ -158,14 +159,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def mix_seed(*xs: int) -> int:
-    """A deterministic 31-bit seed from integers (e.g. (run seed, iteration))."""
-    h = 0x2545F491
-    for x in xs:
-        h = (h * 1_000_003 ^ (int(x) & 0xFFFFFFFF)) & 0x7FFFFFFF
-    return h
 
 
 # ------------------------------------------------------------------------------------------------- model

@@ -29,7 +29,7 @@ from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
 from dreamgym.types import Task
 
-__all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "noop_state",
+__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
            "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -65,9 +65,12 @@ ships whose instructions take that form: an instruction alone cannot tell `click
 `click-checkboxes-large`, so `parse_goal` names them all, never one of them for another
 (`tests/envs/web/test_web_miniwob.py` checks it on every shipped task)."""
 
+MAX_STEPS = 10
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
+
 
 def make_env(split: str = "train", *, browsers: int = DEFAULT_BROWSERS, pool: BrowserPool | None = None,
-             max_steps: int = 10, n_seeds: int | None = None) -> WebEnv:
+             max_steps: int = MAX_STEPS, n_seeds: int | None = None) -> WebEnv:
     """A `WebEnv` on a split's MiniWoB++ tasks, in a browser of `pool` (default: the shared pool of `browsers`)."""
     return WebEnv(MiniWoBSource(), _tasks(split, n_seeds), pool=pool or shared_pool(browsers), max_steps=max_steps)
 
