@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import dreamgym
+from dreamgym import checks
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
 from dreamgym.envs import family, family_names
@@ -464,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         # The trajectory readers know these two; anything else would be written and then be unreadable.
         ap.error(f"--out: {args.out!r} must end in .jsonl or .parquet")
     try:
+        # Before anything runs or is written: a keyword the environment does not take would fail every episode, an
+        # output that is a folder (or under a file) would fail after the first one.
+        checks.env_kwargs(args.env, dict(args.env_kw))
+        out = Path(args.out)
+        for path in dict.fromkeys([out, out.with_suffix(".jsonl")]):
+            checks.output_path(path, "file")
         mix = parse_mix(args.policy)
         summary = collect(args.env, mix, args.episodes, args.out, split=args.split, seed=args.seed,
                           workers=args.workers, env_kwargs=dict(args.env_kw), resume=args.resume,

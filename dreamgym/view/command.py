@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
             checks.em_checkpoint(em)
         except (OSError, ValueError) as e:
             return fail("view", f"--em {em}: {e}")
+    if a.export:
+        try:
+            checks.output_path(a.export, "folder")
+        except ValueError as e:
+            return fail("view", f"--export {e}")
     from dreamgym.view.site import Site
 
     site = Site(runs, [Path(e) for e in a.em], page_size=a.page_size, device=a.device)
