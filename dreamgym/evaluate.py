@@ -232,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
             trajectory_file(args.tasks_from)
             tasks, _ = tasks_played_in(tasks, args.tasks_from)
         from dreamgym import checks, provenance
+        from dreamgym.filecheck import output_path
 
         if args.json:
             try:
-                checks.output_path(args.json, "file")
+                output_path(args.json, "file")
             except ValueError as e:
                 raise ConfigError("--json", str(e)) from None
         if Path(args.policy).exists():  # a folder: whole weights, and a trained policy of this family

@@ -43,6 +43,7 @@ from dreamgym.experience import (
     query_for,
     read_checkpoint_meta,
 )
+from dreamgym.filecheck import output_path
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
 from dreamgym.types import Trajectory, Transition
@@ -377,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.train_data:
             inputs.append(("--train-data", of_family, a.train_data))
         if a.out:
-            inputs.append(("--out", lambda path: checks.output_path(path, "file"), a.out))
+            inputs.append(("--out", lambda path: output_path(path, "file"), a.out))
         if a.url:
             inputs.append(("--url", checks.server_urls, a.url))
             if len(a.model) > 1:

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym import checks, distributed, provenance
+from dreamgym import distributed, provenance
 from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
                              trajectory_file)
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.evaluate import EvalConfig
+from dreamgym.filecheck import output_path
 from dreamgym.loops import (EnvFamily, Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
@@ -182,7 +183,7 @@ def _check_inputs(cfg: TrainConfig, resume: bool) -> None:
     streamed records): the run folder can be written and, resumed, was this family's and algorithm's run; the
     policy to start from and the experience model are of this family; every trajectory file the run trains on or
     draws from reads to its last record, each record of this family. Raises ValueError naming the problem."""
-    checks.output_path(cfg.resolved_run_dir(), "folder")
+    output_path(cfg.resolved_run_dir(), "folder")
     if resume:
         found = provenance.of_run_dir(cfg.resolved_run_dir())
         if found is not None:  # --resume continues this run's config.yaml and metrics.jsonl: one run per folder

@@ -1,6 +1,7 @@
-"""Start-up checks (`dreamgym.checks` and the commands' use of them): bad input is refused in one line (exit 2)
-before any model loads, anything runs or anything is written: every record of the data, whole weights, paths of
-the right kind under a folder, the environment's keywords, serve-env's split."""
+"""Start-up checks (`dreamgym.checks`, `dreamgym.filecheck`, `collect.check_env_kwargs` and the commands' use of
+them): bad input is refused in one line (exit 2) before any model loads, anything runs or anything is written:
+every record of the data, whole weights, paths of the right kind under a folder, the environment's keywords,
+serve-env's split."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 from model_fixtures import em_checkpoint
 
-from dreamgym import checks
+from dreamgym import filecheck
 from dreamgym.cli import main as cli
-from dreamgym.collect import collect, parse_mix
+from dreamgym.collect import check_env_kwargs, collect, parse_mix
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--no-progress", "tensorboard=false", "eval_max_tasks=1", "agent.history=0", "agent.show_admissible=false",
@@ -121,18 +122,18 @@ def test_a_truncated_policy_is_refused_on_resume_and_as_init(tmp_path, capsys):
 def test_model_weights_accepts_whole_files_and_names_the_damage(tmp_path):
     folder = tmp_path / "m"
     shutil.copytree(Path(em_checkpoint()) / "model", folder)
-    checks.model_weights(folder)
+    filecheck.model_weights(folder)
     f = folder / "model.safetensors"
     data = f.read_bytes()
     f.write_bytes(data + b"\0")
     with pytest.raises(ValueError, match="damaged: 1 bytes after its last tensor"):
-        checks.model_weights(folder)
+        filecheck.model_weights(folder)
     f.write_bytes(data[:5])
     with pytest.raises(ValueError, match="truncated"):
-        checks.model_weights(folder)
+        filecheck.model_weights(folder)
     f.write_bytes(len(b"{oops").to_bytes(8, "little") + b"{oops")
     with pytest.raises(ValueError, match="header is not JSON"):
-        checks.model_weights(folder)
+        filecheck.model_weights(folder)
 
 
 def test_collect_refuses_a_keyword_the_environment_does_not_take_and_writes_nothing(tmp_path, capsys):
@@ -149,9 +150,9 @@ def test_collect_refuses_a_keyword_the_environment_does_not_take_and_writes_noth
 
 
 def test_env_kwargs_follows_make_env_to_the_environment_class():
-    checks.env_kwargs("webshop", {"max_steps": 3, "n_products": 50})
+    check_env_kwargs("webshop", {"max_steps": 3, "n_products": 50})
     with pytest.raises(ValueError, match="'colour': not a keyword of the webshop environment .*n_products"):
-        checks.env_kwargs("webshop", {"colour": 1})
+        check_env_kwargs("webshop", {"colour": 1})
 
 
 def test_paths_of_the_wrong_kind_or_under_a_file_are_refused(tmp_path, capsys):

@@ -57,11 +57,12 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dreamgym import checks, provenance, serving
+from dreamgym import provenance, serving
 from dreamgym.checks import em_checkpoint, env_family, family_choices, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
+from dreamgym.filecheck import output_path
 from dreamgym.envserve.gather import StepGatherer
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
 from dreamgym.types import Task, Transition
@@ -139,7 +140,7 @@ class EnvHost:
             if cfg.dream and cfg.em_data:
                 provenance.check_trajectories(cfg.em_data, cfg.env)
             if cfg.dream and cfg.buffer:
-                checks.output_path(cfg.buffer, "folder")
+                output_path(cfg.buffer, "folder")
         except ValueError as e:
             raise ConfigError(str(e)) from None
         self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")

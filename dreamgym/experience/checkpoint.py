@@ -133,14 +133,14 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="an experience-model checkpoint (from dreamgym train-em)")
     parser.add_argument("out", help="the folder to create (must not exist)")
     args = parser.parse_args(argv)
-    from dreamgym import checks
+    from dreamgym.filecheck import model_weights, output_path
 
     try:
         meta = read_checkpoint_meta(args.checkpoint)
         if not meta.get("final", True):
             raise ValueError(f"{args.checkpoint} has not finished training (em_config.json says final: false)")
-        checks.em_checkpoint(args.checkpoint)  # whole weights, before the model is built
-        checks.output_path(args.out, "folder")
+        model_weights(Path(args.checkpoint) / MODEL_SUBDIR)  # whole, before the model is built
+        output_path(args.out, "folder")
         out = export_checkpoint(args.checkpoint, args.out)
     except (OSError, ValueError) as e:
         return fail("export-em", e)

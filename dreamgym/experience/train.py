@@ -331,10 +331,11 @@ def check_inputs(cfg: TrainEMConfig) -> None:
     """Start-up checks before any model loads: the checkpoint folder can be written and, when the run continues
     one there (`resume`), it is this family's experience model; every record of the data reads and is of this
     family. Raises ValueError naming the problem."""
-    from dreamgym import checks, provenance
+    from dreamgym import provenance
+    from dreamgym.filecheck import output_path
 
     out = cfg.resolved_out()
-    checks.output_path(out, "folder")
+    output_path(out, "folder")
     if cfg.resume:
         if (out / EM_CONFIG_FILE).is_file():
             provenance.require(provenance.of_em_checkpoint(out), family=cfg.env)

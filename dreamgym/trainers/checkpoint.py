@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from dreamgym import fsdp
-from dreamgym.checks import model_weights
+from dreamgym.filecheck import model_weights
 from dreamgym.paths import crash_point
 
 

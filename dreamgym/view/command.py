@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="an export also replays each exported real episode in every experience model")
     a = p.parse_args(argv)
     from dreamgym import checks
+    from dreamgym.filecheck import output_path
 
     runs = [Path(r) for r in a.runs] or sorted(d for d in Path("runs").glob("*") if d.is_dir())
     if not runs:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail("view", f"--em {em}: {e}")
     if a.export:
         try:
-            checks.output_path(a.export, "folder")
+            output_path(a.export, "folder")
         except ValueError as e:
             return fail("view", f"--export {e}")
     from dreamgym.view.site import Site
