@@ -62,9 +62,9 @@ from dreamgym.checks import em_checkpoint, env_family, family_choices, trajector
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
-from dreamgym.filecheck import output_path
 from dreamgym.envserve.gather import StepGatherer
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
+from dreamgym.filecheck import output_path
 from dreamgym.types import Task, Transition
 
 log = logging.getLogger(__name__)
