@@ -2,7 +2,7 @@
 raises ValueError (or OSError) saying what is wrong, cheaply and before any model or data loads.
 
 Owns: what "usable" means at start-up for an environment family name (registered), a trajectory file (it exists,
-has a known suffix and its first record reads as a trajectory), a policy model source (a preset, an existing
+has a known suffix and its first record reads as a trajectory), a policy model source (a preset, a loadable
 folder or a Hugging Face id) and a list of server URLs.
 Must not know: which configs use them; models, torch (nothing is loaded); training; the experience model (its
 checkpoint's checks are `dreamgym.experience.checkpoint`'s, so that this module, which trainers and the experience
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from dreamgym.filecheck import model_weights
 
 SERVER_URLS = "http://host:port/v1#MODEL, or several URLs separated by commas"
 """What a server field (`model.policy_url`, `dream.em_url`) accepts, in words."""
@@ -52,9 +54,31 @@ def model_source(name: str) -> None:
     id (`org/name`; whether it can be fetched is known only when it loads)."""
     from dreamgym.presets import PRESETS
 
-    if name in PRESETS or Path(name).exists() or (_HF_ID.match(name) and not name.startswith((".", "~"))):
+    path = Path(name)
+    if path.exists() and name not in PRESETS:
+        loadable_model_folder(path)
+        return
+    if name in PRESETS or (_HF_ID.match(name) and not name.startswith((".", "~"))):
         return
     raise ValueError(f"{name!r} is neither a preset, an existing folder nor a Hugging Face id")
+
+
+def loadable_model_folder(path: Path) -> None:
+    """A folder a policy loads from: a trainer checkpoint (`trainer_state.json`) complete, or a Hugging Face model
+    folder (`config.json`) whose weights are whole."""
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file, not a model folder")
+    if (path / "trainer_state.json").is_file():
+        from dreamgym.trainers.checkpoint import checkpoint_problem  # torch: only for a checkpoint folder
+
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ValueError(f"{path}: not a loadable checkpoint: {problem}")
+        return
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} is neither a trainer checkpoint (no trainer_state.json) nor a model folder "
+                         f"(no config.json)")
+    model_weights(path)
 
 
 def task_source(value: str) -> None:
@@ -84,3 +108,4 @@ def policy_mix(spec: str) -> None:
     from dreamgym.collect import parse_mix
 
     parse_mix(spec)
+

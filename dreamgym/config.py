@@ -288,9 +288,29 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last value silently, so
+    `lr: 0.001` followed later by `lr: 5` would train with 5."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges keys, which the file may override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} repeated (first on line {first})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file's top-level mapping; a missing, unreadable, non-UTF-8 or malformed file raises ConfigError naming
-    it (with the line and column YAML reports)."""
+    """A YAML file's top-level mapping; a missing, unreadable, non-UTF-8 or malformed file, or one that repeats a key
+    in a mapping, raises ConfigError naming it (with the line and column YAML reports)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
@@ -300,7 +320,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -434,11 +434,17 @@ def first_trajectory(path: str | Path) -> Trajectory:
     return first
 
 
-def check_trajectory_file(path: str | Path) -> int:
+def check_trajectory_file(path: str | Path, family: str | None = None) -> int:
     """Read a trajectory file as `load_trajectories` does, keeping nothing, and return how many trajectories it
-    holds; raises the same `DataError`s. For checking the files a config names before any model loads."""
+    holds; raises the same `DataError`s. For checking the files a config names before any model loads. With
+    `family`, a record whose task names another environment family (`Task.env`) is refused too, naming the record."""
     path = Path(path)
-    n = sum(1 for _ in _read_by_suffix(path, skip_torn_tail=False))
+    n = 0
+    for traj in _read_by_suffix(path, skip_torn_tail=False):
+        n += 1
+        if family is not None and traj.task.env != family:
+            raise DataError(path, f"record {n} (task {traj.task.id!r})",
+                            f"a task of environment family {traj.task.env!r}, not {family!r}")
     if n == 0:
         raise _no_trajectories(path)
     return n

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym import distributed
+from dreamgym import distributed, provenance
 from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
                              trajectory_file)
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
+from dreamgym.filecheck import output_path
 from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
@@ -178,6 +179,36 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
         print(f"real-step budget of {cfg.real_step_budget} used up after {state.iteration} iterations")
 
 
+def _check_inputs(cfg: TrainConfig, resume: bool) -> None:
+    """Start-up checks of what the run reads and writes, before any model loads (cheap: JSON, YAML, file headers,
+    streamed records): the run folder can be written and, resumed, was this family's and algorithm's run; the
+    policy to start from and the experience model are of this family; every trajectory file the run trains on or
+    draws from reads to its last record, each record of this family. Raises ValueError naming the problem."""
+    output_path(cfg.resolved_run_dir(), "folder")
+    if resume:
+        found = provenance.of_run_dir(cfg.resolved_run_dir())
+        if found is not None:  # --resume continues this run's config.yaml and metrics.jsonl: one run per folder
+            provenance.require(found, family=cfg.env, algo=cfg.algo)
+    if cfg.init:
+        found_init = provenance.of_model_folder(cfg.init)
+        if found_init is not None:
+            provenance.require(found_init, family=cfg.env)
+    if cfg.dream.em and cfg.mode != "real":
+        provenance.require(provenance.of_em_checkpoint(cfg.dream.em), family=cfg.env)
+    files = [cfg.data if cfg.algo in OFFLINE_ALGOS else "", cfg.real_task_pool,
+             cfg.dream.em_data if cfg.mode != "real" else "",
+             cfg.dream.task_pool if cfg.mode != "real" and cfg.dream.task_pool not in ("all", "data") else ""]
+    for path in dict.fromkeys(f for f in files if f):
+        provenance.check_trajectories(path, cfg.env)
+
+
+def _check_checkpoint(ckpt: Path, cfg: TrainConfig) -> None:
+    """The checkpoint `--resume` loads was written by this family's run of this algorithm, with the kind of weights
+    `model.lora` asks for when it is set."""
+    kind = None if cfg.model.lora is None else "lora" if cfg.model.lora else "full"
+    provenance.require(provenance.of_trainer_checkpoint(ckpt), family=cfg.env, algo=cfg.algo, model_kind=kind)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="dreamgym train", description="Train an agent in a real environment.",
                            epilog="Config fields (key=value):\n" + describe(TrainConfig),
@@ -194,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides += [f"env={args.env}"] if args.env else []
     try:
         cfg = load_config(TrainConfig, args.config, overrides)
+        _check_inputs(cfg, args.resume)
         from dreamgym.envs import family
 
         fam: EnvFamily = family(cfg.env)
@@ -210,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         distributed.barrier("opening the checkpoint")
         if args.resume and not distributed.is_main():
             ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint")
+        if ckpt is not None:
+            _check_checkpoint(ckpt, cfg)
     except (ValueError, OSError, ImportError, CheckpointError) as e:
         return fail("train", e)
     run_dir = cfg.resolved_run_dir()

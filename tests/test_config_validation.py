@@ -210,6 +210,8 @@ def test_train_em_config_is_validated(override, field):
     ("not_utf8.yaml", r"^.*not_utf8\.yaml: not UTF-8 text \(byte 0xe9 at offset 20\)$"),
     ("unknown_key.yaml", r"^grpo\.groupsize: unknown config field \(allowed: .*group_size"),
     ("wrong_type.yaml", r"^eval_at_start: expected a bool, got 'maybe' \(allowed: true or false\)$"),
+    ("duplicate_key.yaml", r"^.*duplicate_key\.yaml: not valid YAML: line 5, column 3: key 'lr' repeated \(first on "
+                           r"line 3\)$"),
     ("not_a_mapping.yaml", r"^.*not_a_mapping\.yaml: the top level of a config file must be a mapping, not a list$"),
     ("missing.yaml", r"^.*missing\.yaml: cannot read the config file \(No such file or directory\)$"),
 ])
@@ -221,9 +223,14 @@ def test_bad_yaml_files_are_one_config_error_naming_the_file_or_field(fixture, p
 
 # ------------------------------------------------------------------------------------------------ named files
 def _checkpoint_dir(tmp: Path, **model: Any) -> Path:
-    """An experience-model checkpoint's layout (em_config.json, model/) without weights: all a config check reads."""
+    """An experience-model checkpoint's layout (em_config.json, model/ with one small whole weights file): all a
+    config check reads."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
     root = tmp / "em"
     (root / "model").mkdir(parents=True, exist_ok=True)
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(root / "model" / "model.safetensors"))
     (root / "em_config.json").write_text(json.dumps({"env": "dial", "preset": "tiny", "model": {"k": 2, **model}}))
     return root
 

@@ -105,8 +105,12 @@ def test_a_run_that_never_completed_a_checkpoint_starts_over(tmp_path):
 
 
 def _fake_checkpoint(d: Path, iteration: int) -> None:
+    """The files `checkpoint_problem` reads: its meta, a state file and one small whole weights file."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
     (d / "model").mkdir(parents=True)
-    (d / "model" / "model.safetensors").write_bytes(b"x")
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(d / "model" / "model.safetensors"))
     (d / STATE_FILE).write_bytes(b"x")
     (d / META_FILE).write_text(f'{{"iteration": {iteration}, "kind": "full"}}')
 

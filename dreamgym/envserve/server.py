@@ -57,13 +57,14 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dreamgym import serving
+from dreamgym import provenance, serving
 from dreamgym.checks import env_family, family_choices, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
 from dreamgym.envserve.gather import StepGatherer
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
+from dreamgym.filecheck import output_path
 from dreamgym.types import Task, Transition
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,18 @@ class EnvHost:
             raise ConfigError("em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
         self.config = cfg
         self.family = family(cfg.env)
+        # Every argument is checked before anything loads or binds: a bad split would answer every reset with an
+        # error, a model or data of another family would serve another environment's dream.
+        self._tasks: dict[str, Task] = self._split_tasks()
+        try:
+            if cfg.dream and model is None:
+                provenance.require(provenance.of_em_checkpoint(cfg.em), family=cfg.env)
+            if cfg.dream and cfg.em_data:
+                provenance.check_trajectories(cfg.em_data, cfg.env)
+            if cfg.dream and cfg.buffer:
+                output_path(cfg.buffer, "folder")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")
         self.model, self.buffer, self.batcher = model, buffer, None
         if cfg.dream:
@@ -149,7 +162,6 @@ class EnvHost:
         self.provenance = Provenance(server=uuid.uuid4().hex[:12], env=cfg.env, synthetic=cfg.dream, split=cfg.split,
                                      em=str(Path(cfg.em).resolve()) if cfg.em else None,
                                      buffer=str(Path(cfg.buffer).resolve()) if cfg.dream and cfg.buffer else None)
-        self._tasks: dict[str, Task] | None = None
         self._executor = ThreadPoolExecutor(max_workers=min(64, cfg.max_sessions), thread_name_prefix="serve-env")
         self._one_at_a_time = threading.Lock()
         self._lock = threading.Lock()
@@ -163,9 +175,18 @@ class EnvHost:
         return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
                             max_steps=self.config.max_steps or None, batcher=self.batcher)
 
+    def _split_tasks(self) -> dict[str, Task]:
+        """The tasks of the served split by id; a split the family does not have, or one without tasks, is a
+        ConfigError."""
+        try:
+            tasks = self.family.tasks(self.config.split)
+        except (ValueError, KeyError) as e:
+            raise ConfigError("split", f"{self.config.split!r}: {e}") from None
+        if not tasks:
+            raise ConfigError("split", f"{self.config.split!r}: the {self.config.env} family has no tasks there")
+        return {t.id: t for t in tasks}
+
     def task(self, task_id: str) -> Task:
-        if self._tasks is None:
-            self._tasks = {t.id: t for t in self.family.tasks(self.config.split)}
         if task_id not in self._tasks:
             raise HTTPException(400, f"reset: task_id {task_id!r} is not a task of {self.config.env}/"
                                      f"{self.config.split}")

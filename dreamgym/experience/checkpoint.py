@@ -23,6 +23,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, from_dict, parse_overrides
 from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.filecheck import model_weights
 
 EM_CONFIG_FILE = "em_config.json"
 """The checkpoint's metadata; its presence is what makes a directory a checkpoint."""
@@ -72,7 +73,8 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
 
 def usable_checkpoint(path: str) -> None:
     """A start-up check (`dreamgym.config.checked`) of an experience-model checkpoint folder (`dreamgym train-em`):
-    its em_config.json reads and holds a model config this version can run, and its `model/` folder is there.
+    its em_config.json reads and holds a model config this version can run, and its `model/` folder holds whole
+    weights (`dreamgym.filecheck.model_weights`).
     Raises ValueError (or OSError) saying what is wrong; loads nothing."""
     meta: Any = read_checkpoint_meta(path)
     if not isinstance(meta, dict):
@@ -80,6 +82,7 @@ def usable_checkpoint(path: str) -> None:
     checkpoint_model_config(meta)
     if not (Path(path) / MODEL_SUBDIR).is_dir():
         raise ValueError(f"{path}: the checkpoint has no {MODEL_SUBDIR}/ folder")
+    model_weights(Path(path) / MODEL_SUBDIR)
 
 
 def usable_config_overrides(overrides: list[str]) -> None:
@@ -154,10 +157,14 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="an experience-model checkpoint (from dreamgym train-em)")
     parser.add_argument("out", help="the folder to create (must not exist)")
     args = parser.parse_args(argv)
+    from dreamgym.filecheck import output_path
+
     try:
         meta = read_checkpoint_meta(args.checkpoint)
         if not meta.get("final", True):
             raise ValueError(f"{args.checkpoint} has not finished training (em_config.json says final: false)")
+        model_weights(Path(args.checkpoint) / MODEL_SUBDIR)  # whole, before the model is built
+        output_path(args.out, "folder")
         out = export_checkpoint(args.checkpoint, args.out)
     except (OSError, ValueError) as e:
         return fail("export-em", e)

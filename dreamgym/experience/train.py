@@ -103,6 +103,10 @@ class TrainEMConfig:
     """Also teach the curriculum's two prompts (write harder variants of a task; pick one) with at most this many
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
+    def resolved_out(self) -> Path:
+        """The checkpoint's folder: `out`, or runs/em-<env>-<preset>."""
+        return Path(self.out or f"runs/em-{self.env}-{Path(self.preset).name}")
+
     def validate(self) -> None:
         from dreamgym import fsdp
 
@@ -156,7 +160,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     distributed.init()
     device = cfg.device or (distributed.device() if distributed.launched() else pick_device())
     pin_threads(max(1, cfg.threads), torch_threads=not str(device).startswith("cuda"))
-    out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
+    out = cfg.resolved_out()
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.model
     # A checkpoint that cannot be resumed fails here, before data or model load (CheckpointError names the problem).
@@ -323,6 +327,24 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     return summary
 
 
+def check_inputs(cfg: TrainEMConfig) -> None:
+    """Start-up checks before any model loads: the checkpoint folder can be written and, when the run continues
+    one there (`resume`), it is this family's experience model; every record of the data reads and is of this
+    family. Raises ValueError naming the problem."""
+    from dreamgym import provenance
+    from dreamgym.filecheck import output_path
+
+    out = cfg.resolved_out()
+    output_path(out, "folder")
+    if cfg.resume:
+        if (out / EM_CONFIG_FILE).is_file():
+            provenance.require(provenance.of_em_checkpoint(out), family=cfg.env)
+        if (out / CHECKPOINT_SUBDIR / "trainer_state.json").is_file():
+            provenance.require(provenance.of_trainer_checkpoint(out / CHECKPOINT_SUBDIR), family=cfg.env,
+                               algo=provenance.EM_ALGO)
+    provenance.check_trajectories(cfg.data, cfg.env)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`dreamgym train-em --env dial --data traj.jsonl [--preset tiny] [--out dir] [--config y.yaml] key=value…`"""
     p = CommandParser(prog="dreamgym train-em", description=main.__doc__,
@@ -345,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(TrainEMConfig, a.config, over)
         if not cfg.data:
             raise ConfigError("data", "give the offline trajectories with --data or data=", "a trajectory file")
+        check_inputs(cfg)
         summary = train(cfg, progress=print)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from dreamgym import fsdp
+from dreamgym.filecheck import model_weights
 from dreamgym.paths import crash_point
 
 
@@ -210,7 +211,7 @@ def read_checkpoint_state(directory: str | Path, model: nn.Module) -> dict[str, 
 
 def checkpoint_problem(directory: Path) -> str | None:
     """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
-    `load` reads (counters in the JSON meta, the state file, the policy's weights)."""
+    `load` reads (counters in the JSON meta, the state file, the policy's weights, each safetensors file whole)."""
     directory = Path(directory)
     try:
         meta = json.loads((directory / META_FILE).read_text())
@@ -223,6 +224,10 @@ def checkpoint_problem(directory: Path) -> str | None:
     weights = directory / ("adapter" if meta.get("kind") == "lora" else "model")
     if not any(weights.glob("*.safetensors")):
         return f"no .safetensors weights in {weights.name}/"
+    try:
+        model_weights(weights)  # every file whole: a truncated one is refused here, not when the model is built
+    except ValueError as e:
+        return str(e)
     return None
 
 
