@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dreamgym.filecheck import model_weights
+from dreamgym.filecheck import checkpoint_problem, model_weights
 
 SERVER_URLS = "http://host:port/v1#MODEL, or several URLs separated by commas"
 """What a server field (`model.policy_url`, `dream.em_url`) accepts, in words."""
@@ -69,8 +69,6 @@ def loadable_model_folder(path: Path) -> None:
     if not path.is_dir():
         raise ValueError(f"{path} is a file, not a model folder")
     if (path / "trainer_state.json").is_file():
-        from dreamgym.trainers.checkpoint import checkpoint_problem  # torch: only for a checkpoint folder
-
         problem = checkpoint_problem(path)
         if problem:
             raise ValueError(f"{path}: not a loadable checkpoint: {problem}")

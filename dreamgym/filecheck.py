@@ -2,8 +2,12 @@
 folder of model weights (`model_weights`: each safetensors file whole), run at start-up before anything is written or
 any model is built.
 
-Owns: what "whole" means for a safetensors file (the format's own rule: its header reads and its tensors end where the
-file does) and what a writable path is (of the right kind, under a folder).
+A trainer's checkpoint folder (`checkpoint_problem`) is checked here too, so that start-up checks never import the
+trainers (and torch) to read two files.
+
+Owns: the names of a trainer checkpoint's state files, what "whole" means for a safetensors file (the format's own
+rule: its header reads and its tensors end where the file does) and what a writable path is (of the right kind,
+under a folder).
 Must not know: models, torch (only file sizes and headers are read), which commands use them.
 """
 
@@ -12,6 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Literal
+
+STATE_FILE = "trainer_state.pt"
+"""A trainer checkpoint's optimizer, RNG and counter state (torch.save)."""
+META_FILE = "trainer_state.json"
+"""A trainer checkpoint's JSON meta: iteration, kind, config."""
 
 
 def output_path(path: str | Path, kind: Literal["file", "folder"]) -> None:
@@ -74,3 +83,24 @@ def _safetensors_problem(path: Path) -> str:
             f"damaged: {size - want} bytes after its last tensor"
     return ""
 
+
+def checkpoint_problem(directory: Path) -> str | None:
+    """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
+    `load` reads (counters in the JSON meta, the state file, the policy's weights, each safetensors file whole)."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / META_FILE).read_text())
+    except (OSError, ValueError) as e:
+        return f"no readable {META_FILE} ({type(e).__name__}: {e})"
+    if not isinstance(meta, dict) or "iteration" not in meta:
+        return f"{META_FILE} has no iteration"
+    if not (directory / STATE_FILE).is_file() or (directory / STATE_FILE).stat().st_size == 0:
+        return f"no {STATE_FILE}"
+    weights = directory / ("adapter" if meta.get("kind") == "lora" else "model")
+    if not any(weights.glob("*.safetensors")):
+        return f"no .safetensors weights in {weights.name}/"
+    try:
+        model_weights(weights)  # every file whole: a truncated one is refused here, not when the model is built
+    except ValueError as e:
+        return str(e)
+    return None

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from dreamgym import fsdp
-from dreamgym.filecheck import model_weights
+from dreamgym.filecheck import META_FILE, STATE_FILE, checkpoint_problem
 from dreamgym.paths import crash_point
 
 
@@ -33,8 +33,6 @@ def is_peft(model: nn.Module) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
 
 
-STATE_FILE = "trainer_state.pt"
-META_FILE = "trainer_state.json"
 
 
 def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path,
@@ -207,28 +205,6 @@ def read_checkpoint_state(directory: str | Path, model: nn.Module) -> dict[str, 
     directory = Path(directory)
     load_model_weights(model, directory)
     return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
-
-
-def checkpoint_problem(directory: Path) -> str | None:
-    """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
-    `load` reads (counters in the JSON meta, the state file, the policy's weights, each safetensors file whole)."""
-    directory = Path(directory)
-    try:
-        meta = json.loads((directory / META_FILE).read_text())
-    except (OSError, ValueError) as e:
-        return f"no readable {META_FILE} ({type(e).__name__}: {e})"
-    if not isinstance(meta, dict) or "iteration" not in meta:
-        return f"{META_FILE} has no iteration"
-    if not (directory / STATE_FILE).is_file() or (directory / STATE_FILE).stat().st_size == 0:
-        return f"no {STATE_FILE}"
-    weights = directory / ("adapter" if meta.get("kind") == "lora" else "model")
-    if not any(weights.glob("*.safetensors")):
-        return f"no .safetensors weights in {weights.name}/"
-    try:
-        model_weights(weights)  # every file whole: a truncated one is refused here, not when the model is built
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 def resumable_checkpoint(path: str | Path) -> Path | None:
