@@ -354,11 +354,13 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     return loaded or {}
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
+                flags: dict[str, Any] | None = None) -> T:
     """Defaults of `cls`, then the YAML file at `path`, then `key=value` overrides (dotted keys for nested fields, as
-    on the command line), then the validation pass. Bad config raises ConfigError."""
+    on the command line), then `flags` (top-level fields a command's own options set, e.g. `--env`), then the
+    validation pass. Bad config raises ConfigError."""
     data = read_yaml_mapping(path) if path is not None else {}
-    return from_dict(cls, _merge(data, parse_overrides(list(overrides or []))))
+    return from_dict(cls, _merge(_merge(data, parse_overrides(list(overrides or []))), dict(flags or {})))
 
 
 def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:

@@ -1,10 +1,12 @@
 """Recipes: the comparisons DreamGym is judged by, each artefact built once and reused from disk, and the
 quickstart that runs the whole recipe on one environment.
 
-Owns: `ENV_DEFAULTS` (each environment's small-scale settings), `Recipe` (offline real data, experience models,
-the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R), the results
-table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and `quickstart_main`
-(collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget).
+Owns: `ENV_DEFAULTS` (each environment's small-scale settings, typed; `env_train_config`), `Recipe` (offline real
+data, experience models, the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream
+or S2R), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and
+`quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same
+budget). Configs are built typed (`dataclasses.replace`); only a user's own `train_overrides`/`em_overrides` are
+text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
 `dreamgym.run.train`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
@@ -65,6 +67,12 @@ ENV_DEFAULTS: dict[str, EnvDefaults] = {
 """Settings each environment's small-scale runs start from (other environments: the configs' defaults)."""
 
 
+def env_train_config(env: str, **fields: Any) -> TrainConfig:
+    """`dreamgym train`'s defaults with `env`'s small-scale settings (`ENV_DEFAULTS`) and `fields` on top."""
+    defaults = ENV_DEFAULTS.get(env, EnvDefaults())
+    return dataclasses.replace(TrainConfig(), env=env, agent=defaults.agent, rollout=defaults.rollout, **fields)
+
+
 class Recipe:
     """The artefacts one environment's comparison shares, built once each and reused from disk: offline real
     data, the SFT demonstrations, experience models (full and ablated), the SFT policy every RL method starts
@@ -95,12 +103,9 @@ class Recipe:
         self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
         self.eval_seeds = list(eval_seeds)
         # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
-        defaults = ENV_DEFAULTS.get(env, EnvDefaults())
-        self.base = apply_overrides(dataclasses.replace(TrainConfig(), env=env, seed=seed, tensorboard=False,
-                                                        agent=defaults.agent, rollout=defaults.rollout),
-                                    train_overrides)
+        self.base = apply_overrides(env_train_config(env, seed=seed, tensorboard=False), train_overrides)
         self.em_base = TrainEMConfig(env=env, data=str(self.offline_path), model=ModelConfig(preset="tiny"),
-                                     seed=seed, threads=threads, em=defaults.em)
+                                     seed=seed, threads=threads, em=ENV_DEFAULTS.get(env, EnvDefaults()).em)
         self.em_overrides = list(em_overrides)  # the caller's text, checked by `check_recipe` at start-up
         # One evaluation for every row and every point of its curve: the same tasks, seeds and sampling seed.
         self.evaluate = Evaluation(self.family, "test", self.test_tasks, self.eval_seeds, EvalConfig(
