@@ -58,7 +58,7 @@ def default_model(env_name: str) -> Path:
             progress=False)
     t0 = time.perf_counter()
     train(TrainEMConfig(env=env_name, data=str(data), out=str(out), max_steps=spec["max_steps"], resume=False,
-                        model=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
+                        em=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
     print(f"trained a benchmark experience model in {time.perf_counter() - t0:.0f}s -> {out}")
     return out
 

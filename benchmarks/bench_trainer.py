@@ -56,9 +56,9 @@ def main() -> None:
     common = TrainerConfig(seed=0, model=ModelConfig(preset=args.preset), optim=OptimConfig(lr=1e-6),
                            agent=AgentConfig(history=2),
                            rollout=RolloutConfig(max_new_tokens=args.max_new_tokens, max_turns=8,
-                                                 on_invalid_action="pass"))
+                                                 on_invalid_action="pass"), group_size=args.group)
     backend = HFBackend(model, tok, batch_size=64)
-    trainer = GRPOTrainer(backend, GRPOConfig(group_size=args.group), common)
+    trainer = GRPOTrainer(backend, GRPOConfig(), common)
     tasks = fam.tasks("train")[: args.tasks]
 
     # --- rollout

@@ -119,13 +119,6 @@ def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerCon
     return PPOTrainer(backend, algo, cfg)
 
 
-def group_size(algo: GRPOConfig | PPOConfig) -> int:
-    """Episodes an iteration plays of each task: GRPO's group, PPO's episodes per task."""
-    from dreamgym.trainers.grpo import GRPOConfig
-
-    return algo.group_size if isinstance(algo, GRPOConfig) else algo.episodes_per_task
-
-
 def build_offline_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,
                           logger: MetricsLogger | None = None,
                           admissible_fn: Callable[[str], list[str]] | None = None) -> OfflineTrainer:

@@ -1,10 +1,12 @@
 """Recipes: the comparisons DreamGym is judged by, each artefact built once and reused from disk, and the
 quickstart that runs the whole recipe on one environment.
 
-Owns: `ENV_DEFAULTS` (each environment's small-scale settings), `Recipe` (offline real data, experience models,
-the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R), the results
-table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and `quickstart_main`
-(collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget).
+Owns: `ENV_DEFAULTS` (each environment's small-scale settings, typed; `env_train_config`), `Recipe` (offline real
+data, experience models, the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream
+or S2R), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and
+`quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same
+budget). Configs are built typed (`dataclasses.replace`); only a user's own `train_overrides`/`em_overrides` are
+text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
 `dreamgym.run.train`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
@@ -21,30 +23,54 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dreamgym.checks import POLICY_MIX, env_family, family_choices
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
+from dreamgym.agent import AgentConfig
+from dreamgym.config import (CommandParser, ConfigError, apply_overrides, checked, describe, fail, load_config,
+                             parse_overrides, ranged, validate_config)
 from dreamgym.data import DataError
 from dreamgym.dream import DreamConfig, DreamWorld, online_phases
+from dreamgym.episode import RolloutConfig
 from dreamgym.evaluate import EvalConfig, EvalResult
+from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.train import TrainEMConfig
 from dreamgym.loops import Evaluation, OnlineTrainer, build_backend, build_offline_trainer, build_online_trainer
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
 from dreamgym.run import LoopSettings, RunState, train
 from dreamgym.train import TrainConfig
+from dreamgym.trainers.common import ModelConfig
 
-ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
+@dataclass(frozen=True)
+class EnvDefaults:
+    """Where an environment's small-scale runs start from, before the caller's own overrides."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The policy's prompt."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout settings of every policy run."""
+    em: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
+    """The experience model's settings."""
+
+
+ENV_DEFAULTS: dict[str, EnvDefaults] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
     # the tiny policy's prompts short (the trainers' learning tests use the same settings).
-    "dial": {"train": ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
-                       "rollout.max_new_tokens=10", "rollout.max_turns=12"],
-             "em": ["model.embedder=hashing"]},
+    "dial": EnvDefaults(agent=AgentConfig(history=0, show_admissible=False, system_prompt="You are an agent."),
+                        rollout=RolloutConfig(max_new_tokens=10, max_turns=12),
+                        em=ExperienceModelConfig(embedder="hashing")),
     # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
-    "webshop": {"train": ["rollout.max_new_tokens=48"], "em": ["model.embedder=hashing"]},
+    "webshop": EnvDefaults(rollout=RolloutConfig(max_new_tokens=48), em=ExperienceModelConfig(embedder="hashing")),
     # The experience model writes the observation only and the state is derived
     # (docs/log/07-observation-only.md: whole-state agreement 0.01 -> 0.50 on held-out steps).
-    "alfworld": {"train": ["rollout.max_new_tokens=32", "rollout.max_turns=50"],
-                 "em": ["model.embedder=hashing", "model.write_observation=true"]},
+    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32, max_turns=50),
+                            em=ExperienceModelConfig(embedder="hashing", write_observation=True)),
 }
-"""Settings each environment's small-scale runs start from (before the caller's own overrides)."""
+"""Settings each environment's small-scale runs start from (other environments: the configs' defaults)."""
+
+
+def env_train_config(env: str, **fields: Any) -> TrainConfig:
+    """`dreamgym train`'s defaults with `env`'s small-scale settings (`ENV_DEFAULTS`) and `fields` on top."""
+    defaults = ENV_DEFAULTS.get(env, EnvDefaults())
+    return dataclasses.replace(TrainConfig(), env=env, agent=defaults.agent, rollout=defaults.rollout, **fields)
 
 
 class Recipe:
@@ -71,20 +97,21 @@ class Recipe:
         pin_threads(threads)
         self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
         self.run.mkdir(parents=True, exist_ok=True)
+        self.offline_path = self.run / "offline.jsonl"
+        self.demos_path = self.run / "demos.jsonl"
         self.family = family(env)
         self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
         self.eval_seeds = list(eval_seeds)
         # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
-        self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
-                                                    *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
-        self.em_overrides = [f"threads={threads}", *ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
+        self.base = apply_overrides(env_train_config(env, seed=seed, tensorboard=False), train_overrides)
+        self.em_base = TrainEMConfig(env=env, data=str(self.offline_path), model=ModelConfig(preset="tiny"),
+                                     seed=seed, threads=threads, em=ENV_DEFAULTS.get(env, EnvDefaults()).em)
+        self.em_overrides = list(em_overrides)  # the caller's text, checked by `check_recipe` at start-up
         # One evaluation for every row and every point of its curve: the same tasks, seeds and sampling seed.
         self.evaluate = Evaluation(self.family, "test", self.test_tasks, self.eval_seeds, EvalConfig(
             temperature=eval_temperature, sample_seed=seed, agent=self.base.agent, rollout=self.base.rollout))
         self.results: dict[str, dict[str, Any]] = {}
         self.timings: dict[str, float] = {}
-        self.offline_path = self.run / "offline.jsonl"
-        self.demos_path = self.run / "demos.jsonl"
         self.real_offline = self.real_demos = 0
 
     def stage(self, name: str) -> Callable[[], None]:
@@ -107,16 +134,20 @@ class Recipe:
         self.real_demos = sum(len(t.steps) for t in demos)
         done()
 
-    def experience_model(self, name: str = "em", epochs: float = 3, overrides: Sequence[str] = ()) -> Path:
+    def experience_model(self, name: str = "em", epochs: float = 3,
+                         adjust: Callable[[TrainEMConfig], TrainEMConfig] | None = None) -> Path:
+        """The experience model `name` (tiny, trained from scratch on the offline data for `epochs`, then the
+        caller's `em_overrides`, then `adjust`), trained once and reused from disk."""
         from dreamgym.experience.checkpoint import is_trained
-        from dreamgym.experience.train import TrainEMConfig, train
+        from dreamgym.experience.train import train
 
         out = self.run / name
         if not is_trained(out):  # an unfinished run resumes from its checkpoint
             done = self.stage(f"train the experience model {name} (tiny, from scratch)")
-            cfg = load_config(TrainEMConfig, None,
-                              [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",
-                               f"epochs={epochs}", f"seed={self.seed}", *self.em_overrides, *overrides])
+            cfg = apply_overrides(dataclasses.replace(self.em_base, out=str(out), epochs=epochs), self.em_overrides)
+            if adjust is not None:
+                cfg = adjust(cfg)
+            validate_config(cfg)
             train(cfg)
             done()
         return out
@@ -203,9 +234,7 @@ class Recipe:
         # The run's one real-step budget: none for a dream row, whatever `budget` says.
         cfg = dataclasses.replace(
             self.base, algo=algo, init=str(init), real_step_budget=0 if mode == "dream" else budget,
-            grpo=dataclasses.replace(self.base.grpo, group_size=group_size, tasks_per_iteration=tasks_per_iteration),
-            ppo=dataclasses.replace(self.base.ppo, tasks_per_iteration=tasks_per_iteration,
-                                    episodes_per_task=group_size),
+            group_size=group_size, tasks_per_iteration=tasks_per_iteration,
             optim=dataclasses.replace(self.base.optim, lr=lr))
         method_dir = self.run / self._slug(name)
         lg = MetricsLogger(method_dir, tensorboard=False)
@@ -228,8 +257,8 @@ class Recipe:
                                real_iterations=real_iterations, dream_iterations=dream_iterations,
                                tasks_per_iteration=tasks_per_iteration,
                                dream_log=self.run / self._slug(from_method) if from_method else None)
-        train(trainer, phases, state, LoopSettings.of(cfg, cfg.online_config(), eval_every=eval_every,
-                                                      run_dir=method_dir, progress=self.progress),
+        train(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
+                                                      progress=self.progress),
               logger=lg, evaluate=evaluate)
         trainer.save(method_dir / "final", state.state_dict())
         res = self.evaluate(trainer.backend)
@@ -316,9 +345,9 @@ class QuickstartConfig:
     eval_temperature: float = ranged(1.0, ge=0)
     """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises; 0 is greedy."""
     group_size: int = ranged(8, ge=1)
-    """GRPO group size G."""
+    """Episodes of each task per GRPO iteration, the group G (`dreamgym train`'s group_size)."""
     tasks_per_iteration: int = ranged(8, ge=1)
-    """Tasks per GRPO iteration."""
+    """Tasks per GRPO iteration (`dreamgym train`'s tasks_per_iteration)."""
     lr: float = ranged(2e-4, gt=0)
     """Policy learning rate for GRPO."""
     train_overrides: list[str] = field(default_factory=lambda: ["grpo.epochs=2", "grpo.minibatches=2"])
@@ -332,13 +361,16 @@ class QuickstartConfig:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
 
 
+RECIPE_OWN_KEYS = ("group_size", "tasks_per_iteration")
+"""`dreamgym train` fields a recipe sets for every RL row from its own fields of the same names."""
+
+
 def check_recipe(eval_seeds: Sequence[int], offline_mix: str, sft_policy: str, train_overrides: Sequence[str],
                  em_overrides: Sequence[str]) -> None:
     """The rules a recipe's config (quickstart, table) shares: some evaluation seed, an SFT policy that is part of the
     offline mix, and `dreamgym train` / `dreamgym train-em` overrides checked against their configs now, not when
     the stage that uses them starts (an hour later)."""
     from dreamgym.collect import parse_mix
-    from dreamgym.experience.train import TrainEMConfig
 
     if not eval_seeds:
         raise ConfigError("eval_seeds", "need at least one evaluation seed", "a list of seeds >= 0")
@@ -354,6 +386,9 @@ def check_recipe(eval_seeds: Sequence[int], offline_mix: str, sft_policy: str, t
             load_config(cls, None, list(overrides))
         except ConfigError as e:
             raise ConfigError(name, str(e)) from None
+    for key in RECIPE_OWN_KEYS:  # each RL row sets these from the recipe's own field: an override would be lost
+        if key in parse_overrides(list(train_overrides)):
+            raise ConfigError("train_overrides", f"{key} is the recipe's own field {key}, not a train override")
 
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -362,7 +397,8 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                eval_temperature=q.eval_temperature, progress=progress, train_overrides=q.train_overrides,
                em_overrides=q.em_overrides, threads=q.threads)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
-    em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
+    em = r.experience_model("em", adjust=lambda c: dataclasses.replace(c, max_steps=q.em_steps,
+                                                                        batch_size=q.em_batch_size))
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size, stop_at=q.sft_stop_at,
           check_every=q.sft_check_every)
     rl: dict[str, Any] = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from dreamgym import distributed
 from dreamgym.agent import AgentConfig
@@ -55,17 +55,13 @@ from dreamgym.budget import RealStepBudget
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
 from dreamgym.envs.family import EnvFamily
-from dreamgym.loops import OnlineTrainer, PeriodicEvaluation, group_size, iteration_tasks, task_pool
+from dreamgym.loops import OnlineTrainer, PeriodicEvaluation, iteration_tasks, task_pool
 from dreamgym.metric_names import LOSSES, ROLLOUT, namespaced
 from dreamgym.metrics import MetricsLogger
 from dreamgym.paths import crash_point
 from dreamgym.rollout import run_shared
 from dreamgym.trainers.common import TrainerConfig, mix_seed
 from dreamgym.types import Task
-
-if TYPE_CHECKING:
-    from dreamgym.trainers.grpo import GRPOConfig
-    from dreamgym.trainers.ppo import PPOConfig
 
 
 class World(Protocol):
@@ -184,9 +180,9 @@ class LoopSettings:
     progress: bool = True
 
     @classmethod
-    def of(cls, cfg: TrainerConfig, algo: GRPOConfig | PPOConfig, **kw: Any) -> LoopSettings:
-        """The settings of a run of `cfg` with the online algorithm `algo`; `kw` sets the rest."""
-        return cls(seed=cfg.seed, tasks_per_iteration=algo.tasks_per_iteration, group_size=group_size(algo),
+    def of(cls, cfg: TrainerConfig, **kw: Any) -> LoopSettings:
+        """The settings of an online run of `cfg`; `kw` sets the rest."""
+        return cls(seed=cfg.seed, tasks_per_iteration=cfg.tasks_per_iteration, group_size=cfg.group_size,
                    rollout=cfg.rollout, agent=cfg.agent, **kw)
 
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from dreamgym import distributed, provenance
 from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
                              trajectory_file)
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, renamed, to_dict
 from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
@@ -52,6 +52,13 @@ ONLINE_ALGOS = ("grpo", "ppo")
 OFFLINE_ALGOS = ("sft", "dpo")
 
 
+RENAMED_KEYS = {"grpo.group_size": "group_size", "ppo.episodes_per_task": "group_size",
+                "grpo.tasks_per_iteration": "tasks_per_iteration", "ppo.tasks_per_iteration": "tasks_per_iteration"}
+"""Keys of earlier versions (an older run folder's config.yaml holds them): the run loop's batch is set once for GRPO
+and PPO. Refused naming the new key."""
+
+
+@renamed(RENAMED_KEYS)
 @dataclass
 class TrainConfig(TrainerConfig):
     algo: Literal["grpo", "ppo", "sft", "dpo"] = "grpo"
@@ -160,8 +167,6 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
                   run_dir: Path, logger: MetricsLogger | None, evaluation: Evaluation, progress: bool) -> None:
     """GRPO/PPO in `cfg.mode` through the run loop: real RL on `pool`, RL inside the experience model, or S2R (the
     dream, then real RL), continuing `state`."""
-    algo = cfg.online_config()
-
     def periodic(tag: str, step: int) -> None:
         # checkpoint/ is replaced as training goes on: keep_evaluated keeps each evaluated policy under its tag.
         if cfg.keep_evaluated:
@@ -171,8 +176,8 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
     world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed, algo=cfg.algo) if cfg.mode != "real" else None
     phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool,
                            real_iterations=cfg.iterations if cfg.mode == "real" else cfg.dream.s2r_iterations,
-                           dream_iterations=cfg.dream.iterations, tasks_per_iteration=algo.tasks_per_iteration)
-    settings = LoopSettings.of(cfg, algo, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
+                           dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)
+    settings = LoopSettings.of(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
                                progress=progress)
     end = train(trainer, phases, state, settings, logger=logger, evaluate=periodic)
     if end.out_of_budget and state.budget.exhausted:
@@ -218,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
     parser.add_argument("--resume", action="store_true", help="continue from <run_dir>/checkpoint when it exists")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. grpo.group_size=8 optim.lr=1e-4")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. group_size=8 optim.lr=1e-4")
     args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides)
     overrides += [f"algo={args.algo}"] if args.algo else []

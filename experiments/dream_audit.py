@@ -34,16 +34,15 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.config import load_config
+from dreamgym.config import apply_overrides, load_config
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
 from dreamgym.episode import rollout_metrics
 from dreamgym.fidelity import token_f1
 from dreamgym.loops import build_backend
-from dreamgym.recipe import ENV_DEFAULTS
+from dreamgym.recipe import env_train_config
 from dreamgym.rollout import run_rollouts
-from dreamgym.train import TrainConfig
 
 
 def main() -> None:
@@ -71,8 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     fam = family(args.env)
-    cfg = load_config(TrainConfig, None, [f"env={args.env}", *ENV_DEFAULTS.get(args.env, {}).get("train", []),
-                                          *args.overrides])
+    cfg = apply_overrides(env_train_config(args.env), args.overrides)
     dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
         em_overrides = ([f"temperature={args.em_temperature}"] if args.em_temperature is not None else []) \

@@ -26,6 +26,7 @@ machine, not across CPUs (kernels and thread counts change float sums: docs/log/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -124,7 +125,7 @@ def recipe_rows(root: Path) -> dict[str, Any]:
     r = Recipe("dial", root, seed=0, eval_tasks=6, eval_seeds=[0, 1], eval_temperature=1.0, progress=False,
                train_overrides=["grpo.epochs=2", "grpo.minibatches=2"], threads=1)
     r.collect_offline(80, "oracle:0.4,noisy:0.4,random:0.2", "oracle")
-    em = r.experience_model("em", overrides=["max_steps=400", "batch_size=8"])
+    em = r.experience_model("em", adjust=lambda c: dataclasses.replace(c, max_steps=400, batch_size=8))
     r.sft(epochs=50, lr=1e-3, batch_size=16)
     rl: dict[str, Any] = dict(tasks_per_iteration=3, group_size=4, lr=2e-4, eval_every=1)
     r.run_method("DreamGym GRPO", algo="grpo", mode="dream", em=em, dream_iterations=2, **rl)
@@ -144,14 +145,14 @@ def train_runs(root: Path, em: Path, sft: Path) -> None:
               "agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
               "rollout.max_new_tokens=10", "rollout.max_turns=12", "optim.lr=2e-4", f"init={sft}",
               "grpo.epochs=2", "grpo.minibatches=2", "ppo.epochs=2", "ppo.minibatches=2"]
-    real = ["--algo", "grpo", "--env", "dial", f"run_dir={root / 'train-grpo-real'}", "grpo.group_size=4",
-            "grpo.tasks_per_iteration=3", "save_every=1", "eval_every=1", "keep_evaluated=true",
+    real = ["--algo", "grpo", "--env", "dial", f"run_dir={root / 'train-grpo-real'}", "group_size=4",
+            "tasks_per_iteration=3", "save_every=1", "eval_every=1", "keep_evaluated=true",
             "real_step_budget=250", *common]
     assert train(real + ["iterations=2"]) == 0
     assert train(real + ["iterations=3", "--resume"]) == 0
     assert train(["--algo", "ppo", "--env", "dial", "mode=s2r", f"run_dir={root / 'train-ppo-s2r'}",
                   f"dream.em={em}", "dream.iterations=1", "dream.s2r_iterations=2", "dream.curriculum.n_seeds=1",
-                  "ppo.episodes_per_task=3", "ppo.tasks_per_iteration=3", "eval_every=1", "save_every=1",
+                  "group_size=3", "tasks_per_iteration=3", "eval_every=1", "save_every=1",
                   "real_step_budget=80", *common]) == 0
 
 

@@ -22,10 +22,10 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
     world = DreamWorld("dial", DreamConfig(em=str(em), curriculum=CurriculumConfig(n_seeds=2)), tmp_path, seed=0,
                        device="cpu")
     seed_size = len(world.buffer)
-    common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-4), agent=DIAL_AGENT, rollout=DIAL_ROLLOUT)
-    cfg = GRPOConfig(group_size=4, tasks_per_iteration=4)
-    trainer = GRPOTrainer(warm_backend, cfg, common)
-    settings = LoopSettings.of(common, cfg, progress=False)
+    common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-4), agent=DIAL_AGENT, rollout=DIAL_ROLLOUT, group_size=4,
+                           tasks_per_iteration=4)
+    trainer = GRPOTrainer(warm_backend, GRPOConfig(), common)
+    settings = LoopSettings.of(common, progress=False)
     state = RunState(RealStepBudget(0))
 
     def phases(mode, world, **kw):

@@ -41,7 +41,7 @@ def test_fsdp_refuses_what_it_cannot_shard(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # accelerate launch --config_file configs/accelerate/fsdp.yaml
     with pytest.raises(ConfigError, match="^model.fsdp: accelerate launched"):
         load_config(TrainConfig, None, [])
-    with pytest.raises(ConfigError, match="^fsdp: accelerate launched"):
+    with pytest.raises(ConfigError, match="^model.fsdp: accelerate launched"):
         load_config(TrainEMConfig, None, ["env=dial", "data=x.jsonl"])
     assert load_config(TrainConfig, None, ["model.fsdp=true"]).model.fsdp
 
@@ -108,8 +108,8 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     Both iterations have the rollouts and figures of one unsharded process, and the final adapter is its adapter."""
     from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
-    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
-            "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
+    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "group_size=4",
+            "tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
             "optim.lr=1e-2", f"agent.system_prompt={DIAL_AGENT.system_prompt}",
             f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     _run(grpo + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)

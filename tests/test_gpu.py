@@ -4,6 +4,7 @@ learner's own "old" log-probs), the experience model's train-save-load-predict c
 `benchmarks/gpu_check.sh` runs them first on the GPU machine."""
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -26,9 +27,9 @@ def cuda_tiny():
     return load_preset("tiny", device="cuda")
 
 
-def _common(seed=0, lr=1e-3):
+def _common(seed=0, lr=1e-3, **kw):
     return TrainerConfig(seed=seed, optim=OptimConfig(lr=lr, micro_batch_tokens=16384), agent=DIAL_AGENT,
-                         rollout=DIAL_ROLLOUT)
+                         rollout=DIAL_ROLLOUT, **kw)
 
 
 def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tiny):
@@ -46,8 +47,8 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
 
     model, tok = cuda_tiny
     backend = HFBackend(copy.deepcopy(model), tok, batch_size=64)
-    common = _common()
-    tr = GRPOTrainer(backend, GRPOConfig(group_size=4, tasks_per_iteration=4), common)
+    common = _common(group_size=4, tasks_per_iteration=4)
+    tr = GRPOTrainer(backend, GRPOConfig(), common)
     assert tr.device.type == "cuda" and backend.sampling_model is tr.model
     assert not tr.sampler_matches_learner()
     episodes = run_rollouts(backend, lambda: dial.make_env("train"), dial.make_tasks("train")[:4], group_size=4,
@@ -66,7 +67,7 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     # other shapes may round differently; far below the sampler/learner gap above either way.
     assert abs(m["approx_kl"]) < 1e-3, m
     end = train(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, tr.config, progress=False))
+                LoopSettings.of(common, progress=False))
     [it] = end.history
     assert it["rollout/episodes"] == 16 and it["rollout/iteration"] == 1 and math.isfinite(it["losses/loss"])
 
@@ -132,9 +133,9 @@ def test_experience_model_trains_on_cuda_and_its_checkpoint_loads_and_predicts(t
     from dreamgym.experience.train import TrainEMConfig, train
 
     out = tmp_path / "em"
-    cfg = TrainEMConfig(env="dial", preset="tiny", out=str(out), max_steps=4, batch_size=4, warmup_steps=1,
-                        micro_batch_tokens=2048, device="cuda", task_writing=0, save_every=0, log_every=2,
-                        model=ExperienceModelConfig(embedder="hashing", k=1, history=0))
+    cfg = TrainEMConfig(env="dial", out=str(out), max_steps=4, batch_size=4, device="cuda", task_writing=0,
+                        save_every=0, log_every=2, em=ExperienceModelConfig(embedder="hashing", k=1, history=0),
+                        optim=dataclasses.replace(TrainEMConfig().optim, warmup_steps=1, micro_batch_tokens=2048))
     summary = train(cfg, trajectories=dial_trajectories(12))
     assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and not summary["lora"]
     assert read_checkpoint_meta(out)["final"]

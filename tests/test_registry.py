@@ -369,7 +369,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
             progress=False)
     em = tmp_path / "em"
     assert train_em_main(["--env", "lamps", "--data", str(data), "--out", str(em), "max_steps=30", "batch_size=4",
-                          "model.embedder=hashing", "model.max_new_tokens=96", "task_writing=0", "threads=1",
+                          "em.embedder=hashing", "em.max_new_tokens=96", "task_writing=0", "threads=1",
                           "save_every=30", "log_every=10"]) == 0
     assert (em / EM_CONFIG_FILE).is_file()
     # A policy that writes actions, so that the dream's episodes reach the experience model (a random-init policy's
@@ -383,7 +383,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
     assert train_main(["--algo", "grpo", "--env", "lamps", "--no-progress", f"run_dir={run}", f"init={sft / 'final'}",
                        "mode=dream",
                        f"dream.em={em}", "dream.iterations=1", "dream.curriculum.enabled=false",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_at_start=false", "eval_max_tasks=2",
+                       "group_size=2", "tasks_per_iteration=2", "eval_at_start=false", "eval_max_tasks=2",
                        *agent]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["iterations"] == 1 and summary["real_steps_used"] == 0  # a dream iteration takes no real step

@@ -36,7 +36,7 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
 
     grpo_dir = tmp_path / "grpo"
     args = ["--algo", "grpo", "--env", "dial", f"run_dir={grpo_dir}", f"init={sft_dir / 'final'}",
-            "grpo.group_size=2", "grpo.tasks_per_iteration=2", "save_every=1", "real_step_budget=200",
+            "group_size=2", "tasks_per_iteration=2", "save_every=1", "real_step_budget=200",
             "rollout.on_invalid_action=pass", *FAST]
     assert train_main(args + ["iterations=2", "eval_at_start=false"]) == 0
     assert [json.loads(line)["tag"] for line in (grpo_dir / "eval.jsonl").open()] == ["final"]  # no start evaluation
@@ -110,8 +110,8 @@ def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_p
     """Episodes step in lockstep, so an iteration with more episodes than the remaining real-step budget can
     finish would end every one of them by the budget, none trainable: fewer tasks are played instead."""
     run = tmp_path / "grpo"
-    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=4", "real_step_budget=24", "iterations=3", "eval_at_start=false",
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
+                       "tasks_per_iteration=4", "real_step_budget=24", "iterations=3", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
     rows = [r for r in read_metrics(run / "metrics.jsonl") if "rollout/success_rate" in r]
     assert rows[0]["rollout/episodes"] == 6 and rows[0]["rollout/episodes_failed"] == 0  # 24 // (2 x 4 turns): 3 tasks
@@ -121,8 +121,8 @@ def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_p
 def test_a_budget_that_cannot_finish_one_group_is_left_unspent(tmp_path, capsys):
     """2 episodes x 4 turns need 8 steps: with 7 left, playing would only produce episodes the budget cuts off."""
     run = tmp_path / "grpo"
-    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=4", "real_step_budget=7", "iterations=3", "eval_at_start=false",
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
+                       "tasks_per_iteration=4", "real_step_budget=7", "iterations=3", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
     assert "stopping after 0 iterations" in capsys.readouterr().out
     summary = json.loads((run / "summary.json").read_text())
@@ -151,8 +151,8 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
 
     run = tmp_path / "dream"
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
-                       f"run_dir={run}", "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=2", "eval_every=1", "eval_at_start=false", "keep_evaluated=true",
+                       f"run_dir={run}", "dream.iterations=2", "dream.curriculum.n_seeds=1", "group_size=2",
+                       "tasks_per_iteration=2", "eval_every=1", "eval_at_start=false", "keep_evaluated=true",
                        "save_every=1", *FAST]) == 0
     tags = [json.loads(line)["tag"] for line in (run / "eval.jsonl").open()]
     assert tags == ["dream-it1", "dream-it2"]  # the final evaluation is the one at iteration 2, not repeated
@@ -169,8 +169,8 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     state = json.loads((run / "dream_state.json").read_text())
     assert state["iteration"] == 2
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
-                       f"run_dir={run}", "dream.iterations=3", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "save_every=2",
+                       f"run_dir={run}", "dream.iterations=3", "dream.curriculum.n_seeds=1", "group_size=2",
+                       "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "save_every=2",
                        "--resume", *FAST]) == 0
     resumed = json.loads((run / "dream_state.json").read_text())
     assert resumed["iteration"] == 3  # saved after the last iteration although 3 is not a multiple of save_every
@@ -186,7 +186,7 @@ def test_s2r_mode_from_the_command_line_dreams_then_spends_its_budget_in_the_rea
     run = tmp_path / "s2r"
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=s2r", f"dream.em={trained_dial_model()}",
                        f"run_dir={run}", "dream.iterations=1", "dream.s2r_iterations=2", "dream.curriculum.n_seeds=1",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_every=2", "eval_at_start=false",
+                       "group_size=2", "tasks_per_iteration=2", "eval_every=2", "eval_at_start=false",
                        "real_step_budget=100", "save_every=1", "rollout.on_invalid_action=pass", *FAST]) == 0
     out = capsys.readouterr().out
     assert "s2r: " in out  # the real phase says which train tasks it draws from
@@ -211,7 +211,7 @@ def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsy
     assert {t.id for t in pool} == {t.task.id for t in trajs} and len(pool) < len(fam.tasks("train"))
     run = tmp_path / "grpo"
     assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={data}",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
+                       "group_size=2", "tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
     assert f"real_task_pool: {len(pool)} of" in capsys.readouterr().out
     # a file that played no train task, or mode=dream, fails at start-up naming the field

@@ -19,7 +19,6 @@ from em_helpers import trained_dial_model
 from dreamgym import serving
 from dreamgym.collect import collect, parse_mix
 from dreamgym.data import read_jsonl, write_parquet
-from dreamgym.recipe import ENV_DEFAULTS
 from dreamgym.view.episodes import Filter, JsonlSource
 from dreamgym.view.server import create_app
 from dreamgym.view.site import Site
@@ -41,12 +40,14 @@ def runs(tmp_path_factory):
     em = trained_dial_model()
     collect("dial", parse_mix("oracle:1.0"), 30, base / "collect" / "offline.jsonl", overwrite=True, progress=False)
     write_parquet(base / "collect" / "offline.parquet", read_jsonl(base / "collect" / "offline.jsonl"))
-    dial = ENV_DEFAULTS["dial"]["train"]
+    # The recipe's small-scale dial settings (`dreamgym.recipe.ENV_DEFAULTS`), as a user types them.
+    dial = ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
+            "rollout.max_new_tokens=10", "rollout.max_turns=12"]
     common = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=2", *dial]
     assert train_main(["--algo", "sft", *common, f"data={base / 'collect' / 'offline.jsonl'}", "sft.epochs=6",
                        "sft.batch_size=8", "optim.lr=1e-3", f"run_dir={base / 'sft'}"]) == 0
     assert train_main(["--algo", "grpo", *common, "mode=dream", f"dream.em={em}", "dream.iterations=1",
-                       f"init={base / 'sft' / 'final'}", "grpo.tasks_per_iteration=2", "grpo.group_size=2",
+                       f"init={base / 'sft' / 'final'}", "tasks_per_iteration=2", "group_size=2",
                        "eval_at_start=false", f"run_dir={base / 'dream'}"]) == 0
     broken = base / "broken"
     broken.mkdir()

@@ -5,7 +5,8 @@ experience model and the replay buffer this process alone owns, the gatherer tha
 synthetic steps), `ServedEnv` (a `TextEnv` as an OpenEnv `Environment`), the app (`create_env_app`: OpenEnv's
 `create_app` under `dreamgym.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
 stats routes), `start_env_server` (a background thread, for tests and in-process use), `serve` (the
-foreground server: the command's body, also for a dream whose experience model the caller built) and the command.
+foreground server: the command's body, also for a dream whose experience model the caller built) and the command
+(`parse_command`: `--config FILE key=value` as every command takes, its field options shortcuts for key=value).
 Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
 are bounded (`dreamgym.serving`).
 
@@ -33,6 +34,7 @@ point leaves a buffer that reopens with every answered transition in it.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import hmac
@@ -558,40 +560,58 @@ def start_env_server(cfg: EnvServerConfig, *, model: Any = None, buffer: Any = N
     return EnvServerHandle(running, env_host)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dreamgym.config import CommandParser, at_least, fail
+CONFIG_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "env": ("--env", {"help": "the environment family (env=)"}),
+    "split": ("--split", {"help": "task split of resets that name no task (split=)"}),
+    "dream": ("--dream", {"action": "store_const", "const": True, "help": "serve the synthetic environment (needs "
+                                                                          "--em; dream=true)"}),
+    "em": ("--em", {"help": "experience-model checkpoint folder, from dreamgym train-em (em=)"}),
+    "em_data": ("--em-data", {"help": "trajectories that seed the buffer; default: the EM's data (em_data=)"}),
+    "buffer": ("--buffer", {"help": "replay-buffer folder this server owns; default: in memory (buffer=)"}),
+    "max_steps": ("--max-steps", {"type": int, "help": "synthetic step limit; 0: the real one (max_steps=)"}),
+    "device": ("--device", {"help": "experience model device: cpu, cuda (device=)"}),
+    "max_sessions": ("--max-sessions", {"type": int, "help": "max_sessions="}),
+    "idle_timeout_s": ("--idle-timeout-s", {"type": float, "help": "idle_timeout_s="}),
+    "batch_wait_ms": ("--batch-wait-ms", {"type": float, "help": "batch_wait_ms="}),
+    "max_batch": ("--max-batch", {"type": int, "help": "max_batch="}),
+    "max_body_mb": ("--max-body-mb", {"type": float, "help": "max_body_mb="}),
+}
+"""The options of `dreamgym serve-env` that set a config field (field -> option, argparse settings): shortcuts for
+`key=value`, applied after the config file and the overrides and checked by the same validation pass."""
+
+
+def parse_command(argv: list[str] | None = None) -> tuple[EnvServerConfig, argparse.Namespace]:
+    """`dreamgym serve-env`'s command line: the config it serves (bad config raises ConfigError) and the process
+    options (host, port, token file, threads). A usage error exits with code 2."""
+    from dreamgym.config import CommandParser, at_least, describe, load_config
 
     parser = CommandParser(prog="dreamgym serve-env", description=(
-        "Serve an environment family over OpenEnv's protocol (WebSocket sessions at /ws, /reset, /step, /state, "
-        f"/schema). A bearer token is read from ${TOKEN_ENV} or --token-file."))
-    defaults = EnvServerConfig()
-    parser.add_argument("--env", default=defaults.env, help="the environment family")
-    parser.add_argument("--split", default=defaults.split, help="task split of resets that name no task")
-    parser.add_argument("--dream", action="store_true", help="serve the synthetic environment (needs --em)")
-    parser.add_argument("--em", default="", help="experience-model checkpoint folder (dreamgym train-em)")
-    parser.add_argument("--em-data", default="", help="trajectories that seed the buffer (default: the EM's data)")
-    parser.add_argument("--buffer", default="", help="replay-buffer folder this server owns (default: in memory)")
-    parser.add_argument("--max-steps", type=at_least(0), default=0, help="synthetic step limit (0: the real one)")
-    parser.add_argument("--device", default="", help="experience model device (cpu, cuda)")
+        "Serve an environment family over OpenEnv's protocol (WebSocket sessions at /ws, /reset, /step, /state,\n"
+        f"/schema). A bearer token is read from ${TOKEN_ENV} or --token-file. What it serves: the config fields\n"
+        "from --config FILE, then key=value overrides, then the options below that name a field."),
+                           epilog="config fields (key=value):\n" + describe(EnvServerConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=None, help="YAML file with EnvServerConfig fields")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. dream=true em=runs/em max_batch=1")
+    for name, (option, kw) in CONFIG_OPTIONS.items():  # each sets its field (`env`, ...) only when given
+        parser.add_argument(option, dest=name, default=None, **kw)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=at_least(0, 65535), default=8100, help="port; 0 picks a free one (printed)")
-    parser.add_argument("--max-sessions", type=at_least(1), default=defaults.max_sessions)
-    parser.add_argument("--idle-timeout-s", type=float, default=defaults.idle_timeout_s)
-    parser.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
-    parser.add_argument("--max-batch", type=at_least(1), default=defaults.max_batch)
-    parser.add_argument("--max-body-mb", type=float, default=defaults.max_body_mb)
     parser.add_argument("--token-file", default="", help="a file holding the bearer token")
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (dream)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parser.parse_intermixed_args(argv)
+    flags = {name: value for name in CONFIG_OPTIONS if (value := vars(args)[name]) is not None}
+    return load_config(EnvServerConfig, args.config, args.overrides, flags), args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dreamgym.config import fail
+
     try:
-        cfg = EnvServerConfig(env=args.env, split=args.split, dream=args.dream, em=args.em, em_data=args.em_data,
-                              buffer=args.buffer, max_steps=args.max_steps, device=args.device,
-                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s,
-                              batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
-                              max_body_mb=args.max_body_mb)
+        cfg, args = parse_command(argv)
     except ConfigError as e:
         return fail("serve-env", e)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     token = os.environ.get(TOKEN_ENV) or None
     if args.token_file:
         try:

@@ -52,7 +52,7 @@ DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 @dataclass
 class ModelConfig:
     preset: str = checked("tiny", model_source, "a preset, a model folder or a Hugging Face id")
-    """Policy model: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
+    """The model to train: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
     lora: bool | None = None
     """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning below
     `presets.FULL_FT_MAX_PARAMS` parameters, LoRA above."""
@@ -98,8 +98,9 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = ranged(1e-5, gt=0)
-    """AdamW learning rate."""
+    lr: float | None = ranged(1e-5, gt=0)
+    """AdamW (peak) learning rate; None: by the kind of training, 1e-3 when all weights train, 2e-4 for LoRA
+    adapters."""
     weight_decay: float = ranged(0.0, ge=0)
     """AdamW weight decay."""
     beta1: float = ranged(0.9, ge=0, lt=1)
@@ -119,6 +120,11 @@ class OptimConfig:
     min_lr_ratio: float = ranged(0.1, ge=0, le=1)
     """Where the cosine schedule ends, as a fraction of the peak learning rate."""
 
+    def resolved(self, lora: bool) -> OptimConfig:
+        """These settings with `lr` set: its own value, or when None the default for LoRA (`lora`) or full
+        fine-tuning."""
+        return self if self.lr is not None else dataclasses.replace(self, lr=2e-4 if lora else 1e-3)
+
 
 @dataclass
 class TrainerConfig:
@@ -137,6 +143,11 @@ class TrainerConfig:
     """Rollout engine settings (the run loop's rollouts)."""
     real_step_budget: int | None = ranged(None, ge=0)
     """Hard cap on real-environment steps over the whole run (None = unlimited): the run loop's budget."""
+    tasks_per_iteration: int = ranged(8, ge=1)
+    """GRPO/PPO: tasks the run loop draws per iteration."""
+    group_size: int = ranged(8, ge=1)
+    """GRPO/PPO: episodes the run loop plays of each task per iteration, all from one environment seed (GRPO's group
+    G, within which advantages are normalised); tasks_per_iteration x group_size episodes per iteration."""
 
 
 # ------------------------------------------------------------------------------------------------- seeding
@@ -218,7 +229,10 @@ def trainable_parameters(*modules: nn.Module | None) -> list[nn.Parameter]:
 
 def make_optimizer(params: Sequence[nn.Parameter], cfg: OptimConfig,
                    extra_groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
-    """AdamW over `params` at `cfg.lr`, plus optional extra groups ({"params": [...], "lr": x})."""
+    """AdamW over `params` at `cfg.lr` (set: `OptimConfig.resolved`), plus optional extra groups ({"params": [...],
+    "lr": x})."""
+    if cfg.lr is None:
+        raise ValueError("optim.lr: no learning rate (resolve the config for the model first)")
     groups = [{"params": list(params), "lr": cfg.lr}] + [dict(g) for g in extra_groups if g["params"]]
     for g in groups:
         g["base_lr"] = g["lr"]  # the schedule's peak (`set_lr`); in the state from the start, so it loads by name
@@ -513,8 +527,9 @@ class BaseTrainer:
         seen = {id(p) for p in policy}
         others = [p for p in trainable_parameters(*extra) if id(p) not in seen]
         self.params = policy + others
-        lr = self.common.optim.lr if extra_lr is None else extra_lr
-        self.optimizer = make_optimizer(policy, self.common.optim, [{"params": others, "lr": lr}])
+        optim = self.common.optim.resolved(is_peft(self.model))
+        lr = optim.lr if extra_lr is None else extra_lr
+        self.optimizer = make_optimizer(policy, optim, [{"params": others, "lr": lr}])
 
     def _frozen_copy(self) -> nn.Module | None:
         """A frozen reference policy: None for LoRA (the base model with adapters disabled is the reference),

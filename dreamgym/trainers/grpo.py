@@ -45,10 +45,6 @@ from dreamgym.trainers.online import ClippedRatioTrainer
 
 @dataclass
 class GRPOConfig:
-    group_size: int = ranged(8, ge=1)
-    """G: rollouts per task, all from the same environment seed."""
-    tasks_per_iteration: int = ranged(8, ge=1)
-    """Tasks per iteration (the run loop draws them); G x this episodes per iteration."""
     scale_rewards: bool = True
     """Divide by the group's reward std (False: advantage = r - mean, as in Dr. GRPO)."""
     adv_eps: float = ranged(1e-6, gt=0)

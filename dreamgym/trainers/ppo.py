@@ -48,10 +48,6 @@ from dreamgym.trainers.online import ClippedRatioTrainer
 
 @dataclass
 class PPOConfig:
-    tasks_per_iteration: int = ranged(16, ge=1)
-    """Tasks per iteration (the run loop draws them)."""
-    episodes_per_task: int = ranged(4, ge=1)
-    """Rollouts per task in each batch."""
     gamma: float = ranged(1.0, ge=0, le=1)
     """Discount over turns."""
     lam: float = ranged(0.95, ge=0, le=1)

@@ -119,8 +119,9 @@ def _learner(backend, model_cfg=None):
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
     common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-3, micro_batch_tokens=16384), agent=DIAL_AGENT,
-                           rollout=DIAL_ROLLOUT, model=model_cfg or ModelConfig(lora=True, lora_r=4))
-    return GRPOTrainer(backend, GRPOConfig(group_size=4, tasks_per_iteration=3), common)
+                           rollout=DIAL_ROLLOUT, model=model_cfg or ModelConfig(lora=True, lora_r=4), group_size=4,
+                           tasks_per_iteration=3)
+    return GRPOTrainer(backend, GRPOConfig(), common)
 
 
 def test_pushed_adapter_logprobs_match_the_learner(served, tiny_preset):  # noqa: F811
@@ -244,7 +245,7 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  
 
         batcher.submit = counting
         rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
-                   f"model.policy_url={url}", "model.lora=true", "grpo.group_size=2", "grpo.tasks_per_iteration=2",
+                   f"model.policy_url={url}", "model.lora=true", "group_size=2", "tasks_per_iteration=2",
                    "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
                    "save_every=0"])
         assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server

@@ -3,13 +3,12 @@ environment class: `group_size` episodes of each task, seeded by the trainer's s
 trainer's update. Returns the episodes and the row the loop would log (rollout figures, then the update's)."""
 
 from dreamgym.episode import rollout_metrics
-from dreamgym.loops import group_size
 from dreamgym.rollout import run_rollouts
 from dreamgym.trainers.common import mix_seed
 
 
 def play_and_update(trainer, tasks, env_factory, iteration=0):
-    episodes = run_rollouts(trainer.backend, env_factory, tasks, group_size=group_size(trainer.config),
+    episodes = run_rollouts(trainer.backend, env_factory, tasks, group_size=trainer.common.group_size,
                             seed=mix_seed(trainer.common.seed, iteration), config=trainer.common.rollout,
                             agent=trainer.common.agent)
     return episodes, {**rollout_metrics(episodes), **trainer.update(episodes)}

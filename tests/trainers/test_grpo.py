@@ -33,10 +33,10 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     be = warm_backend
     tasks = dial.make_tasks("train")
     before = dial_eval(be, 101)
-    cfg, common = GRPOConfig(group_size=8, tasks_per_iteration=8, epochs=2, minibatches=2), dial_common(lr=2e-4)
+    cfg, common = GRPOConfig(epochs=2, minibatches=2), dial_common(lr=2e-4, group_size=8, tasks_per_iteration=8)
     tr = GRPOTrainer(be, cfg, common)
     end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, cfg, progress=False))
+                LoopSettings.of(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     assert len(end.history) == 6
     for m in end.history:
@@ -53,15 +53,15 @@ def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
     from dreamgym.llm.hf import HFBackend
 
     model, tok = warm_preset
-    cfg, common = GRPOConfig(group_size=4, tasks_per_iteration=4, kl_coef=0.05, epochs=2, minibatches=2), \
-        dial_common(seed=5, lr=1e-3)
+    cfg, common = GRPOConfig(kl_coef=0.05, epochs=2, minibatches=2), \
+        dial_common(seed=5, lr=1e-3, group_size=4, tasks_per_iteration=4)
 
     def fresh():
         m = copy.deepcopy(model)
         return GRPOTrainer(HFBackend(m, tok), cfg, common), RunState(RealStepBudget(500))
 
     def run(tr, state, until):
-        end = train(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common, cfg,
+        end = train(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common,
                                                                                              progress=False))
         return [_stable(m) for m in end.history]
 
@@ -90,7 +90,7 @@ class CrashOnTarget7(dial.DialEnv):
 def test_crashing_env_leaves_the_iteration_intact(warm_backend, dial_common):
     tasks = [t for t in dial.make_tasks("train") if t.goal["target"] in (2, 7)][:4]
     assert {t.goal["target"] for t in tasks} == {2, 7}
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4), dial_common())
+    tr = GRPOTrainer(warm_backend, GRPOConfig(), dial_common(group_size=4))
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
     eps, m = play_and_update(tr, tasks, CrashOnTarget7)
     crashed = [e for e in eps if e.task.goal["target"] == 7]
@@ -102,7 +102,7 @@ def test_crashing_env_leaves_the_iteration_intact(warm_backend, dial_common):
 
 def test_equal_reward_groups_are_counted_and_skipped(tiny_backend, dial_common):
     """The random-init model never writes a valid action: every reward is 0, so no group carries signal."""
-    tr = GRPOTrainer(tiny_backend, GRPOConfig(group_size=3), dial_common())
+    tr = GRPOTrainer(tiny_backend, GRPOConfig(), dial_common(group_size=3))
     eps, m = play_and_update(tr, dial.make_tasks("train")[:2], dial.DialEnv)
     assert all(e.end_reason == "invalid_action" and e.reward == 0 for e in eps)
     assert m["groups"] == 2 and m["zero_variance_groups"] == 2 and m["samples"] == 0 and m["optimizer_steps"] == 0
@@ -112,9 +112,9 @@ def test_lora_grpo_iteration_with_kl_and_adapter_checkpoint(warm_backend, dial_c
     """LoRA (the path real presets take): only adapters train, the reference is the adapter-free base."""
     from dreamgym.trainers.common import ModelConfig
 
-    common = dial_common(lr=1e-3, model=ModelConfig(preset="tiny", lora=True, lora_r=8))
+    common = dial_common(lr=1e-3, model=ModelConfig(preset="tiny", lora=True, lora_r=8), group_size=4)
     tasks = dial.make_tasks("train")[10:13]
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, kl_coef=0.1), common)
+    tr = GRPOTrainer(warm_backend, GRPOConfig(kl_coef=0.1), common)
     base = {n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora_" not in n}
     _, m1 = play_and_update(tr, tasks, dial.DialEnv, 0)
     _, m2 = play_and_update(tr, tasks, dial.DialEnv, 1)
@@ -182,7 +182,7 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     """With `min_groups` an iteration with too few informative groups keeps its samples and leaves the weights
     alone; the first iteration that brings the count up trains on the kept samples and its own together."""
     tasks = dial.make_tasks("train")[:6]
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, min_groups=10**6), dial_common())
+    tr = GRPOTrainer(warm_backend, GRPOConfig(min_groups=10**6), dial_common(group_size=4))
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
     _, m1 = play_and_update(tr, tasks[:3], dial.DialEnv, 0)
     informative = m1["groups"] - m1["zero_variance_groups"]
@@ -229,7 +229,7 @@ def test_success_reward_trains_on_wins_not_partial_credit(warm_preset, dial_comm
     runs = {}
     for reward in ("env", "success"):
         m = copy.deepcopy(model)
-        tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(group_size=4, reward=reward), dial_common())
+        tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(reward=reward), dial_common(group_size=4))
         runs[reward] = play_and_update(tr, tasks, PartialCreditDial)
     (eps, m_env), (eps_s, m_success) = runs["env"], runs["success"]
     assert [(e.reward, e.won) for e in eps] == [(e.reward, e.won) for e in eps_s]
@@ -253,8 +253,8 @@ def test_first_update_ratio_is_one_when_sampler_and_learner_numerics_differ(sepa
     (the control) starts the ratio away from 1. A backend sampling with the trained model itself on CPU keeps its
     own log-probs (no extra forward pass)."""
     assert GRPOTrainer(tiny_backend, GRPOConfig(), dial_common()).sampler_matches_learner()
-    tr = GRPOTrainer(separate_sampler, GRPOConfig(group_size=8, tasks_per_iteration=4),
-                     dial_common(seed=3, lr=1e-3))
+    tr = GRPOTrainer(separate_sampler, GRPOConfig(),
+                     dial_common(seed=3, lr=1e-3, group_size=8, tasks_per_iteration=4))
     assert not tr.sampler_matches_learner()
     if not recompute:
         monkeypatch.setattr(tr, "sampler_matches_learner", lambda: True)

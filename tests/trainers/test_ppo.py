@@ -23,11 +23,11 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     be = warm_backend
     tasks = dial.make_tasks("train")
     before = dial_eval(be, 303)
-    cfg = PPOConfig(tasks_per_iteration=12, episodes_per_task=4, epochs=2, minibatches=2, gamma=1.0, lam=0.95)
-    common = dial_common(lr=2e-4)
+    cfg = PPOConfig(epochs=2, minibatches=2, gamma=1.0, lam=0.95)
+    common = dial_common(lr=2e-4, tasks_per_iteration=12, group_size=4)
     tr = PPOTrainer(be, cfg, common)
     end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, cfg, progress=False))
+                LoopSettings.of(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
     assert len(end.history) == 6
@@ -42,8 +42,8 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
 
 def test_separate_critic_trains_and_checkpoints(warm_backend, dial_common, tmp_path):
     tasks = dial.make_tasks("train")[:4]
-    tr = PPOTrainer(warm_backend, PPOConfig(critic="separate", epochs=2, minibatches=1, episodes_per_task=2),
-                    dial_common(lr=1e-4))
+    tr = PPOTrainer(warm_backend, PPOConfig(critic="separate", epochs=2, minibatches=1),
+                    dial_common(lr=1e-4, group_size=2))
     assert tr.critic is not None and tr.critic is not tr.model
     head0 = tr.value_head.proj.weight.detach().clone()
     _, m1 = play_and_update(tr, tasks, dial.DialEnv, 0)
@@ -61,8 +61,8 @@ def test_separate_critic_trains_and_checkpoints(warm_backend, dial_common, tmp_p
 
 def test_ppo_recomputes_old_logprobs_when_the_sampler_numerics_differ(separate_sampler, dial_common):
     """As GRPO: with a sampler whose log-probs are not the learner's, the first step's ratio is exactly 1."""
-    tr = PPOTrainer(separate_sampler, PPOConfig(tasks_per_iteration=4, episodes_per_task=2, epochs=1, minibatches=1),
-                    dial_common(seed=3, lr=1e-4))
+    tr = PPOTrainer(separate_sampler, PPOConfig(epochs=1, minibatches=1),
+                    dial_common(seed=3, lr=1e-4, tasks_per_iteration=4, group_size=2))
     assert not tr.sampler_matches_learner()
     _, metrics = play_and_update(tr, dial.make_tasks("train")[:4], dial.DialEnv)
     assert metrics["optimizer_steps"] == 1 and abs(metrics["approx_kl"]) < 1e-7 and metrics["clip_frac"] == 0.0
