@@ -29,6 +29,9 @@ setup() {
     # Only WebArena-Lite's task configs are read from this package; its dependencies (libwebarena: an LLM judge,
     # nltk downloads at import, pinned old packages) are never imported.
     "$VENV/bin/python" -m pip install -q --no-deps browsergym-webarenalite==0.14.3
+    # Structured decoding of the experience model. xgrammar's wheel requires triton, which only its CUDA kernels use
+    # (286 MB, never imported on a CPU); its one other new dependency, apache-tvm-ffi, is pinned in requirements.lock.
+    "$VENV/bin/python" -m pip install -q --no-deps xgrammar==0.2.9
     "$VENV/bin/python" -m pip install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

@@ -73,8 +73,8 @@ def main() -> None:
             for label, sharded in modes:
                 out = root / f"em{n}{label.strip()}"
                 _run(["train-em", "--data", str(root / "data.jsonl"), "env=dial", f"max_steps={a.em_steps}",
-                      "batch_size=16", "model.embedder=hashing", "threads=1", "task_writing=0",
-                      "micro_batch_tokens=2048", f"fsdp={str(sharded).lower()}", f"out={out}"], n)
+                      "batch_size=16", "em.embedder=hashing", "threads=1", "task_writing=0",
+                      "optim.micro_batch_tokens=2048", f"model.fsdp={str(sharded).lower()}", f"out={out}"], n)
                 s = json.loads((out / "train_summary.json").read_text())
                 rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
                 print(f"  {n} process{'es' if n > 1 else '  '}{label:8}: {rows[-1]['em/tokens_per_s']:8.0f} tokens/s "
@@ -85,12 +85,13 @@ def main() -> None:
                 run = root / f"grpo{n}{label.strip()}"
                 _run(["train", "--algo", "grpo", "--env", "dial", "--no-progress", "tensorboard=false",
                       "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
-                      "grpo.group_size=8", "grpo.tasks_per_iteration=8", "rollout.max_new_tokens=16",
+                      "group_size=8", "tasks_per_iteration=8", "rollout.max_new_tokens=16",
                       "rollout.max_turns=6", f"model.fsdp={str(sharded).lower()}", *a.grpo_args, f"run_dir={run}"], n)
-                its = [r for line in (run / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
-                roll = sum(r["rollout_time_s"] for r in its) / len(its)
-                upd = sum(r["update_time_s"] for r in its) / len(its)
-                steps = sum(r["optimizer_steps"] for r in its)
+                its = [r for line in (run / "metrics.jsonl").open()
+                       if "rollout/episodes" in (r := json.loads(line))]
+                roll = sum(r["rollout/rollout_time_s"] for r in its) / len(its)
+                upd = sum(r["losses/update_time_s"] for r in its) / len(its)
+                steps = sum(r["losses/optimizer_steps"] for r in its)
                 print(f"  {n} process{'es' if n > 1 else '  '}{label:8}: {roll + upd:6.2f}s per iteration "
                       f"(rollouts {roll:.2f}s, update {upd:.2f}s; {steps:.0f} optimizer steps)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

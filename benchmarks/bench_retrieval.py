@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from dreamgym.buffer import VectorIndex
+from dreamgym.vector_index import VectorIndex
 
 
 def unit_rows(n: int, dim: int, seed: int, chunk: int = 100_000) -> np.ndarray:

@@ -2,6 +2,7 @@
 the real environment's steps per second, and their ratio.
 
     python benchmarks/bench_synthetic.py --env dial [--model CHECKPOINT] [--episodes 32] [--threads 2]
+    python benchmarks/bench_synthetic.py --env dial --model CHECKPOINT --structured   # free vs structured decoding
 
 Without --model, a small tiny-preset experience model is trained on freshly collected dial data first and
 cached (under $DREAMGYM_CACHE/bench); its training time is printed but not part of the measurement.
@@ -57,22 +58,69 @@ def default_model(env_name: str) -> Path:
             progress=False)
     t0 = time.perf_counter()
     train(TrainEMConfig(env=env_name, data=str(data), out=str(out), max_steps=spec["max_steps"], resume=False,
-                        model=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
+                        em=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
     print(f"trained a benchmark experience model in {time.perf_counter() - t0:.0f}s -> {out}")
     return out
 
 
-def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int) -> dict:
+def held_out_transitions(model_dir: Path, env_name: str, episodes: int) -> list:
+    """Transitions of `episodes` test-split episodes of the family's scripted policies (none of them trained on)."""
+    import tempfile
+
+    from dreamgym.collect import collect
     from dreamgym.data import load_trajectories
-    from dreamgym.envs import family
+    from dreamgym.experience import em_transitions, read_checkpoint_meta
+
+    meta = read_checkpoint_meta(model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "held-out.jsonl"
+        collect(env_name, {"oracle": 0.5, "noisy": 0.3, "random": 0.2}, episodes, data, split="test", seed=7,
+                overwrite=True, progress=False)
+        trajs = load_trajectories(data)
+    return em_transitions(trajs, history=meta["model"]["history"], binary_reward=meta["model"]["binary_reward"])
+
+
+def answer_stats(model, queries: list, batch: int) -> dict:
+    """The model's first answers to `queries` (no retry): how many are malformed, the generated tokens per
+    answer, and the wall time per answer."""
+    import statistics
+
+    from dreamgym.experience.format import parse_completion
+
+    texts, tokens, t0 = [], [], time.perf_counter()
+    for k in range(0, len(queries), batch):
+        part = queries[k:k + batch]
+        comps = model.llm.generate(model.requests(part), model._params(model.config.temperature, 0))
+        texts += [c.text for c in comps]
+        tokens += [len(c.token_ids) for c in comps]
+    dt = time.perf_counter() - t0
+    malformed = sum(parse_completion(t)[0] is None for t in texts)
+    return {"answers": len(texts), "malformed": malformed, "median_tokens": statistics.median(tokens),
+            "max_tokens": max(tokens), "ms_per_answer": 1000 * dt / len(texts)}
+
+
+def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None = None,
+               overrides: tuple[str, ...] = ()):
+    """The checkpoint as an `ExperienceModel` (hashing retrieval over its own training data), with or without
+    structured decoding and with `overrides` of its config; `url`: generate on that server instead."""
+    from dreamgym.data import load_trajectories
     from dreamgym.experience import ExperienceModel, buffer_for, em_transitions, read_checkpoint_meta
-    from dreamgym.synthetic_env import SyntheticEnv
 
     meta = read_checkpoint_meta(model_dir)
     seed_trs = em_transitions(load_trajectories(meta["train"]["data"])[:300], history=meta["model"]["history"])
     buf = buffer_for(seed_trs, "hashing")
-    model = ExperienceModel.load(model_dir, buffer=buf, device="cpu", batch_size=episodes,
-                                 config_overrides=["embedder=hashing"])
+    return ExperienceModel.load(model_dir, buffer=buf, device="cpu", batch_size=episodes, url=url,
+                                config_overrides=["embedder=hashing", f"structured_output={structured}", *overrides])
+
+
+def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int,
+                          structured: bool = True, overrides: tuple[str, ...] = ()) -> dict:
+    from dreamgym.envs import family
+    from dreamgym.synthetic_env import SyntheticEnv
+
+    model = load_model(model_dir, episodes, structured, overrides=overrides)
+    buf = model.buffer
+    assert buf is not None
     fam = family(env_name)
     envs = [SyntheticEnv(model) for _ in range(episodes)]
     rng = random.Random(0)
@@ -94,7 +142,37 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
         calls += 1
     dt = time.perf_counter() - t0
     return {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt,
-            "failures": model.stats["failures"], "buffer_size": len(buf)}
+            "failures": model.stats["failures"], "malformed": model.stats["malformed"], "buffer_size": len(buf)}
+
+
+def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) -> None:
+    """Free versus structured decoding, side by side: first answers on held-out transitions in-process and over
+    HTTP (an in-process `dreamgym serve-model` on a loopback port serving the checkpoint's weights), then
+    synthetic steps/s."""
+    from dreamgym.llm.server import start_server
+
+    overrides = () if a.temperature is None else (f"temperature={a.temperature}",)
+    queries = held_out_transitions(model_dir, env_name, a.held_out_episodes)
+    print(f"{len(queries)} held-out transitions ({a.held_out_episodes} test-split episodes), batch {a.episodes}, "
+          f"{' '.join(overrides) or 'the checkpoint temperature'}")
+    print("| path | decoding | malformed first answers | median tokens | max tokens | ms/answer |")
+    print("|---|---|---|---|---|---|")
+    for structured in (False, True):
+        model = load_model(model_dir, a.episodes, structured, overrides=overrides)
+        answer_stats(model, queries[:1], 1)  # warm-up: the first call of a process pays one-off costs
+        rows = [("in-process", answer_stats(model, queries, a.episodes))]
+        with start_server(model.llm, model_name="em") as server:
+            http = load_model(model_dir, a.episodes, structured, url=f"{server.url}#em", overrides=overrides)
+            rows.append(("HTTP serve-model", answer_stats(http, queries, a.episodes)))
+            http.llm.close()
+        for path, st in rows:
+            print(f"| {path} | {'structured' if structured else 'free'} | {st['malformed']}/{st['answers']} | "
+                  f"{st['median_tokens']:g} | {st['max_tokens']} | {st['ms_per_answer']:.1f} |")
+    for structured in (False, True):
+        syn = synthetic_steps_per_s(model_dir, env_name, a.episodes, a.turns, structured, overrides)
+        print(f"synthetic ({'structured' if structured else 'free'}, x{a.episodes}): {syn['per_s']:.1f} "
+              f"transitions/s ({syn['transitions']} in {syn['seconds']:.1f}s, {syn['malformed']} malformed, "
+              f"{syn['failures']} failure states)")
 
 
 def main() -> None:
@@ -104,11 +182,20 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=32)
     ap.add_argument("--turns", type=int, default=6, help="batched turns to time")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--structured", action="store_true",
+                    help="compare free and structured decoding (held-out answers in-process and over HTTP, "
+                         "synthetic steps/s) instead of synthetic versus real")
+    ap.add_argument("--held-out-episodes", type=int, default=24, help="test-split episodes for --structured")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="experience-model sampling temperature for --structured (default: the checkpoint's)")
     a = ap.parse_args()
     import torch
 
     torch.set_num_threads(a.threads)
     model_dir = Path(a.model) if a.model else default_model(a.env)
+    if a.structured:
+        compare_structured(model_dir, a.env, a)
+        return
     real, real_n = real_steps_per_s(a.env)
     syn = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns)
     print(f"env={a.env} model={model_dir} torch threads={a.threads}")

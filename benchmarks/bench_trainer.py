@@ -6,7 +6,7 @@ model on the same tokens (their ratio is the trainer's overhead).
 What is measured, on one GRPO iteration in the real environment:
 - rollout: generated tokens / time inside `generate_from_ids` (the batched policy sampling), and the whole
   rollout wall time including environment steps and prompt building;
-- update: `GRPOTrainer.update` on the iteration's turn samples — all (prompt + completion) tokens processed /
+- update: `GRPOTrainer.optimize` on the iteration's turn samples — all (prompt + completion) tokens processed /
   wall time (forward, loss, backward, optimiser step);
 - bare: for the same micro-batches (same padded tensors), `model(input_ids).logits.float().mean().backward()`
   plus an optimiser step; overhead = update time / bare time. The trainer projects onto the vocabulary only
@@ -44,7 +44,8 @@ def main() -> None:
     from dreamgym.envs import family
     from dreamgym.llm.hf import HFBackend
     from dreamgym.presets import load_preset
-    from dreamgym.rollout import RolloutConfig, run_rollouts
+    from dreamgym.episode import RolloutConfig
+    from dreamgym.rollout import run_rollouts
     from dreamgym.trainers.common import (ModelConfig, OptimConfig, TrainerConfig, autocast, make_optimizer,
                                           micro_batches, pack, trainable_parameters)
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample
@@ -55,9 +56,9 @@ def main() -> None:
     common = TrainerConfig(seed=0, model=ModelConfig(preset=args.preset), optim=OptimConfig(lr=1e-6),
                            agent=AgentConfig(history=2),
                            rollout=RolloutConfig(max_new_tokens=args.max_new_tokens, max_turns=8,
-                                                 on_invalid_action="pass"))
+                                                 on_invalid_action="pass"), group_size=args.group)
     backend = HFBackend(model, tok, batch_size=64)
-    trainer = GRPOTrainer(backend, GRPOConfig(group_size=args.group), common)
+    trainer = GRPOTrainer(backend, GRPOConfig(), common)
     tasks = fam.tasks("train")[: args.tasks]
 
     # --- rollout
@@ -74,7 +75,7 @@ def main() -> None:
     upd = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        out = trainer.update(samples)
+        out = trainer.optimize(samples)
         upd.append(time.perf_counter() - t0)
     update_s = min(upd)
 

@@ -118,7 +118,7 @@ if [ -n "$DRY" ]; then
   SUITE_SEL=${SUITE_ARGS:-"tests/test_parsers.py"}
   QS_ARGS="offline_episodes=20 em_steps=6 em_batch_size=4 sft_epochs=1 dream_iterations=1 real_iterations=1
     budget=40 eval_tasks=3 eval_seeds=[0] group_size=2 tasks_per_iteration=2 threads=1
-    em_overrides=[model.max_new_tokens=96]"
+    em_overrides=[em.max_new_tokens=96]"
   XDIST=""
 else
   SUITE_SEL=${SUITE_ARGS:-"-m not\ gpu --durations=15"}

@@ -1,7 +1,7 @@
 """The experience replay buffer: a persistent, deduplicated store of transitions with embedding retrieval.
 
 Owns: the buffer's directory format, crash recovery, deduplication, capacity and eviction, filters, and
-top-k cosine retrieval (numpy brute force or faiss `IndexFlatIP`) with optional MMR re-ranking.
+retrieval of stored transitions (top-k cosine over `dreamgym.vector_index`, with optional MMR re-ranking).
 Must not know: torch, models, trainers, environments. It gets an `Embedder` object (dreamgym.embed) and
 embeds `transition_text(task, state, action)`.
 
@@ -14,12 +14,13 @@ Directory layout (`path/`)::
     gen-000000/embeddings.f32      append-only float32 rows, row i <-> line i, never recomputed on reopen
     gen-000000/evicted.log         append-only row numbers of evicted transitions
 
-Crash safety. `add` appends the batch's embedding rows (fsync) before its lines (fsync). On open, bytes
-after the last newline (a torn line) are cut, a partial embedding row is cut, and embedding rows beyond the
-last complete line are dropped; so a process killed at any point loses at most what it was writing and
-never leaves a line without its embedding. (Only if the OS itself lost the embedding write, e.g. power
-loss without fsync ordering, are the missing rows recomputed.) A corrupt line in the middle (outside
-damage, never our own writes) is moved to `corrupt-<time>.jsonl` and the store is compacted around it.
+Crash safety. `add` appends the batch's embedding rows (fsync) before its lines (fsync). On open, a torn last
+line is set aside by the torn-tail rule of every JSONL appender (`dreamgym.jsonl`), a partial embedding row is
+cut, and embedding rows beyond the last complete line are dropped; so a process killed at any point loses at
+most what it was writing and never leaves a line without its embedding. (Only if the OS itself lost the
+embedding write, e.g. power loss without fsync ordering, are the missing rows recomputed.) A corrupt line in the
+middle (outside damage, never our own writes) is moved to `corrupt-<time>.jsonl` and the store is compacted
+around it.
 A `meta.json` or `CURRENT` that cannot be read or does not parse raises `dreamgym.data.DataError` naming the file
 (and line): nothing is recovered or deleted on a guess, since CURRENT decides which generation is kept.
 
@@ -46,17 +47,18 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from dreamgym.data import DataError
 from dreamgym.embed import Embedder, text_of
+from dreamgym.jsonl import JsonlAppender, repair_tail
 from dreamgym.paths import atomic_write_text
+from dreamgym.vector_index import Backend, VectorIndex, mmr_select
 from dreamgym.types import Task, Trajectory, Transition
 
 FORMAT_VERSION = 1
-Backend = Literal["numpy", "faiss"]
 
 
 class BufferOpenError(RuntimeError):
@@ -100,163 +102,6 @@ def _read_current(path: Path) -> str:
         raise DataError(path, 1, f"names {gen}, which is missing; the generations here are "
                         f"{', '.join(sorted(p.name for p in path.parent.glob('gen-*'))) or 'none'}")
     return gen
-
-
-# ----------------------------------------------------------------------------------------- vector index
-
-def _top_k_columns(s: np.ndarray, k: int) -> np.ndarray:
-    """(B, k) column numbers of each row's k largest scores of `s` (B, C), ties at the k-th score going to the
-    lowest columns. `argpartition` alone leaves which of several equal scores makes the cut to its selection
-    algorithm, which numpy dispatches by CPU (SIMD sorts): retrieval would then differ between machines."""
-    part = np.argpartition(s, s.shape[1] - k, axis=1)[:, -k:]
-    picked = np.take_along_axis(s, part, axis=1)
-    kth = picked.min(axis=1, keepdims=True)  # (B, 1)
-    # Rows where more columns hold the k-th score than were picked: choose those by column number.
-    for b in np.flatnonzero((s == kth).sum(axis=1) > (picked == kth).sum(axis=1)):
-        above = np.flatnonzero(s[b] > kth[b, 0])
-        tied = np.flatnonzero(s[b] == kth[b, 0])[: k - len(above)]
-        part[b] = np.concatenate([above, tied])
-    return part
-
-
-class VectorIndex:
-    """Exact maximum-inner-product top-k over unit vectors (= cosine), numpy or faiss `IndexFlatIP`.
-
-    numpy: the (B, d) query batch is multiplied with the stored (n, d) matrix in row chunks of
-    `chunk_rows` (one BLAS product per chunk for the whole batch; the (B, chunk) score block stays in
-    cache-friendly memory instead of a (B, n) matrix), top-k per chunk by `argpartition`, then merged.
-    faiss: `IndexFlatIP.search` with an `IDSelectorBitmap` for the filter. Both are exact, so they return
-    the same rows up to ties. Rows are never removed here; the caller masks dead rows with `allowed`.
-    """
-
-    def __init__(self, dim: int, backend: Backend = "numpy", chunk_rows: int = 65536):
-        if backend not in ("numpy", "faiss"):
-            raise ValueError(f"backend must be 'numpy' or 'faiss', got {backend!r}")
-        self.dim, self.backend, self.chunk_rows = dim, backend, chunk_rows
-        self._data = np.zeros((0, dim), np.float32)
-        self.n = 0
-        self._faiss: Any = None
-        if backend == "faiss":
-            import faiss
-
-            self._faiss = faiss.IndexFlatIP(dim)
-
-    @property
-    def vectors(self) -> np.ndarray:
-        """(n, dim) float32 view of the stored rows."""
-        return self._data[: self.n]
-
-    def add(self, x: np.ndarray) -> None:
-        """Append rows (m, dim)."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"expected (m, {self.dim}) vectors, got {x.shape}")
-        need = self.n + len(x)
-        if need > len(self._data):  # amortised doubling: appends stay O(1) per row
-            grown = np.zeros((max(need, 2 * len(self._data), 1024), self.dim), np.float32)
-            grown[: self.n] = self._data[: self.n]
-            self._data = grown
-        self._data[self.n:need] = x
-        self.n = need
-        if self._faiss is not None:
-            self._faiss.add(x)
-
-    def reset(self, x: np.ndarray) -> None:
-        """Replace all rows (used after compaction)."""
-        self._data, self.n = np.zeros((0, self.dim), np.float32), 0
-        if self._faiss is not None:
-            self._faiss.reset()
-        self.add(x)
-
-    def search(self, q: np.ndarray, k: int, allowed: np.ndarray | None = None,
-               exclude: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k rows for each query.
-
-        q: (B, dim) unit queries. allowed: (n,) bool or None (all rows). exclude: per query, row numbers
-        to leave out. Returns scores (B, k) float32 and rows (B, k) int64, best first; where fewer than k
-        rows qualify the tail is -inf / -1.
-        """
-        q = np.ascontiguousarray(q, dtype=np.float32).reshape(-1, self.dim)
-        B = len(q)
-        out_s = np.full((B, k), -np.inf, np.float32)
-        out_i = np.full((B, k), -1, np.int64)
-        if self.n == 0 or k <= 0 or B == 0:
-            return out_s, out_i
-        if allowed is not None and len(allowed) != self.n:
-            raise ValueError(f"allowed mask has {len(allowed)} rows, index has {self.n}")
-        exclude = [np.asarray(e, np.int64) for e in exclude] if exclude is not None else [np.zeros(0, np.int64)] * B
-        if self.backend == "faiss":
-            s, i = self._search_faiss(q, k, allowed, exclude)
-        else:
-            s, i = self._search_numpy(q, k, allowed, exclude)
-        m = min(k, s.shape[1])
-        out_s[:, :m], out_i[:, :m] = s[:, :m], i[:, :m]
-        out_i[~np.isfinite(out_s)] = -1
-        return out_s, out_i
-
-    def _search_numpy(self, q, k, allowed, exclude):
-        penalty = None if allowed is None or allowed.all() else np.where(allowed, 0.0, -np.inf).astype(np.float32)
-        best_s = np.zeros((len(q), 0), np.float32)
-        best_i = np.zeros((len(q), 0), np.int64)
-        V = self.vectors
-        for c0 in range(0, self.n, self.chunk_rows):
-            c1 = min(self.n, c0 + self.chunk_rows)
-            s = q @ V[c0:c1].T  # (B, C)
-            if penalty is not None:
-                s += penalty[c0:c1]
-            for b, rows in enumerate(exclude):
-                if len(rows):
-                    r = rows[(rows >= c0) & (rows < c1)]
-                    s[b, r - c0] = -np.inf
-            part = _top_k_columns(s, min(k, c1 - c0))
-            best_s = np.concatenate([best_s, np.take_along_axis(s, part, axis=1)], axis=1)
-            best_i = np.concatenate([best_i, part + c0], axis=1)
-            # Best first; equal scores by row number, so results depend neither on chunking nor on the CPU.
-            order = np.lexsort((best_i, -best_s), axis=1)[:, :k]
-            best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
-        return best_s, best_i
-
-    def _search_faiss(self, q, k, allowed, exclude):
-        import faiss
-
-        extra = max((len(e) for e in exclude), default=0)
-        kk = min(self.n, k + extra)
-        if allowed is None or allowed.all():
-            D, I = self._faiss.search(q, kk)
-        else:
-            bitmap = np.packbits(allowed.astype(np.uint8), bitorder="little")
-            sel = faiss.IDSelectorBitmap(self.n, faiss.swig_ptr(bitmap))
-            D, I = self._faiss.search(q, kk, params=faiss.SearchParameters(sel=sel))
-        D = D.astype(np.float32)
-        I = I.astype(np.int64)
-        D[I < 0] = -np.inf
-        for b, rows in enumerate(exclude):
-            if len(rows):
-                drop = np.isin(I[b], rows)
-                D[b, drop] = -np.inf
-        order = np.lexsort((I, -D), axis=1)
-        return np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
-
-
-def mmr_select(query: np.ndarray, cand: np.ndarray, k: int, lam: float) -> list[int]:
-    """Maximal marginal relevance: greedily pick k of `cand` (m, d) maximising
-    lam * cos(query, c) - (1 - lam) * max_{s picked} cos(c, s). lam=1 is plain top-k; lower is more diverse.
-    Returns positions into `cand`."""
-    if len(cand) == 0:
-        return []
-    rel = cand @ query  # (m,)
-    sim = cand @ cand.T  # (m, m)
-    picked: list[int] = []
-    redundancy = np.full(len(cand), -np.inf, np.float32)
-    free = np.ones(len(cand), bool)
-    for _ in range(min(k, len(cand))):
-        score = lam * rel - (1.0 - lam) * np.where(np.isfinite(redundancy), redundancy, 0.0)
-        score[~free] = -np.inf
-        j = int(np.argmax(score))
-        picked.append(j)
-        free[j] = False
-        redundancy = np.maximum(redundancy, sim[j])
-    return picked
 
 
 # ------------------------------------------------------------------------------------------ the buffer
@@ -303,7 +148,7 @@ class ReplayBuffer:
                          "recovered_torn_bytes": 0, "dropped_orphan_embeddings": 0,
                          "reembedded_on_open": 0, "corrupt_lines": 0}
         self._lock_fd: int | None = None
-        self._lines_fd: int | None = None
+        self._lines: JsonlAppender | None = None
         self._emb_fd: int | None = None
         self._evict_fd: int | None = None
         if self.path is not None:
@@ -358,14 +203,9 @@ class ReplayBuffer:
                                 self._gen / "evicted.log")
         for p in (lines_p, emb_p, ev_p):
             p.touch(exist_ok=True)
+        # A torn last line from a killed writer: the torn-tail rule every JSONL appender applies (dreamgym.jsonl).
+        self.counters["recovered_torn_bytes"] = repair_tail(lines_p)
         raw = lines_p.read_bytes()
-        cut = raw.rfind(b"\n") + 1
-        if cut < len(raw):  # torn last line from a killed writer
-            self.counters["recovered_torn_bytes"] = len(raw) - cut
-            with open(lines_p, "r+b") as fh:
-                fh.truncate(cut)
-                os.fsync(fh.fileno())
-            raw = raw[:cut]
         lines = raw.split(b"\n")[:-1] if raw else []
         row_bytes = 4 * self.index.dim
         n_emb = emb_p.stat().st_size // row_bytes
@@ -419,16 +259,18 @@ class ReplayBuffer:
 
     def _open_fds(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        self._lines_fd = os.open(self._gen / "transitions.jsonl", flags, 0o644)
+        self._lines = JsonlAppender(self._gen / "transitions.jsonl", crash_name="buffer.write")
         self._emb_fd = os.open(self._gen / "embeddings.f32", flags, 0o644)
         self._evict_fd = os.open(self._gen / "evicted.log", flags, 0o644)
 
     def _close_fds(self) -> None:
-        for name in ("_lines_fd", "_emb_fd", "_evict_fd"):
-            fd = getattr(self, name)
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
+        for fd in (self._emb_fd, self._evict_fd):
             if fd is not None:
                 os.close(fd)
-                setattr(self, name, None)
+        self._emb_fd = self._evict_fd = None
 
     def close(self) -> None:
         """Close files and release the directory lock (idempotent)."""
@@ -523,11 +365,10 @@ class ReplayBuffer:
         if not new:
             return 0
         vecs = self._encode([t for t, _ in new])
-        lines = b"".join(json.dumps({"h": h, "seed": bool(seed_data), "t": t.to_dict()},
-                                    ensure_ascii=False).encode("utf-8") + b"\n" for t, h in new)
         # Embeddings first: after a crash every complete line has its row (extra rows are dropped on open).
         self._write(self._emb_fd, vecs.tobytes())
-        self._write(self._lines_fd, lines)
+        if self._lines is not None:
+            self._lines.append_many({"h": h, "seed": bool(seed_data), "t": t.to_dict()} for t, h in new)
         for t, h in new:
             self._append_row(self._intern(t), h, seed_data)
         self.index.add(vecs)
@@ -588,6 +429,8 @@ class ReplayBuffer:
                 os.fsync(fh.fileno())
             (new / "evicted.log").touch()
             atomic_write_text(self.path / "CURRENT", new.name)
+            for side in old.glob("*.torn"):  # torn lines set aside on open are kept for inspection
+                os.replace(side, new / side.name)
             shutil.rmtree(old, ignore_errors=True)
             self._gen = new
         # Rebuild the in-memory state from the survivors, in their original order.

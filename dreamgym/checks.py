@@ -2,17 +2,19 @@
 raises ValueError (or OSError) saying what is wrong, cheaply and before any model or data loads.
 
 Owns: what "usable" means at start-up for an environment family name (registered), a trajectory file (it exists,
-has a known suffix and its first record reads as a trajectory), an experience-model checkpoint (its em_config.json
-reads and holds a model config this version runs), a policy model source (a preset, an existing folder or a
-Hugging Face id) and a list of server URLs.
-Must not know: which configs use them; models, torch (nothing is loaded); training.
+has a known suffix and its first record reads as a trajectory), a policy model source (a preset, a loadable
+folder or a Hugging Face id) and a list of server URLs.
+Must not know: which configs use them; models, torch (nothing is loaded); training; the experience model (its
+checkpoint's checks are `dreamgym.experience.checkpoint`'s, so that this module, which trainers and the experience
+model's training use, never imports that package back).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+
+from dreamgym.filecheck import checkpoint_problem, model_weights
 
 SERVER_URLS = "http://host:port/v1#MODEL, or several URLs separated by commas"
 """What a server field (`model.policy_url`, `dream.em_url`) accepts, in words."""
@@ -47,26 +49,34 @@ def trajectory_file(path: str) -> None:
     first_trajectory(p)
 
 
-def em_checkpoint(path: str) -> None:
-    """An experience-model checkpoint folder (`dreamgym train-em`) whose em_config.json this version can run."""
-    from dreamgym.experience.checkpoint import MODEL_SUBDIR, checkpoint_model_config, read_checkpoint_meta
-
-    meta: Any = read_checkpoint_meta(path)
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: em_config.json does not hold a mapping")
-    checkpoint_model_config(meta)
-    if not (Path(path) / MODEL_SUBDIR).is_dir():
-        raise ValueError(f"{path}: the checkpoint has no {MODEL_SUBDIR}/ folder")
-
-
 def model_source(name: str) -> None:
     """A policy or base model: a preset name, an existing folder (a model or a trainer checkpoint) or a Hugging Face
     id (`org/name`; whether it can be fetched is known only when it loads)."""
     from dreamgym.presets import PRESETS
 
-    if name in PRESETS or Path(name).exists() or (_HF_ID.match(name) and not name.startswith((".", "~"))):
+    path = Path(name)
+    if path.exists() and name not in PRESETS:
+        loadable_model_folder(path)
+        return
+    if name in PRESETS or (_HF_ID.match(name) and not name.startswith((".", "~"))):
         return
     raise ValueError(f"{name!r} is neither a preset, an existing folder nor a Hugging Face id")
+
+
+def loadable_model_folder(path: Path) -> None:
+    """A folder a policy loads from: a trainer checkpoint (`trainer_state.json`) complete, or a Hugging Face model
+    folder (`config.json`) whose weights are whole."""
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file, not a model folder")
+    if (path / "trainer_state.json").is_file():
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ValueError(f"{path}: not a loadable checkpoint: {problem}")
+        return
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} is neither a trainer checkpoint (no trainer_state.json) nor a model folder "
+                         f"(no config.json)")
+    model_weights(path)
 
 
 def task_source(value: str) -> None:
@@ -84,14 +94,6 @@ def real_task_file(path: str) -> None:
     trajectory_file(path)
 
 
-def em_config_overrides(overrides: list[str]) -> None:
-    """`key=value` settings of an `ExperienceModelConfig` (known fields, right types and ranges)."""
-    from dreamgym.config import from_dict, parse_overrides
-    from dreamgym.experience.config import ExperienceModelConfig
-
-    from_dict(ExperienceModelConfig, parse_overrides(overrides))
-
-
 def server_urls(spec: str) -> None:
     """One or more http(s) base URLs of OpenAI-compatible servers, with at most one served model name after `#`."""
     from dreamgym.llm.http import split_urls
@@ -104,3 +106,4 @@ def policy_mix(spec: str) -> None:
     from dreamgym.collect import parse_mix
 
     parse_mix(spec)
+

@@ -1,7 +1,8 @@
 """Offline real trajectories: play an environment family's scripted policies and write them to the store.
 
 Owns: playing one episode into a `Trajectory` (`run_episode`), the policy mix and task/seed schedule of a
-collection (`collect`), its summary, and the `dreamgym collect` command.
+collection (`collect`), its summary, and the `dreamgym collect` command with its start-up check of `--env-kw`
+(`check_env_kwargs`: the names the family's environment takes).
 Must not know: any concrete environment (it only uses the family surface of `dreamgym.envs`), models,
 torch, trainers.
 
@@ -18,14 +19,16 @@ reason recorded in the summary (`<out>.summary.json`), and the collection goes o
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import random
 import sys
 import time
 import traceback
+import typing
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ import dreamgym
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
 from dreamgym.envs import family, family_names
+from dreamgym.filecheck import output_path
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Step, Task, Trajectory, _jsonable
 
@@ -439,6 +443,40 @@ def _kv(text: str) -> tuple[str, Any]:
     return k, yaml.safe_load(v)
 
 
+def check_env_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
+    """Keyword arguments for family `name`'s `make_env(split, **kwargs)`: each names a parameter of `make_env` or,
+    when `make_env` passes keywords on, of the environment class it returns (its return annotation). Values are the
+    environment's to judge; names are checked here, so a typo is refused before anything runs."""
+    make_env = family(name).make_env
+    accepted, open_ended = _keywords(make_env)
+    if open_ended:
+        try:
+            env_class = typing.get_type_hints(make_env).get("return")
+        except (NameError, TypeError):  # an annotation that does not resolve: the names cannot be known here
+            return
+        if not isinstance(env_class, type):
+            return
+        more, open_ended = _keywords(env_class)
+        if open_ended:
+            return
+        accepted |= more
+    accepted.discard("split")  # the command's own --split
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} environment (allowed: "
+                         f"{', '.join(sorted(accepted)) or 'none'})")
+
+
+def _keywords(fn: Any) -> tuple[set[str], bool]:
+    """The names `fn` takes as keywords, and whether it also takes any other (`**kwargs`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set(), True
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names - {"self"}, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = CommandParser(prog="dreamgym collect", description=(
         "Write offline real trajectories of scripted policies (with provenance) to a JSONL or Parquet file."))
@@ -464,6 +502,12 @@ def main(argv: list[str] | None = None) -> int:
         # The trajectory readers know these two; anything else would be written and then be unreadable.
         ap.error(f"--out: {args.out!r} must end in .jsonl or .parquet")
     try:
+        # Before anything runs or is written: a keyword the environment does not take would fail every episode, an
+        # output that is a folder (or under a file) would fail after the first one.
+        check_env_kwargs(args.env, dict(args.env_kw))
+        out = Path(args.out)
+        for path in dict.fromkeys([out, out.with_suffix(".jsonl")]):
+            output_path(path, "file")
         mix = parse_mix(args.policy)
         summary = collect(args.env, mix, args.episodes, args.out, split=args.split, seed=args.seed,
                           workers=args.workers, env_kwargs=dict(args.env_kw), resume=args.resume,

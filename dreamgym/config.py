@@ -3,7 +3,8 @@
 Owns: turning a YAML file + `key=value` overrides into a typed, validated config dataclass (`load_config`), the
 one error type for bad config (`ConfigError`, which names the dotted field or the file, the problem and what is
 allowed), the declarations a field carries (`ranged`: numeric bounds; `checked`: a check of a value that names a
-file or folder) and the one-line command-line error (`CommandParser`, `fail`). Each config dataclass documents its
+file or folder), the keys a config class renamed (`renamed`: refused naming the new key) and the one-line
+command-line error (`CommandParser`, `fail`). Each config dataclass documents its
 fields with a string literal right after the field (read here with `ast`, so `--help` can print them).
 
 Validation is one pass, run by `from_dict`/`load_config` before any caller loads a model or data: the structure and
@@ -24,7 +25,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -203,15 +204,55 @@ def _type_name(tp: Any) -> str:
     return " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(tp) if a is not type(None))
 
 
+def renamed(renames: dict[str, str]) -> Callable[[type[T]], type[T]]:
+    """Class decorator: the dotted keys `renames` names (old -> new, relative to the class) are refused with one line
+    naming the new key, wherever they come from (a YAML file, an override, a config.yaml an older run wrote), so an
+    old setting never goes unnoticed and never silently means something else."""
+    def mark(cls: type[T]) -> type[T]:
+        _RENAMED[cls] = dict(renames)
+        return cls
+    return mark
+
+
+_RENAMED: dict[type, dict[str, str]] = {}
+"""Config class -> its renamed keys (`renamed`)."""
+
+
+def _refuse_renamed(cls: type, data: dict[str, Any], prefix: str) -> None:
+    for c in cls.__mro__:
+        for old, new in _RENAMED.get(c, {}).items():
+            node: Any = data
+            for part in old.split("."):
+                node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+            if node is not _ABSENT:
+                raise ConfigError(prefix + old, f"renamed to {prefix + new}")
+
+
+_ABSENT = object()
+
+
 def _build(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """`cls` from a (nested) mapping: unknown keys and wrong types raise ConfigError; values are not yet checked."""
+    """`cls` from a (nested) mapping: renamed keys, unknown keys and wrong types raise ConfigError; values are not
+    yet checked."""
+    _refuse_renamed(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in data:
         if key not in known:
             raise ConfigError(f"{prefix}{key}", "unknown config field", ", ".join(sorted(known)))
-    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs = {k: _coerce(_on_default(fields[k], v), hints[k], prefix + k) for k, v in data.items()}
     return cls(**kwargs)
+
+
+def _on_default(f: dataclasses.Field[Any], value: Any) -> Any:
+    """A nested config's given fields on top of the field's own default (a class may default a nested config to
+    other values than that config's class defaults: train-em's optimiser)."""
+    if isinstance(value, dict) and f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            return _merge(to_dict(default), value)
+    return value
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -288,9 +329,29 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last value silently, so
+    `lr: 0.001` followed later by `lr: 5` would train with 5."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges keys, which the file may override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} repeated (first on line {first})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file's top-level mapping; a missing, unreadable, non-UTF-8 or malformed file raises ConfigError naming
-    it (with the line and column YAML reports)."""
+    """A YAML file's top-level mapping; a missing, unreadable, non-UTF-8 or malformed file, or one that repeats a key
+    in a mapping, raises ConfigError naming it (with the line and column YAML reports)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
@@ -300,7 +361,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -313,20 +374,30 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     return loaded or {}
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
+                flags: dict[str, Any] | None = None) -> T:
     """Defaults of `cls`, then the YAML file at `path`, then `key=value` overrides (dotted keys for nested fields, as
-    on the command line), then the validation pass. Bad config raises ConfigError."""
+    on the command line), then `flags` (top-level fields a command's own options set, e.g. `--env`), then the
+    validation pass. Bad config raises ConfigError."""
     data = read_yaml_mapping(path) if path is not None else {}
-    return from_dict(cls, _merge(data, parse_overrides(list(overrides or []))))
+    return from_dict(cls, _merge(_merge(data, parse_overrides(list(overrides or []))), dict(flags or {})))
+
+
+def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:
+    """`cfg` with a user's `key=value` overrides on top (as on the command line), through the validation pass; bad
+    config raises ConfigError. For settings a user wrote as text (a recipe's `train_overrides`); code builds its
+    configs with `dataclasses.replace`."""
+    return from_dict(type(cfg), _merge(to_dict(cfg), parse_overrides(list(overrides))))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def describe(cls: type, prefix: str = "") -> str:
+def describe(cls: type, prefix: str = "", defaults: Any = None) -> str:
     """Human-readable list of fields, defaults, docs and allowed values (used by `--help`). A subclass lists the
-    docs of the fields it inherits (its own doc wins when it redeclares one)."""
+    docs of the fields it inherits (its own doc wins when it redeclares one). `defaults`: the instance whose values
+    are the defaults (a nested config's, which its parent may set apart from the class defaults)."""
     lines = []
     docs: dict[str, str] = {}
     for c in reversed(cls.__mro__):
@@ -335,11 +406,12 @@ def describe(cls: type, prefix: str = "") -> str:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        default = getattr(defaults, f.name) if defaults is not None else f.default \
+            if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            lines.append(describe(tp, prefix + f.name + "."))
+            lines.append(describe(tp, prefix + f.name + ".", default if isinstance(default, tp) else None))
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
         allowed = allowed_values(f, tp)
         lines.append(f"  {prefix}{f.name}={default!r}  {docs.get(f.name, '')}"
                      + (f" (allowed: {allowed})" if allowed else ""))

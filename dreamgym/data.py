@@ -36,9 +36,9 @@ after the right message.
 `load_trajectories`, which commands use for their inputs, refuses a file that holds no trajectories; the
 streaming readers yield nothing for one (an output being resumed may be empty).
 
-Crash safety: `JsonlWriter` appends one record per `write` and fsyncs each, so a killed writer loses at
-most the record it was writing; the torn line it leaves raises `TornTailError` on read (never reads as
-valid) and is set aside (to `<file>.torn`) by the next writer before it appends. Whole files (Parquet,
+Crash safety: `JsonlWriter` appends one record per `write` and fsyncs each (`dreamgym.jsonl`), so a killed
+writer loses at most the record it was writing; the torn line it leaves raises `TornTailError` on read (never
+reads as valid) and is set aside (to `<file>.torn`) by the next writer before it appends. Whole files (Parquet,
 `write_jsonl`) are written to a temporary file and renamed.
 """
 
@@ -52,6 +52,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from dreamgym.jsonl import JsonlAppender
 from dreamgym.paths import atomic_write_bytes, crash_point
 from dreamgym.types import Source, Step, Task, Trajectory, _jsonable
 
@@ -179,69 +180,22 @@ def hf_features():
 
 # ----------------------------------------------------------------------------------------------- JSONL
 
-class JsonlWriter:
-    """Append trajectories to a JSONL file, one fsynced record per line.
-
-    Use as a context manager. Each record is a single `os.write` on an `O_APPEND` descriptor followed by
-    `fsync`, so a process killed at any moment leaves every earlier record intact and at most one torn
-    line at the end. On open, such a torn tail (bytes after the last newline that do not parse) is moved
-    to `<path>.torn` and cut off, so new records never get glued onto garbage; a final line that parses
-    but lacks its newline (a file from another tool) just gets the newline.
-    """
+class JsonlWriter(JsonlAppender):
+    """Append trajectories to a JSONL file, one fsynced record per line, after applying the torn-tail rule to what
+    is there (`dreamgym.jsonl`: a torn last line is set aside to `<path>.torn` and cut off; a final line that parses
+    but lacks its newline just gets the newline). Use as a context manager."""
 
     def __init__(self, path: str | Path, messages: bool = True):
-        self.path = Path(path)
+        super().__init__(path)
         self.messages = messages
         self.count = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._repair_tail()
-
-    def _repair_tail(self) -> None:
-        fd = self._fd
-        assert fd is not None, "_repair_tail runs right after open"
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return
-        with open(self.path, "rb") as fh:
-            # Read backwards in blocks until the last newline: records can be large.
-            block, pos, tail = 1 << 16, size, b""
-            while pos > 0:
-                start = max(0, pos - block)
-                fh.seek(start)
-                chunk = fh.read(pos - start)
-                tail = chunk + tail
-                pos = start
-                if b"\n" in chunk:
-                    break
-        if tail.endswith(b"\n"):
-            return
-        cut = tail.rfind(b"\n") + 1  # 0 when the file has a single, unterminated line
-        torn = tail[cut:]
-        try:
-            json.loads(torn)
-            _write_all(fd, b"\n")
-            return
-        except ValueError:
-            pass
-        with open(str(self.path) + ".torn", "ab") as side:
-            side.write(torn + b"\n")
-            side.flush()
-            os.fsync(side.fileno())
-        os.ftruncate(fd, size - len(torn))
-        os.fsync(fd)
 
     def write(self, traj: Trajectory) -> None:
         self.write_record(trajectory_to_record(traj, self.messages))
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Append one JSON object as a line (what `write` does for a trajectory's record; other logs use it too)."""
-        if self._fd is None:
-            raise ValueError(f"JsonlWriter for {self.path} is closed")
-        line = json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
-        crash_point("jsonl.write", self._fd, line)
-        _write_all(self._fd, line)
-        os.fsync(self._fd)
+        self.append(record)
         self.count += 1
 
     def write_many(self, trajectories: Iterable[Trajectory]) -> int:
@@ -251,26 +205,8 @@ class JsonlWriter:
             n += 1
         return n
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
     def __enter__(self) -> JsonlWriter:
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def append_jsonl(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
@@ -498,11 +434,17 @@ def first_trajectory(path: str | Path) -> Trajectory:
     return first
 
 
-def check_trajectory_file(path: str | Path) -> int:
+def check_trajectory_file(path: str | Path, family: str | None = None) -> int:
     """Read a trajectory file as `load_trajectories` does, keeping nothing, and return how many trajectories it
-    holds; raises the same `DataError`s. For checking the files a config names before any model loads."""
+    holds; raises the same `DataError`s. For checking the files a config names before any model loads. With
+    `family`, a record whose task names another environment family (`Task.env`) is refused too, naming the record."""
     path = Path(path)
-    n = sum(1 for _ in _read_by_suffix(path, skip_torn_tail=False))
+    n = 0
+    for traj in _read_by_suffix(path, skip_torn_tail=False):
+        n += 1
+        if family is not None and traj.task.env != family:
+            raise DataError(path, f"record {n} (task {traj.task.id!r})",
+                            f"a task of environment family {traj.task.env!r}, not {family!r}")
     if n == 0:
         raise _no_trajectories(path)
     return n

@@ -1,13 +1,13 @@
-"""Training inside the experience model: the dream loop and sim-to-real (S2R).
+"""Training inside the experience model: the dream world, and the phases of every online run.
 
-Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (the experience model, its
-co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run), `train_dream` (the paper's
-loop: curriculum tasks -> agent rollouts inside `SyntheticEnv` -> GRPO/PPO update -> the buffer grows with the
-synthetic transitions -> curriculum step) and the one way to run S2R: `train_s2r` (the dream phase, then
-`train_s2r_real`, the real loop of `dreamgym.loops` on the train tasks the dream left undecided, under the
-trainer's hard real-step budget).
-Must not know: trainers' internals (only `dreamgym.trainers.protocols`), concrete environments (families are
-reached through `dreamgym.envs.family`), how the experience model formats prompts, recipes and command lines.
+Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (a `dreamgym.run.World`: the
+experience model, its co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run; after
+each iteration the synthetic transitions are in the buffer, the episodes in the dream's log and the curriculum has
+taken its step) and `online_phases` (real, dream and S2R runs as lists of phases: the one place a mode becomes a
+run). The paper's loop, curriculum tasks -> rollouts inside the experience model -> GRPO/PPO update -> buffer ->
+curriculum, is the run loop (`dreamgym.run.train`) over a `DreamWorld`.
+Must not know: trainers' internals, concrete environments (families are reached through `dreamgym.envs.family`),
+how the experience model formats prompts, recipes and command lines.
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dreamgym import distributed
-from dreamgym.checks import SERVER_URLS, em_checkpoint, em_config_overrides, server_urls, task_source, trajectory_file
+from dreamgym.checks import SERVER_URLS, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
-from dreamgym.data import write_jsonl
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
-from dreamgym.loops import DREAM_VARIANCE_LOG, EnvFamily, PeriodicEvaluation, task_pool, train_real
-from dreamgym.metrics import MetricsLogger
+from dreamgym.data import write_jsonl
+from dreamgym.episode import Episode
+from dreamgym.envs.family import EnvFamily
+from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_overrides
+from dreamgym.loops import DREAM_VARIANCE_LOG, task_pool
 from dreamgym.paths import atomic_write_text
-from dreamgym.rollout import Episode
-from dreamgym.trainers.protocols import OnlineTrainer
+from dreamgym.run import Phase, RealWorld
 from dreamgym.types import Task
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ with its provenance (source synthetic, seed, policy version), so a dream can be 
 
 @dataclass
 class DreamConfig:
-    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
+    em: str = checked("", usable_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
     """Experience-model checkpoint directory (from `dreamgym train-em`); required for mode=dream and mode=s2r."""
     em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """Offline real trajectories that seed the replay buffer (default: the experience model's training data)."""
@@ -72,7 +73,8 @@ class DreamConfig:
     task_pool: str = checked("all", task_source, "all, data or a trajectory file")
     """The dream's base tasks: 'all' train tasks, 'data' (those the offline real data played) or those a trajectory
     file played; curriculum variants are added to any pool."""
-    em_overrides: list[str] = checked([], em_config_overrides, "key=value settings of the experience model's config")
+    em_overrides: list[str] = checked([], usable_config_overrides,
+                                      "key=value settings of the experience model's config")
     """Experience-model config overrides at load time, e.g. [use_retrieval=false] (the no-replay ablation)."""
     em_url: str = checked("", server_urls, SERVER_URLS)
     """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as
@@ -90,10 +92,15 @@ def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]
 
 
 class DreamWorld:
-    """The synthetic side of a run: the experience model, its co-evolving replay buffer, the curriculum and a
-    `SyntheticEnv` factory. Built once per run; the trainer only ever sees `env_factory`."""
+    """The synthetic side of a run (a `dreamgym.run.World`): the experience model, its co-evolving replay buffer, the
+    curriculum and a `SyntheticEnv` factory. Built once per run; the trainer never sees it. `algo` says how the
+    curriculum groups outcomes: GRPO by the group of each task, PPO by embedding clusters of tasks."""
 
-    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
+    name = "dream"
+    real = False
+
+    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None,
+                 algo: str = "grpo"):
         from dreamgym.envs import family
         from dreamgym.experience import ExperienceModel, checkpoint_buffer
 
@@ -102,6 +109,8 @@ class DreamWorld:
         self.family_name = env_name
         self.family: EnvFamily = family(env_name)
         self.config = dream
+        self.run_dir = Path(run_dir)
+        self.algo = algo
         # Several processes: rank 0 owns the persistent buffer (and fills the embedding cache first); the others
         # keep the same transitions in memory, and `share_new_transitions` gives every rank what the others added.
         main = distributed.is_main()
@@ -120,18 +129,55 @@ class DreamWorld:
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG if main else None)
-        self.policy_version = ""
+        self._known: set[str] = set()  # several processes: the buffer's transitions before this iteration's steps
 
-    def env_factory(self) -> Callable[[], SyntheticEnv]:
+    # -- the World a run loop plays in
+    def start(self, iteration: int) -> None:
+        """A resumed dream continues the curriculum from the state saved beside its checkpoint."""
+        state_file = self.run_dir / DREAM_STATE_FILE
+        if iteration and state_file.is_file():
+            state = json.loads(state_file.read_text())
+            if state.get("iteration") != iteration:
+                print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
+                      f"{iteration}; the curriculum continues from the older state")
+            self.load_state_dict(state)
+
+    def tasks(self, iteration: int, n: int) -> list[Task]:
+        """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants."""
+        return self.curriculum.sample(n)
+
+    def envs(self, policy_version: str) -> Callable[[], SyntheticEnv]:
         from dreamgym.synthetic_env import SyntheticEnv
+
+        self._known = self.known_transitions() if distributed.active() else set()
 
         def make() -> SyntheticEnv:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
                                 max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
-                                policy_version=self.policy_version, reward_from=self.config.reward_from,
+                                policy_version=policy_version, reward_from=self.config.reward_from,
                                 shared_noise=self.config.shared_noise)
         return make
 
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str) -> dict[str, float]:
+        """Every rank gets the others' new transitions; the episodes go to `dream_episodes/it-<iteration>.jsonl`
+        (whole and atomic: a resumed run that redoes an iteration replaces its file); the curriculum takes its step
+        on their rewards. Returns the curriculum's, the experience model's and the buffer's figures."""
+        self.share_new_transitions(self._known)
+        if distributed.is_main():
+            write_jsonl(self.run_dir / DREAM_EPISODES_DIR / f"it-{iteration:05d}.jsonl",
+                        [e.to_trajectory(policy=policy_version) for e in episodes])
+        cm = self.curriculum_step(iteration - 1, episodes)
+        em_stats = {f"em/{k}": float(v) for k, v in self.model.stats.items()}
+        return {**cm, **em_stats, "buffer/size": float(len(self.buffer))}
+
+    def save(self, iteration: int) -> None:
+        # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the
+        # end-of-run save did, so a finished run's curriculum state was lost and `--resume` restarted it from scratch.
+        if distributed.is_main():
+            atomic_write_text(self.run_dir / DREAM_STATE_FILE, json.dumps({"iteration": iteration,
+                                                                           **self.state_dict()}))
+
+    # -- its parts
     def known_transitions(self) -> set[str]:
         """Content hashes of the buffer's transitions (what `share_new_transitions` compares against)."""
         from dreamgym.buffer import content_hash
@@ -153,9 +199,9 @@ class DreamWorld:
                 received += self.buffer.add(part)
         return received
 
-    def curriculum_step(self, iteration: int, episodes: Sequence[Episode], algo: str) -> dict[str, float]:
+    def curriculum_step(self, iteration: int, episodes: Sequence[Episode]) -> dict[str, float]:
         rewards, tasks = _rewards_by_task(episodes)
-        if algo == "ppo" and rewards:
+        if self.algo == "ppo" and rewards:
             # One rollout per task: V_τ over an embedding cluster of similar tasks (docs/concepts.md#curriculum).
             ids = list(rewards)
             emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
@@ -176,85 +222,30 @@ class DreamWorld:
         self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
 
 
-def train_dream(trainer: OnlineTrainer, world: DreamWorld, *, iterations: int, tasks_per_iteration: int, algo: str,
-                run_dir: Path, logger: MetricsLogger | None, evaluate: PeriodicEvaluation | None = None,
-                eval_every: int = 0, save_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
-    """RL inside the experience model for `iterations` iterations (counted by `trainer.iteration`, so a resumed
-    trainer continues where it stopped). Zero real steps: the trainer's real-step budget is untouched."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def online_phases(mode: str, family: EnvFamily, env: str, seed: int, *, world: DreamWorld | None,
+                  real_iterations: int, dream_iterations: int, tasks_per_iteration: int,
+                  pool: Sequence[Task] | None = None, dream_log: Path | None = None) -> list[Phase]:
+    """The phases of an online run in `mode`:
 
-    history = []
-    # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the end-of-run
-    # save did, so a finished run's curriculum state was lost and `--resume` restarted the curriculum from scratch.
-    state_file = run_dir / DREAM_STATE_FILE
-    if trainer.iteration and state_file.is_file():
-        state = json.loads(state_file.read_text())
-        if state.get("iteration") != trainer.iteration:
-            print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
-                  f"{trainer.iteration}; the curriculum continues from the older state")
-        world.load_state_dict(state)
+    - "real": `real_iterations` in the real environment, drawing from `pool` (default: all train tasks);
+    - "dream": `dream_iterations` inside the experience model of `world`;
+    - "s2r": the dream, then at most `real_iterations` in the real environment on the train tasks the dream left
+      with mixed outcomes (its log in `world`'s run folder; all train tasks when fewer than one iteration's worth).
+      Without a `world`, only that real phase, after the dream whose log is at `dream_log` (an S2R row of the
+      recipe continuing a dream row).
 
-    def save_state() -> None:
-        if distributed.is_main():
-            atomic_write_text(state_file, json.dumps({"iteration": trainer.iteration, **world.state_dict()}))
-    factory = world.env_factory()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not progress) as bar:
-        job = bar.add_task(f"dream {algo}", total=iterations, completed=trainer.iteration)
-        while trainer.iteration < iterations:
-            world.policy_version = version = trainer.policy_version()
-            tasks = world.curriculum.sample(tasks_per_iteration)
-            known = world.known_transitions() if distributed.active() else set()
-            episodes, m = trainer.train_iteration(tasks, factory)
-            world.share_new_transitions(known)
-            if distributed.is_main():
-                # Whole and atomic per iteration: a resumed run that redoes an iteration replaces its file.
-                write_jsonl(run_dir / DREAM_EPISODES_DIR / f"it-{trainer.iteration:05d}.jsonl",
-                            [e.to_trajectory(policy=version) for e in episodes])
-            cm = world.curriculum_step(trainer.iteration - 1, episodes, algo)
-            em_stats = {f"em/{k}": float(v) for k, v in world.model.stats.items()}
-            row = {**m, **cm, **em_stats, "buffer/size": float(len(world.buffer))}
-            if logger is not None:
-                logger.log(trainer.iteration, {**cm, **em_stats, "buffer/size": row["buffer/size"]}, prefix="dream/")
-            history.append(row)
-            bar.update(job, completed=trainer.iteration,
-                       description=f"dream {algo} synthetic success {m['success_rate']:.2f}")
-            if save_every and trainer.iteration % save_every == 0:
-                trainer.save(run_dir / "checkpoint")
-                save_state()
-            if evaluate is not None and eval_every and trainer.iteration % eval_every == 0:
-                evaluate(f"dream-it{trainer.iteration}", trainer.iteration)
-    if history:
-        # Only the state: `dreamgym train` saves the checkpoint of this last iteration right after, so saving the
-        # weights here as well would write them twice when the iteration is not a multiple of save_every.
-        save_state()
-    return history
-
-
-def train_s2r_real(trainer: OnlineTrainer, family: EnvFamily, dream_dir: Path, *, env: str, iterations: int,
-                   tasks_per_iteration: int, seed: int, evaluate: PeriodicEvaluation | None = None,
-                   eval_every: int = 0, progress: bool = True) -> list[dict[str, Any]]:
-    """The real phase of S2R: the policy a dream at `dream_dir` trained continues RL in the real environment for
-    `iterations` more iterations, or until the trainer's real-step budget (a hard cap enforced by the rollout
-    engine) is spent, on the train tasks whose latest dream group had mixed outcomes (all train tasks when the
-    dream left fewer than one iteration's worth). Evaluations are tagged s2r-it<N>; no checkpoint is written (the
-    caller saves the end)."""
-    distributed.barrier("rank 0 finishing the dream's log")  # the other ranks read what rank 0 wrote
-    pool = task_pool(family.tasks("train"), dream_dir, name="s2r", env=env, fall_back_below=tasks_per_iteration)
-    return train_real(trainer, family, pool, iterations=iterations, tasks_per_iteration=tasks_per_iteration,
-                      seed=seed, label="s2r real", counted_from=trainer.iteration, evaluate=evaluate,
-                      eval_every=eval_every, eval_tag="s2r-it", progress=progress)
-
-
-def train_s2r(trainer: OnlineTrainer, world: DreamWorld, *, dream_iterations: int, real_iterations: int,
-              tasks_per_iteration: int, algo: str, seed: int, run_dir: Path, logger: MetricsLogger | None,
-              evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, save_every: int = 0,
-              progress: bool = True) -> None:
-    """Sim-to-real: `train_dream` in `world` (saving every `save_every` iterations), then `train_s2r_real` from the
-    dream's own log in `run_dir`. The budget is the trainer's: the dream spends none of it."""
-    train_dream(trainer, world, iterations=dream_iterations, tasks_per_iteration=tasks_per_iteration, algo=algo,
-                run_dir=run_dir, logger=logger, evaluate=evaluate, eval_every=eval_every, save_every=save_every,
-                progress=progress)
-    train_s2r_real(trainer, world.family, run_dir, env=world.family_name, iterations=real_iterations,
-                   tasks_per_iteration=tasks_per_iteration, seed=seed, evaluate=evaluate, eval_every=eval_every,
-                   progress=progress)
+    Real phases stop earlier when the run's real-step budget is spent; the dream spends none of it."""
+    if mode == "real":
+        return [Phase(RealWorld(family, seed, pool), real_iterations, "it")]
+    if mode not in ("dream", "s2r"):
+        raise ValueError(f"mode {mode!r} is not real, dream or s2r")
+    dream = [] if world is None else [Phase(world, dream_iterations, "dream-it")]
+    if mode == "dream":
+        if world is None:
+            raise ValueError("a dream phase needs a DreamWorld")
+        return dream
+    log = world.run_dir if world is not None else dream_log
+    if log is None:
+        raise ValueError("the real phase of S2R needs the dream's run folder")
+    real = RealWorld.after_dream(family, seed, log, env=env, min_pool=tasks_per_iteration)
+    return [*dream, Phase(real, real_iterations, "s2r-it")]

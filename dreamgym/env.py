@@ -7,7 +7,10 @@ Must not know: any concrete environment, models, torch, trainers.
 Contract (what trainers may rely on, real or synthetic alike):
 - `reset(*, seed=None, options=None) -> (obs, info)`; `options={"task": Task}` picks the task, otherwise the
   seed picks one from the environment's own pool. The same seed and the same actions give the same
-  observations.
+  observations. A reset without a seed draws one from the environment's generator `self.np_random`, which the
+  last seeded reset seeded (Gymnasium's convention), so `reset(seed=s)` followed by `reset()` calls repeats too:
+  `_reset` always receives an int seed, and a subclass that takes all its randomness from it (a
+  `random.Random(seed)`, say) keeps the rule with nothing more to do.
 - `step(action) -> (obs, reward, terminated, truncated, info)`. An action the environment cannot carry out is
   answered with an observation (a notice), never an exception.
 - A step after the episode ended returns the last observation with a notice, reward 0.0 and the same
@@ -79,7 +82,7 @@ class TextEnv(gymnasium.Env[str, str]):
         self._last_info: dict[str, Any] = {}
         self._closed = False
 
-    # Subclasses implement these two.
+    # Subclasses implement these two. `_reset` gets the caller's seed, or one drawn from `self.np_random`.
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise NotImplementedError
 
@@ -88,6 +91,11 @@ class TextEnv(gymnasium.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
+        if seed is None:
+            # Gymnasium's seeding: the episode's seed comes from the environment's generator, seeded by the last
+            # `reset(seed=...)`. A seeded reset draws nothing from it, so the task a seed picks stays the one
+            # `_reset` derives from that seed (collection and evaluation pass their tasks and seeds explicitly).
+            seed = int(self.np_random.integers(2**31))
         obs, info = self._reset(seed, dict(options or {}))
         self._done = self._terminated = self._truncated = False
         self._last_obs, self._last_info = obs, self._complete_info(info, obs)
@@ -173,7 +181,7 @@ def check_env(env: TextEnv, seed: int = 0, n_steps: int = 8, options: dict[str, 
     """Validate a `TextEnv` against the contract; raises `CheckEnvError` naming the first broken rule.
 
     Checks: reset/step tuple shapes and types, required info keys, seed determinism (same seed and actions
-    give the same observations), invalid actions answered with an observation, behaviour after termination,
+    give the same observations; `reset(seed=s)` then `reset()` repeats), invalid actions answered with an observation, behaviour after termination,
     and that `close()` is idempotent.
     """
 
@@ -213,6 +221,11 @@ def check_env(env: TextEnv, seed: int = 0, n_steps: int = 8, options: dict[str, 
     a = _rollout(env, seed, n_steps, options)
     b = _rollout(env, seed, n_steps, options)
     need(a == b, "same seed and actions gave different observations (not deterministic)")
+    # Gymnasium's seeding (its check_env asks the same): resets without a seed continue from the last seeded one.
+    again = [[env.reset(seed=seed, options=options)[0], env.reset(options=options)[0], env.reset(options=options)[0]]
+             for _ in range(2)]
+    need(again[0] == again[1], "reset(seed=s) then reset() gave different observations: take a reset's randomness "
+                               "from the seed `_reset` gets or from self.np_random, never from an unseeded source")
 
     # Play to the end, then step once more.
     obs, info = env.reset(seed=seed, options=options)

@@ -24,7 +24,9 @@ from typing import Any
 from dreamgym.config import ranged, validate_config
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, rollout_metrics, run_shared
+from dreamgym.budget import RealStepBudget
+from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
+from dreamgym.rollout import run_shared
 from dreamgym.types import Task
 
 
@@ -229,6 +231,22 @@ def main(argv: list[str] | None = None) -> int:
 
             trajectory_file(args.tasks_from)
             tasks, _ = tasks_played_in(tasks, args.tasks_from)
+        from dreamgym import checks, provenance
+        from dreamgym.filecheck import output_path
+
+        if args.json:
+            try:
+                output_path(args.json, "file")
+            except ValueError as e:
+                raise ConfigError("--json", str(e)) from None
+        if Path(args.policy).exists():  # a folder: whole weights, and a trained policy of this family
+            try:
+                checks.loadable_model_folder(Path(args.policy))
+                found = provenance.of_model_folder(args.policy)
+                if found is not None:
+                    provenance.require(found, family=args.env)
+            except ValueError as e:
+                raise ConfigError("--policy", str(e)) from None
         model, tok, meta = load_policy(args.policy)
         if meta and "agent" not in given:
             # The prompt format must be the one the policy was trained with.

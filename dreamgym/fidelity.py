@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dreamgym import checks
+from dreamgym import checks, provenance
 from dreamgym.config import CommandParser, ConfigError, at_least, fail
 from dreamgym.experience import (
     RESET_ACTION,
@@ -43,6 +43,8 @@ from dreamgym.experience import (
     query_for,
     read_checkpoint_meta,
 )
+from dreamgym.experience.checkpoint import usable_checkpoint
+from dreamgym.filecheck import output_path
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
 from dreamgym.types import Trajectory, Transition
@@ -364,10 +366,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Every input is checked before any model or data loads.
         checks.env_family(a.env)
-        inputs: list[tuple[str, Callable[[str], None], str]] = [("--model", checks.em_checkpoint, m) for m in a.model]
-        inputs.append(("--data", checks.trajectory_file, a.data))
+
+        def of_family(path: str) -> None:  # every record read, each of --env's family
+            provenance.check_trajectories(path, a.env)
+
+        def em_of_family(path: str) -> None:
+            usable_checkpoint(path)
+            provenance.require(provenance.of_em_checkpoint(path), family=a.env)
+
+        inputs: list[tuple[str, Callable[[str], None], str]] = [("--model", em_of_family, m) for m in a.model]
+        inputs.append(("--data", of_family, a.data))
         if a.train_data:
-            inputs.append(("--train-data", checks.trajectory_file, a.train_data))
+            inputs.append(("--train-data", of_family, a.train_data))
+        if a.out:
+            inputs.append(("--out", lambda path: output_path(path, "file"), a.out))
         if a.url:
             inputs.append(("--url", checks.server_urls, a.url))
             if len(a.model) > 1:

@@ -1,21 +1,19 @@
-"""The training-loop layer every way of training goes through: `dreamgym train`, the dream and S2R runs
+"""What every way of training builds on: `dreamgym train`, the run loop (`dreamgym.run`), the dream
 (`dreamgym.dream`) and the recipe's rows (`dreamgym.recipe`).
 
-Owns: building a policy backend and a trainer of either kind (`build_backend`, `build_online_trainer`,
-`build_offline_trainer`), the one real-environment RL loop (`train_real`: real GRPO/PPO, the real phase of S2R
-and the recipe's real rows, each under its own label), the offline loop (`train_offline`), the one evaluation
-path (`Evaluation`), which train tasks a run draws from (`task_pool`) and how one iteration draws them
-(`iteration_tasks`, `real_iteration_tasks`).
-Must not know: trainers' internals (only the `dreamgym.trainers.protocols` surface), the synthetic environment or
-the experience model, concrete environments (a family is reached through the `EnvFamily` surface).
+Owns: the two trainer surfaces the loops may use (`OnlineTrainer`, `OfflineTrainer`), building a policy backend and
+a trainer of either kind (`build_backend`, `build_online_trainer`, `build_offline_trainer`), the offline loop
+(`train_offline`), the one evaluation path (`Evaluation`), which train tasks a run draws from (`task_pool`) and how
+one iteration draws them (`iteration_tasks`).
+Must not know: trainers' internals (only the two protocols), the synthetic environment or the experience model,
+concrete environments (a family is reached through the `EnvFamily` contract, `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,12 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dreamgym.config import ConfigError
 from dreamgym.curriculum import draw_tasks, informative_task_ids
 from dreamgym.data import iter_jsonl_records
-from dreamgym.env import TextEnv
+from dreamgym.envs.family import EnvFamily
+from dreamgym.episode import Episode
 from dreamgym.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
+from dreamgym.jsonl import JsonlAppender
 from dreamgym.metrics import MetricsLogger
-from dreamgym.rollout import PolicyBackend, RealStepBudget
-from dreamgym.trainers.common import TrainerConfig, mix_seed
-from dreamgym.trainers.protocols import OfflineTrainer, OnlineTrainer
+from dreamgym.rollout import PolicyBackend
+from dreamgym.seeds import mix_seed
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.types import Task, Trajectory
 
 if TYPE_CHECKING:
@@ -45,19 +45,42 @@ DREAM_VARIANCE_LOG = "curriculum.jsonl"
 variance. Named here because `task_pool` reads it to aim real RL at the tasks a dream left undecided."""
 
 PeriodicEvaluation = Callable[[str, int], object]
-"""`evaluate(tag, iteration)`: what a loop calls every `eval_every` iterations (tags it<N>, dream-it<N>, s2r-it<N>)."""
+"""`evaluate(tag, iteration)`: what the run loop calls every `eval_every` iterations of a phase (tags it<N>,
+dream-it<N>, s2r-it<N>)."""
 
 
-class EnvFamily(Protocol):
-    """The part of an environment family (`dreamgym.envs.family(name)`) the loops, the dream and the recipe use."""
+# ------------------------------------------------------------------------------------------------ trainers
+class Trainer(Protocol):
+    """What every trainer offers the loops: the policy's backend, the optimiser-step count and exact checkpoints."""
 
-    def make_env(self, split: str = "train") -> TextEnv: ...
+    backend: PolicyBackend
+    global_step: int
+    """Optimiser steps."""
 
-    def tasks(self, split: str = "train") -> list[Task]: ...
+    def save(self, directory: str | Path, run: Mapping[str, Any] | None = None) -> Path:
+        """A checkpoint of the trainer with `run`, the state of the loop that drives it, which `load` returns."""
+        ...
 
-    def admissible_from_state(self, state: str) -> list[str]: ...
+    def load(self, directory: str | Path) -> dict[str, Any]: ...
 
-    def parse_goal(self, instruction: str) -> dict[str, Any] | None: ...
+
+class OnlineTrainer(Trainer, Protocol):
+    """GRPO and PPO: the update of one iteration, on the episodes the run loop played (`dreamgym.run`)."""
+
+    algo: str
+    """Its name in the policy versions of the episodes it learns from (`grpo-seed0-it3`)."""
+
+    def update(self, episodes: Sequence[Episode]) -> dict[str, float]: ...
+
+
+class OfflineTrainer(Trainer, Protocol):
+    """SFT and DPO: epochs over stored trajectories."""
+
+    iteration: int
+    """Completed epochs."""
+
+    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
+            on_step: Callable[[int], bool] | None = None) -> dict[str, float]: ...
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -84,16 +107,16 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
     return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
 
 
-def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: GRPOConfig | PPOConfig, *,
-                         logger: MetricsLogger | None = None, budget: RealStepBudget | None = None) -> OnlineTrainer:
+def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig,
+                         algo: GRPOConfig | PPOConfig) -> OnlineTrainer:
     """A GRPO or PPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings
-    `cfg`; `budget` caps its real steps (default: `cfg.real_step_budget`)."""
+    `cfg`."""
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
     from dreamgym.trainers.ppo import PPOTrainer
 
     if isinstance(algo, GRPOConfig):
-        return GRPOTrainer(backend, algo, cfg, logger=logger, budget=budget)
-    return PPOTrainer(backend, algo, cfg, logger=logger, budget=budget)
+        return GRPOTrainer(backend, algo, cfg)
+    return PPOTrainer(backend, algo, cfg)
 
 
 def build_offline_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,
@@ -118,8 +141,7 @@ def task_pool(tasks: Sequence[Task], source: str | Path, *, name: str, env: str,
     - "data", with `buffer`: those with real transitions in the replay buffer (`dream.task_pool=data`);
     - a dream run's folder: those whose latest dream group had mixed outcomes (its `curriculum.jsonl`, none
       without one). A group whose rewards are all equal has zero GRPO advantage, so a small real budget spent on
-      it trains nothing (ALFWorld, docs/log/18-more-fresh-games.md: uniform draws gave 0 of 7 mixed groups,
-      this pool 5 of 8);
+      it trains nothing (docs/decisions.md, "S2R has one route");
     - a trajectory file: those its episodes played (a fixed set real and dream RL can share).
 
     Fewer than `fall_back_below` kept: all of `tasks`, so S2R never narrows to a handful by accident. Otherwise none
@@ -153,17 +175,6 @@ def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int) -> 
     return draw_tasks(random.Random(mix_seed(seed, iteration, 11)), pool, n)
 
 
-def real_iteration_tasks(trainer: OnlineTrainer, pool: Sequence[Task], n_tasks: int, seed: int) -> list[Task]:
-    """One real iteration's tasks: `iteration_tasks` over as many of `n_tasks` as the remaining real-step budget can
-    finish (`affordable_tasks`). Empty, with a message, when not even one task's episodes fit: the caller stops."""
-    affordable = trainer.affordable_tasks(n_tasks)
-    if affordable == 0:
-        print(f"real-step budget: {trainer.budget.remaining} steps left, fewer than one task's episodes need at "
-              f"rollout.max_turns; stopping after {trainer.iteration} iterations")
-        return []
-    return iteration_tasks(pool, affordable, seed, trainer.iteration)
-
-
 # ------------------------------------------------------------------------------------------------ evaluation
 @dataclass
 class Evaluation:
@@ -182,8 +193,8 @@ class Evaluation:
     def __call__(self, backend: PolicyBackend, tag: str = "", step: int = 0) -> EvalResult:
         res = evaluate_policy(backend, lambda: self.family.make_env(self.split), self.tasks, self.seeds, self.config)
         if self.log is not None:
-            with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"tag": tag, "step": step, **res.to_dict()}) + "\n")
+            with JsonlAppender(self.log, ensure_ascii=True) as out:  # sets aside a row a kill left torn
+                out.append({"tag": tag, "step": step, **res.to_dict()})
         if self.logger is not None:
             self.logger.log(step, res.to_dict(), prefix="eval/")
         if self.log is not None:
@@ -206,43 +217,7 @@ class Evaluation:
         return EvalResult(**{k: v for k, v in rows[-1].items() if k in names})
 
 
-# ------------------------------------------------------------------------------------------------ loops
-def train_real(trainer: OnlineTrainer, family: EnvFamily, pool: Sequence[Task], *, iterations: int,
-               tasks_per_iteration: int, seed: int, label: str, counted_from: int = 0,
-               evaluate: PeriodicEvaluation | None = None, eval_every: int = 0, eval_tag: str = "it",
-               save_every: int = 0, checkpoint: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Online RL in the real environment: per iteration a seeded sample of `pool` (as many tasks as the real-step
-    budget can finish), one `train_iteration`, then every `save_every` iterations a save to `checkpoint` and every
-    `eval_every` an `evaluate(f"{eval_tag}<iteration>", iteration)`. Runs until `trainer.iteration` reaches
-    `counted_from + iterations`, or the budget is spent or cannot finish one task's episodes. Periods and the
-    progress bar count from `counted_from`: 0 for a run of its own (a resumed one continues its count), the
-    trainer's iteration at the start for a phase that continues another (S2R after the dream). Task draws always
-    use the trainer's own iteration. Returns each iteration's metrics."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    history: list[dict[str, Any]] = []
-    env_factory = lambda: family.make_env("train")  # noqa: E731
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not progress) as bar:
-        job = bar.add_task(label, total=iterations, completed=trainer.iteration - counted_from)
-        while trainer.iteration - counted_from < iterations:
-            tasks = real_iteration_tasks(trainer, pool, tasks_per_iteration, seed)
-            if not tasks:  # the rest of the budget cannot finish one group: spending it would train nothing
-                break
-            _, m = trainer.train_iteration(tasks, env_factory)
-            history.append(m)
-            done = trainer.iteration - counted_from
-            bar.update(job, completed=done, description=f"{label} success {m['success_rate']:.2f} loss "
-                                                         f"{m.get('loss', 0):.3f} real steps {trainer.budget.used}")
-            if save_every and checkpoint is not None and done % save_every == 0:
-                trainer.save(checkpoint)
-            if evaluate is not None and eval_every and done % eval_every == 0:
-                evaluate(f"{eval_tag}{trainer.iteration}", trainer.iteration)
-            if m.get("budget_exhausted"):
-                break
-    return history
-
-
+# ------------------------------------------------------------------------------------------------ the offline loop
 def train_offline(trainer: OfflineTrainer, data: Sequence[Trajectory], *, save_every: int = 0,
                   checkpoint: Path | None = None, progress: bool = True) -> dict[str, float]:
     """SFT/DPO over `data`, saving to `checkpoint` every `save_every` x 10 optimiser steps."""

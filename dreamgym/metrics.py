@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dreamgym.paths import atomic_write_bytes, crash_point
+from dreamgym.jsonl import JsonlAppender
+from dreamgym.paths import atomic_write_bytes
 
 
 class MetricsLogger:
@@ -28,36 +29,14 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
-        self._fd: int | None = None
+        self._out: JsonlAppender | None = None
         self._open()
         self._tb = self._summary_writer(None) if tensorboard else None
 
     def _open(self) -> None:
-        # One os.write per row on an O_APPEND descriptor (as `data.JsonlWriter`): a kill tears at most the row being
-        # written, and `_cut_torn_tail` removes it before anything is appended to it.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-        self._cut_torn_tail()
-
-    def _cut_torn_tail(self) -> None:
-        fd = self._fd
-        assert fd is not None, "_cut_torn_tail runs right after open"
-        size = os.fstat(fd).st_size
-        with open(self.path, "rb") as fh:
-            pos, tail = size, b""
-            while pos > 0 and b"\n" not in tail:  # back in blocks to the last newline
-                start = max(0, pos - (1 << 16))
-                fh.seek(start)
-                tail = fh.read(pos - start) + tail
-                pos = start
-        if not tail or tail.endswith(b"\n"):
-            return
-        torn = tail[tail.rfind(b"\n") + 1:]
-        try:
-            json.loads(torn)
-            _write_all(fd, b"\n")  # a whole row that only lacks its newline (written by another tool)
-        except ValueError:
-            os.ftruncate(fd, size - len(torn))
-        os.fsync(fd)
+        # One fsynced write per row (`dreamgym.jsonl`): a kill tears at most the row being written, and the next
+        # logger sets it aside before appending.
+        self._out = JsonlAppender(self.path, ensure_ascii=True, crash_name="metrics.write")
 
     def _summary_writer(self, purge_step: int | None) -> Any:
         try:
@@ -68,7 +47,7 @@ class MetricsLogger:
             return None
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> None:
-        if self._fd is None:
+        if self._out is None:
             raise ValueError(f"MetricsLogger for {self.path} is closed")
         row: dict[str, Any] = {"step": int(step), "time": time.time()}
         for k, v in metrics.items():
@@ -78,10 +57,7 @@ class MetricsLogger:
                     self._tb.add_scalar(prefix + k, float(v), int(step))
             elif isinstance(v, (str, bool)) or v is None:
                 row[prefix + k] = v
-        line = (json.dumps(row) + "\n").encode("utf-8")
-        crash_point("metrics.write", self._fd, line)
-        _write_all(self._fd, line)
-        os.fsync(self._fd)
+        self._out.append(row)
 
     def resume(self, after_step: int | None) -> int:
         """Continue a run whose checkpoint was saved after logging `after_step` (None: no checkpoint, the run starts
@@ -90,7 +66,7 @@ class MetricsLogger:
         it, and what a run logs at a checkpoint's step after saving it (an evaluation) is not done again. The step is
         the one the trainer logs with (its iteration for GRPO/PPO, its optimiser step for SFT/DPO). Returns how
         many rows were dropped. A kill during the rewrite leaves the old file, and calling this again finishes it."""
-        if self._fd is None:
+        if self._out is None:
             raise ValueError(f"MetricsLogger for {self.path} is closed")
         limit = -1 if after_step is None else int(after_step)
         kept, dropped = [], 0
@@ -106,8 +82,8 @@ class MetricsLogger:
                 else:
                     kept.append(line)
         if dropped:
-            os.close(self._fd)
-            self._fd = None
+            self._out.close()
+            self._out = None
             atomic_write_bytes(self.path, b"".join(kept))
             self._open()
         if self._tb is not None:
@@ -117,18 +93,12 @@ class MetricsLogger:
         return dropped
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._out is not None:
+            self._out.close()
+            self._out = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

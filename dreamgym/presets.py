@@ -172,8 +172,9 @@ def tokenizer_corpus() -> tuple[str, ...]:
     for name in envs.family_names():
         try:
             fam = envs.family(name)
-            if hasattr(fam, "corpus_text"):
-                got = list(fam.corpus_text())
+            corpus = fam.hooks.corpus_text()
+            if corpus is not None:
+                got = list(corpus)
             elif name == "dial":
                 got = _rollout_text(fam)
             else:

@@ -1,12 +1,14 @@
 """Recipes: the comparisons DreamGym is judged by, each artefact built once and reused from disk, and the
 quickstart that runs the whole recipe on one environment.
 
-Owns: `ENV_DEFAULTS` (each environment's small-scale settings), `Recipe` (offline real data, experience models,
-the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R), the results
-table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and `quickstart_main`
-(collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget).
-Must not know: trainers' internals, how the loops run (`dreamgym.loops`, `dreamgym.dream`), concrete environments
-(families are reached through `dreamgym.envs.family`).
+Owns: `ENV_DEFAULTS` (each environment's small-scale settings, typed; `env_train_config`), `Recipe` (offline real
+data, experience models, the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream
+or S2R), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and
+`quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same
+budget). Configs are built typed (`dataclasses.replace`); only a user's own `train_overrides`/`em_overrides` are
+text.
+Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
+`dreamgym.run.train`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
@@ -21,31 +23,54 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dreamgym.checks import POLICY_MIX, env_family, family_choices
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
+from dreamgym.agent import AgentConfig
+from dreamgym.config import (CommandParser, ConfigError, apply_overrides, checked, describe, fail, load_config,
+                             parse_overrides, ranged, validate_config)
 from dreamgym.data import DataError
-from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r, train_s2r_real
+from dreamgym.dream import DreamConfig, DreamWorld, online_phases
+from dreamgym.episode import RolloutConfig
 from dreamgym.evaluate import EvalConfig, EvalResult
-from dreamgym.loops import Evaluation, build_backend, build_offline_trainer, build_online_trainer, train_real
+from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.train import TrainEMConfig
+from dreamgym.loops import Evaluation, OnlineTrainer, build_backend, build_offline_trainer, build_online_trainer
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
-from dreamgym.rollout import RealStepBudget
+from dreamgym.run import LoopSettings, RunState, train
 from dreamgym.train import TrainConfig
-from dreamgym.trainers.protocols import OnlineTrainer
+from dreamgym.trainers.common import ModelConfig
 
-ENV_DEFAULTS: dict[str, dict[str, list[str]]] = {
+@dataclass(frozen=True)
+class EnvDefaults:
+    """Where an environment's small-scale runs start from, before the caller's own overrides."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The policy's prompt."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout settings of every policy run."""
+    em: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
+    """The experience model's settings."""
+
+
+ENV_DEFAULTS: dict[str, EnvDefaults] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
     # the tiny policy's prompts short (the trainers' learning tests use the same settings).
-    "dial": {"train": ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
-                       "rollout.max_new_tokens=10", "rollout.max_turns=12"],
-             "em": ["model.embedder=hashing"]},
+    "dial": EnvDefaults(agent=AgentConfig(history=0, show_admissible=False, system_prompt="You are an agent."),
+                        rollout=RolloutConfig(max_new_tokens=10, max_turns=12),
+                        em=ExperienceModelConfig(embedder="hashing")),
     # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
-    "webshop": {"train": ["rollout.max_new_tokens=48"], "em": ["model.embedder=hashing"]},
+    "webshop": EnvDefaults(rollout=RolloutConfig(max_new_tokens=48), em=ExperienceModelConfig(embedder="hashing")),
     # The experience model writes the observation only and the state is derived
     # (docs/log/07-observation-only.md: whole-state agreement 0.01 -> 0.50 on held-out steps).
-    "alfworld": {"train": ["rollout.max_new_tokens=32", "rollout.max_turns=50"],
-                 "em": ["model.embedder=hashing", "model.write_observation=true"]},
+    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32, max_turns=50),
+                            em=ExperienceModelConfig(embedder="hashing", write_observation=True)),
 }
-"""Settings each environment's small-scale runs start from (before the caller's own overrides)."""
+"""Settings each environment's small-scale runs start from (other environments: the configs' defaults)."""
+
+
+def env_train_config(env: str, **fields: Any) -> TrainConfig:
+    """`dreamgym train`'s defaults with `env`'s small-scale settings (`ENV_DEFAULTS`) and `fields` on top."""
+    defaults = ENV_DEFAULTS.get(env, EnvDefaults())
+    return dataclasses.replace(TrainConfig(), env=env, agent=defaults.agent, rollout=defaults.rollout, **fields)
 
 
 class Recipe:
@@ -72,20 +97,21 @@ class Recipe:
         pin_threads(threads)
         self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
         self.run.mkdir(parents=True, exist_ok=True)
+        self.offline_path = self.run / "offline.jsonl"
+        self.demos_path = self.run / "demos.jsonl"
         self.family = family(env)
         self.test_tasks = list(self.family.tasks("test"))[:eval_tasks]
         self.eval_seeds = list(eval_seeds)
         # Per-environment defaults first (ENV_DEFAULTS), then the caller's overrides, all validated at once.
-        self.base = load_config(TrainConfig, None, [f"env={env}", f"seed={seed}", "tensorboard=false",
-                                                    *ENV_DEFAULTS.get(env, {}).get("train", []), *train_overrides])
-        self.em_overrides = [f"threads={threads}", *ENV_DEFAULTS.get(env, {}).get("em", []), *em_overrides]
+        self.base = apply_overrides(env_train_config(env, seed=seed, tensorboard=False), train_overrides)
+        self.em_base = TrainEMConfig(env=env, data=str(self.offline_path), model=ModelConfig(preset="tiny"),
+                                     seed=seed, threads=threads, em=ENV_DEFAULTS.get(env, EnvDefaults()).em)
+        self.em_overrides = list(em_overrides)  # the caller's text, checked by `check_recipe` at start-up
         # One evaluation for every row and every point of its curve: the same tasks, seeds and sampling seed.
         self.evaluate = Evaluation(self.family, "test", self.test_tasks, self.eval_seeds, EvalConfig(
             temperature=eval_temperature, sample_seed=seed, agent=self.base.agent, rollout=self.base.rollout))
         self.results: dict[str, dict[str, Any]] = {}
         self.timings: dict[str, float] = {}
-        self.offline_path = self.run / "offline.jsonl"
-        self.demos_path = self.run / "demos.jsonl"
         self.real_offline = self.real_demos = 0
 
     def stage(self, name: str) -> Callable[[], None]:
@@ -108,16 +134,20 @@ class Recipe:
         self.real_demos = sum(len(t.steps) for t in demos)
         done()
 
-    def experience_model(self, name: str = "em", epochs: float = 3, overrides: Sequence[str] = ()) -> Path:
+    def experience_model(self, name: str = "em", epochs: float = 3,
+                         adjust: Callable[[TrainEMConfig], TrainEMConfig] | None = None) -> Path:
+        """The experience model `name` (tiny, trained from scratch on the offline data for `epochs`, then the
+        caller's `em_overrides`, then `adjust`), trained once and reused from disk."""
         from dreamgym.experience.checkpoint import is_trained
-        from dreamgym.experience.train import TrainEMConfig, train
+        from dreamgym.experience.train import train
 
         out = self.run / name
         if not is_trained(out):  # an unfinished run resumes from its checkpoint
             done = self.stage(f"train the experience model {name} (tiny, from scratch)")
-            cfg = load_config(TrainEMConfig, None,
-                              [f"env={self.env}", f"data={self.offline_path}", "preset=tiny", f"out={out}",
-                               f"epochs={epochs}", f"seed={self.seed}", *self.em_overrides, *overrides])
+            cfg = apply_overrides(dataclasses.replace(self.em_base, out=str(out), epochs=epochs), self.em_overrides)
+            if adjust is not None:
+                cfg = adjust(cfg)
+            validate_config(cfg)
             train(cfg)
             done()
         return out
@@ -192,7 +222,7 @@ class Recipe:
                    from_method: str | None = None) -> OnlineTrainer:
         """Train `algo` (grpo or ppo) in `mode` and evaluate it: 'real' (RL in the real environment on all train
         tasks), 'dream' (RL inside the experience model `em` only) or 's2r' (sim-to-real: a dream, then real RL on
-        the train tasks the dream left with mixed outcomes, `dreamgym.dream.train_s2r`). It starts from the SFT
+        the train tasks the dream left with mixed outcomes: `dreamgym.dream.online_phases`). It starts from the SFT
         policy, or from the final policy of the earlier row `from_method` (whose real data and wall time it then
         inherits); an S2R row continuing a dream row runs only the real phase, on that row's dream log. Real phases
         stop at `real_iterations` or when the hard real-step `budget` is spent, whichever comes first."""
@@ -201,48 +231,39 @@ class Recipe:
         done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
         t0 = time.time()
         init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
+        # The run's one real-step budget: none for a dream row, whatever `budget` says.
         cfg = dataclasses.replace(
-            self.base, algo=algo, init=str(init), real_step_budget=budget,
-            grpo=dataclasses.replace(self.base.grpo, group_size=group_size, tasks_per_iteration=tasks_per_iteration),
-            ppo=dataclasses.replace(self.base.ppo, tasks_per_iteration=tasks_per_iteration,
-                                    episodes_per_task=group_size),
+            self.base, algo=algo, init=str(init), real_step_budget=0 if mode == "dream" else budget,
+            group_size=group_size, tasks_per_iteration=tasks_per_iteration,
             optim=dataclasses.replace(self.base.optim, lr=lr))
         method_dir = self.run / self._slug(name)
         lg = MetricsLogger(method_dir, tensorboard=False)
-        budget_obj = RealStepBudget(0 if mode == "dream" else budget)
-        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(), logger=lg,
-                                       budget=budget_obj)
+        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config())
+        state = RunState.new(cfg.real_step_budget)
         curve: list[tuple[int, float]] = []
 
         def evaluate(tag: str, step: int) -> None:
             res = self.evaluate(trainer.backend)
             curve.append((step, res.success_rate))
-            lg.log(step, {"success_rate": res.success_rate, "real_steps": float(trainer.budget.used)}, prefix="eval/")
+            lg.log(step, {"success_rate": res.success_rate, "real_steps": float(state.budget.used)}, prefix="eval/")
 
         if eval_every:
             evaluate("start", 0)
         world = None
-        loop: dict[str, Any] = dict(tasks_per_iteration=tasks_per_iteration, evaluate=evaluate, eval_every=eval_every,
-                    progress=self.progress)
-        if mode == "real":
-            train_real(trainer, self.family, self.family.tasks("train"), iterations=real_iterations, seed=self.seed,
-                       label=f"real {algo}", **loop)
-        elif mode == "s2r" and from_method:
-            train_s2r_real(trainer, self.family, self.run / self._slug(from_method), env=self.env,
-                           iterations=real_iterations, seed=self.seed, **loop)
-        else:
+        if mode != "real" and not from_method:
             dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
-            world = DreamWorld(self.env, dcfg, method_dir, self.seed)
-            if mode == "dream":
-                train_dream(trainer, world, iterations=dream_iterations, algo=algo, run_dir=method_dir, logger=lg,
-                            **loop)
-            else:
-                train_s2r(trainer, world, dream_iterations=dream_iterations, real_iterations=real_iterations,
-                          algo=algo, seed=self.seed, run_dir=method_dir, logger=lg, **loop)
-        trainer.save(method_dir / "final")
+            world = DreamWorld(self.env, dcfg, method_dir, self.seed, algo=algo)
+        phases = online_phases(mode, self.family, self.env, self.seed, world=world,
+                               real_iterations=real_iterations, dream_iterations=dream_iterations,
+                               tasks_per_iteration=tasks_per_iteration,
+                               dream_log=self.run / self._slug(from_method) if from_method else None)
+        train(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
+                                                      progress=self.progress),
+              logger=lg, evaluate=evaluate)
+        trainer.save(method_dir / "final", state.state_dict())
         res = self.evaluate(trainer.backend)
-        if eval_every and (not curve or curve[-1][0] != trainer.iteration):
-            curve.append((trainer.iteration, res.success_rate))
+        if eval_every and (not curve or curve[-1][0] != state.iteration):
+            curve.append((state.iteration, res.success_rate))
         lg.close()
         # Real data in the paper's sense: the SFT start's demonstrations, the offline data behind the experience
         # model for dream methods, plus the real steps the method took itself.
@@ -253,7 +274,7 @@ class Recipe:
             prior, wall = parent["real_data"], wall + parent["wall_time_s"]
             offset = parent["curve"][-1][0] if parent["curve"] else 0  # iterations continue the parent's
             curve = parent["curve"] + [(offset + st, v) for st, v in curve if st > 0]
-        self.record(name, res, real_steps=trainer.budget.used, real_data=prior + trainer.budget.used,
+        self.record(name, res, real_steps=state.budget.used, real_data=prior + state.budget.used,
                     wall=wall, curve=curve)
         if world is not None:
             self.results[name]["curriculum"] = dataclasses.asdict(world.curriculum.stats) | {
@@ -324,9 +345,9 @@ class QuickstartConfig:
     eval_temperature: float = ranged(1.0, ge=0)
     """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises; 0 is greedy."""
     group_size: int = ranged(8, ge=1)
-    """GRPO group size G."""
+    """Episodes of each task per GRPO iteration, the group G (`dreamgym train`'s group_size)."""
     tasks_per_iteration: int = ranged(8, ge=1)
-    """Tasks per GRPO iteration."""
+    """Tasks per GRPO iteration (`dreamgym train`'s tasks_per_iteration)."""
     lr: float = ranged(2e-4, gt=0)
     """Policy learning rate for GRPO."""
     train_overrides: list[str] = field(default_factory=lambda: ["grpo.epochs=2", "grpo.minibatches=2"])
@@ -340,13 +361,16 @@ class QuickstartConfig:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
 
 
+RECIPE_OWN_KEYS = ("group_size", "tasks_per_iteration")
+"""`dreamgym train` fields a recipe sets for every RL row from its own fields of the same names."""
+
+
 def check_recipe(eval_seeds: Sequence[int], offline_mix: str, sft_policy: str, train_overrides: Sequence[str],
                  em_overrides: Sequence[str]) -> None:
     """The rules a recipe's config (quickstart, table) shares: some evaluation seed, an SFT policy that is part of the
     offline mix, and `dreamgym train` / `dreamgym train-em` overrides checked against their configs now, not when
     the stage that uses them starts (an hour later)."""
     from dreamgym.collect import parse_mix
-    from dreamgym.experience.train import TrainEMConfig
 
     if not eval_seeds:
         raise ConfigError("eval_seeds", "need at least one evaluation seed", "a list of seeds >= 0")
@@ -362,6 +386,9 @@ def check_recipe(eval_seeds: Sequence[int], offline_mix: str, sft_policy: str, t
             load_config(cls, None, list(overrides))
         except ConfigError as e:
             raise ConfigError(name, str(e)) from None
+    for key in RECIPE_OWN_KEYS:  # each RL row sets these from the recipe's own field: an override would be lost
+        if key in parse_overrides(list(train_overrides)):
+            raise ConfigError("train_overrides", f"{key} is the recipe's own field {key}, not a train override")
 
 
 def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -370,7 +397,8 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                eval_temperature=q.eval_temperature, progress=progress, train_overrides=q.train_overrides,
                em_overrides=q.em_overrides, threads=q.threads)
     r.collect_offline(q.offline_episodes, q.offline_mix, q.sft_policy)
-    em = r.experience_model("em", overrides=[f"max_steps={q.em_steps}", f"batch_size={q.em_batch_size}"])
+    em = r.experience_model("em", adjust=lambda c: dataclasses.replace(c, max_steps=q.em_steps,
+                                                                        batch_size=q.em_batch_size))
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size, stop_at=q.sft_stop_at,
           check_every=q.sft_check_every)
     rl: dict[str, Any] = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)

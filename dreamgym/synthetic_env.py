@@ -6,12 +6,15 @@ the failure state as an episode end), batched stepping of many synthetic episode
 synthetic transition into the replay buffer.
 Must not know: torch or any model library (the experience model is used through `predict`), trainers, any
 concrete environment (families are reached through `dreamgym.envs.family`: `tasks`, `make_env`,
-`admissible_from_state`, optional `canonical_state`, `noop_state` and `grounded_outcome`).
+`admissible_from_state`, the step limit `MAX_STEPS`, and the hooks `canonical_state`, `noop_state` and
+`grounded_outcome`).
 
 Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
   abstract state is the real environment's (family `make_env` + `reset` with that task, cached per task) when
   `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`.
+- An episode is truncated after `max_steps` steps: the family's step limit (`EnvFamily.MAX_STEPS`, that of its
+  real environment) unless the caller sets one.
 - Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs). A
   family with `canonical_state` has the model's states rewritten through it (derived lines recomputed).
 - An action that the state does not offer (by the family's `admissible_from_state`) is answered, without a
@@ -42,14 +45,13 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-import zlib
 from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
+from dreamgym.seeds import text_seed
 from dreamgym.types import Task, Transition
 
-DEFAULT_MAX_STEPS = 30
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 """What `TextEnv.step` returns: (obs, reward, terminated, truncated, info)."""
 
@@ -81,7 +83,7 @@ def noise_seed(episode_id: str, action: str) -> int:
     """The sampling seed of a synthetic step under shared noise: a function of the episode id (task and reset
     seed, shared by a GRPO group) and the normalised action only, so it does not depend on the step count,
     the history or what else is in the batch."""
-    return zlib.crc32(f"{episode_id}\x1f{_norm(action)}".encode())
+    return text_seed(episode_id, _norm(action))
 
 
 class SyntheticEnv(TextEnv):
@@ -112,8 +114,10 @@ class SyntheticEnv(TextEnv):
             raise ValueError("SyntheticEnv needs the environment family (env=...) or a model/tasks that name it")
         self.env_family = name
         self.family = family(name)
-        self.reward_rule = getattr(self.family, "grounded_outcome", None) if reward_from != "model" else None
-        if reward_from == "state" and self.reward_rule is None:
+        self.hooks = self.family.hooks
+        # The family's reward rule decides reward and end ("auto": where the family has one).
+        self.grounded = reward_from != "model" and self.hooks.grounds_outcomes
+        if reward_from == "state" and not self.grounded:
             raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
@@ -125,7 +129,7 @@ class SyntheticEnv(TextEnv):
         self.policy_version = policy_version
         self.shared_noise = shared_noise
         self.batcher = batcher if batcher is not None else DEFAULT_BATCHER
-        self._max_steps = max_steps
+        self.max_steps = max_steps if max_steps is not None else self.family.MAX_STEPS
         self._real_envs: dict[str, Any] = {}
         self._init_cache: dict[tuple[str, str], str] = {}
         self.task: Task = self.tasks[0]
@@ -139,13 +143,6 @@ class SyntheticEnv(TextEnv):
                       "real_initial_states": 0, "model_initial_states": 0, "wins_overruled": 0, "wins_granted": 0}
 
     # ------------------------------------------------------------------------------------------ reset
-
-    @property
-    def max_steps(self) -> int:
-        if self._max_steps is None:
-            real = self._real_env(self.split)
-            self._max_steps = int(getattr(real, "max_steps", 0) or DEFAULT_MAX_STEPS) if real else DEFAULT_MAX_STEPS
-        return self._max_steps
 
     def _real_env(self, split: str) -> Any:
         if split not in self._real_envs:
@@ -192,11 +189,8 @@ class SyntheticEnv(TextEnv):
         """The model's state in the family's canonical layout (families that define `canonical_state`; others
         unchanged). Why: derived lines (ALFWorld's "Unexplored") must match what the real environment writes even
         when the model was trained before they existed or miscopies them."""
-        fn = getattr(self.family, "canonical_state", None)
-        if fn is None:
-            return state
         try:
-            return fn(state)
+            return self.hooks.canonical_state(state)
         except Exception:  # noqa: BLE001 - a state the parser cannot read stays as the model wrote it
             return state
 
@@ -234,24 +228,24 @@ class SyntheticEnv(TextEnv):
         self.stats["invalid_actions"] += 1
         self.history.append((self.state, action))
         self._advance()
-        fn = getattr(self.family, "noop_state", None)
-        if fn is None:  # the family cannot say what the real one shows: the state stays, the notice is in obs
+        shown = self.hooks.noop_state(self.state, action)
+        if shown is None:  # the family cannot say what the real one shows: the state stays, the notice is in obs
             obs = f"{self.state}\n[notice] Nothing happens: {action.strip()!r} is not an available action."
         else:
             # The state the real environment would show. Keeping the old one instead gave the policy a prompt the
             # real game never shows, the same one it had just failed on (docs/log/16-noop-state.md).
-            self.state = obs = fn(self.state, action)
+            self.state = obs = shown
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
     def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
         """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the
         family's rule the states decide; where it cannot (None, e.g. a task without a well-formed goal) the
         model's answer stands."""
-        if self.reward_rule is None:
+        if not self.grounded:
             return reward, done, None
         model_won = done and reward >= 1.0
         try:
-            grounded = self.reward_rule(self.task, before, action, self.state)
+            grounded = self.hooks.grounded_outcome(self.task, before, action, self.state)
         except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
             grounded = None
         if grounded is None:
@@ -372,7 +366,7 @@ class SyntheticBatcher:
             else:
                 # Same episodes (seeds, step counts) -> same sampling seed -> same observations.
                 key = "|".join(f"{q.trajectory_id}:{q.step_index}" for q in queries)
-                preds = model.predict(queries, seed=zlib.crc32(key.encode()))
+                preds = model.predict(queries, seed=text_seed(key))
             new: dict[int, tuple[Any, list[Transition], list[dict[str, Any]]]] = {}
             for e, q, p, i in zip(batch, queries, preds, idx):
                 results[i], tr = e.apply(q, p)

@@ -14,6 +14,7 @@ reasoning (an experience model trained and run without traces), no curriculum (t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,9 +60,9 @@ class TableConfig:
     s2r_iterations: int = ranged(5, ge=1)
     """Most real iterations of the S2R rows (B/16 usually ends them first)."""
     tasks_per_iteration: int = ranged(8, ge=1)
-    """Tasks per iteration."""
+    """Tasks per iteration of every RL row (`dreamgym train`'s tasks_per_iteration)."""
     group_size: int = ranged(4, ge=1)
-    """GRPO group size / PPO episodes per task."""
+    """Episodes of each task per iteration of every RL row, GRPO and PPO alike (`dreamgym train`'s group_size)."""
     lr: float = ranged(1e-4, gt=0)
     """RL learning rate."""
     eval_tasks: int = ranged(200, ge=1)
@@ -147,7 +148,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     }
     if "DreamGym GRPO (no reasoning)" in rows:
         ablations["DreamGym GRPO (no reasoning)"] = (
-            r.experience_model("em-no-reasoning", epochs=t.em_epochs, overrides=["model.use_reasoning=false"]),
+            r.experience_model("em-no-reasoning", epochs=t.em_epochs, adjust=lambda c: dataclasses.replace(
+                c, em=dataclasses.replace(c.em, use_reasoning=False))),
             DreamConfig())
     for name, (em_dir, dcfg) in ablations.items():
         if name in rows:

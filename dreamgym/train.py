@@ -3,8 +3,9 @@ inside the experience model.
 
 Owns: `TrainConfig` (the run-level fields on top of `dreamgym.trainers.common.TrainerConfig`) and the command
 line `main(argv)`: the run directory, demonstrations for SFT/DPO, the run's evaluation record, checkpoints,
-resume and the summary.
-Must not know: how the loops run (`dreamgym.loops`, `dreamgym.dream`), trainers' internals, recipes.
+resume and the summary. GRPO/PPO run through the run loop (`dreamgym.run.train`) over the phases of `mode`
+(`dreamgym.dream.online_phases`); SFT/DPO through the offline loop (`dreamgym.loops.train_offline`).
+Must not know: how the loops run, trainers' internals, recipes.
 
 Usage:
     dreamgym train --algo grpo|ppo|sft|dpo --env dial|webshop|alfworld [--config file.yaml] [--resume] key=value...
@@ -25,22 +26,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym import distributed
+from dreamgym import distributed, provenance
 from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_source, policy_mix, real_task_file,
                              trajectory_file)
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
-from dreamgym.dream import DreamConfig, DreamWorld, train_dream, train_s2r
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, renamed, to_dict
+from dreamgym.dream import DreamConfig, DreamWorld, online_phases
+from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
-from dreamgym.loops import (EnvFamily, Evaluation, build_backend, build_offline_trainer,
-                            build_online_trainer, task_pool, train_offline, train_real)
+from dreamgym.filecheck import output_path
+from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
+                            build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
 from dreamgym.presets import PresetError
-from dreamgym.trainers.common import CheckpointError, TrainerConfig, resumable_checkpoint
+from dreamgym.run import LoopSettings, RunState, train
+from dreamgym.trainers.checkpoint import CheckpointError, resumable_checkpoint
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.trainers.dpo import DPOConfig
 from dreamgym.trainers.grpo import GRPOConfig
 from dreamgym.trainers.ppo import PPOConfig
-from dreamgym.trainers.protocols import OnlineTrainer, Trainer
 from dreamgym.trainers.sft import SFTConfig
 from dreamgym.types import Task, Trajectory
 
@@ -48,6 +52,13 @@ ONLINE_ALGOS = ("grpo", "ppo")
 OFFLINE_ALGOS = ("sft", "dpo")
 
 
+RENAMED_KEYS = {"grpo.group_size": "group_size", "ppo.episodes_per_task": "group_size",
+                "grpo.tasks_per_iteration": "tasks_per_iteration", "ppo.tasks_per_iteration": "tasks_per_iteration"}
+"""Keys of earlier versions (an older run folder's config.yaml holds them): the run loop's batch is set once for GRPO
+and PPO. Refused naming the new key."""
+
+
+@renamed(RENAMED_KEYS)
 @dataclass
 class TrainConfig(TrainerConfig):
     algo: Literal["grpo", "ppo", "sft", "dpo"] = "grpo"
@@ -152,32 +163,55 @@ def _demonstrations(cfg: TrainConfig, run_dir: Path) -> list[Trajectory]:
     return load_trajectories(out)
 
 
-def _train_online(trainer: OnlineTrainer, fam: EnvFamily, pool: list[Task], cfg: TrainConfig, run_dir: Path,
-                  logger: MetricsLogger | None, evaluation: Evaluation, progress: bool) -> None:
-    """GRPO/PPO in `cfg.mode`: real RL on `pool`, RL inside the experience model, or S2R (the dream, then real RL)."""
-    n_tasks = cfg.online_config().tasks_per_iteration
-
+def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool: list[Task], cfg: TrainConfig,
+                  run_dir: Path, logger: MetricsLogger | None, evaluation: Evaluation, progress: bool) -> None:
+    """GRPO/PPO in `cfg.mode` through the run loop: real RL on `pool`, RL inside the experience model, or S2R (the
+    dream, then real RL), continuing `state`."""
     def periodic(tag: str, step: int) -> None:
         # checkpoint/ is replaced as training goes on: keep_evaluated keeps each evaluated policy under its tag.
         if cfg.keep_evaluated:
-            trainer.save(run_dir / tag)
+            trainer.save(run_dir / tag, state.state_dict())
         evaluation(trainer.backend, tag, step)
 
-    loop: dict[str, Any] = dict(tasks_per_iteration=n_tasks, evaluate=periodic, eval_every=cfg.eval_every,
-                                progress=progress)
-    if cfg.mode == "real":
-        history = train_real(trainer, fam, pool, iterations=cfg.iterations, seed=cfg.seed, label=f"real {cfg.algo}",
-                             save_every=cfg.save_every, checkpoint=run_dir / "checkpoint", **loop)
-        if history and history[-1].get("budget_exhausted"):
-            print(f"real-step budget of {cfg.real_step_budget} used up after {trainer.iteration} iterations")
-        return
-    world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed)
-    if cfg.mode == "dream":
-        train_dream(trainer, world, iterations=cfg.dream.iterations, algo=cfg.algo, run_dir=run_dir, logger=logger,
-                    save_every=cfg.save_every, **loop)
-    else:
-        train_s2r(trainer, world, dream_iterations=cfg.dream.iterations, real_iterations=cfg.dream.s2r_iterations,
-                  algo=cfg.algo, seed=cfg.seed, run_dir=run_dir, logger=logger, save_every=cfg.save_every, **loop)
+    world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed, algo=cfg.algo) if cfg.mode != "real" else None
+    phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool,
+                           real_iterations=cfg.iterations if cfg.mode == "real" else cfg.dream.s2r_iterations,
+                           dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)
+    settings = LoopSettings.of(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
+                               progress=progress)
+    end = train(trainer, phases, state, settings, logger=logger, evaluate=periodic)
+    if end.out_of_budget and state.budget.exhausted:
+        print(f"real-step budget of {cfg.real_step_budget} used up after {state.iteration} iterations")
+
+
+def _check_inputs(cfg: TrainConfig, resume: bool) -> None:
+    """Start-up checks of what the run reads and writes, before any model loads (cheap: JSON, YAML, file headers,
+    streamed records): the run folder can be written and, resumed, was this family's and algorithm's run; the
+    policy to start from and the experience model are of this family; every trajectory file the run trains on or
+    draws from reads to its last record, each record of this family. Raises ValueError naming the problem."""
+    output_path(cfg.resolved_run_dir(), "folder")
+    if resume:
+        found = provenance.of_run_dir(cfg.resolved_run_dir())
+        if found is not None:  # --resume continues this run's config.yaml and metrics.jsonl: one run per folder
+            provenance.require(found, family=cfg.env, algo=cfg.algo)
+    if cfg.init:
+        found_init = provenance.of_model_folder(cfg.init)
+        if found_init is not None:
+            provenance.require(found_init, family=cfg.env)
+    if cfg.dream.em and cfg.mode != "real":
+        provenance.require(provenance.of_em_checkpoint(cfg.dream.em), family=cfg.env)
+    files = [cfg.data if cfg.algo in OFFLINE_ALGOS else "", cfg.real_task_pool,
+             cfg.dream.em_data if cfg.mode != "real" else "",
+             cfg.dream.task_pool if cfg.mode != "real" and cfg.dream.task_pool not in ("all", "data") else ""]
+    for path in dict.fromkeys(f for f in files if f):
+        provenance.check_trajectories(path, cfg.env)
+
+
+def _check_checkpoint(ckpt: Path, cfg: TrainConfig) -> None:
+    """The checkpoint `--resume` loads was written by this family's run of this algorithm, with the kind of weights
+    `model.lora` asks for when it is set."""
+    kind = None if cfg.model.lora is None else "lora" if cfg.model.lora else "full"
+    provenance.require(provenance.of_trainer_checkpoint(ckpt), family=cfg.env, algo=cfg.algo, model_kind=kind)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,13 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
     parser.add_argument("--resume", action="store_true", help="continue from <run_dir>/checkpoint when it exists")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. grpo.group_size=8 optim.lr=1e-4")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. group_size=8 optim.lr=1e-4")
     args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides)
     overrides += [f"algo={args.algo}"] if args.algo else []
     overrides += [f"env={args.env}"] if args.env else []
     try:
         cfg = load_config(TrainConfig, args.config, overrides)
+        _check_inputs(cfg, args.resume)
         from dreamgym.envs import family
 
         fam: EnvFamily = family(cfg.env)
@@ -212,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         distributed.barrier("opening the checkpoint")
         if args.resume and not distributed.is_main():
             ckpt = resumable_checkpoint(cfg.resolved_run_dir() / "checkpoint")
+        if ckpt is not None:
+            _check_checkpoint(ckpt, cfg)
     except (ValueError, OSError, ImportError, CheckpointError) as e:
         return fail("train", e)
     run_dir = cfg.resolved_run_dir()
@@ -235,31 +272,39 @@ def main(argv: list[str] | None = None) -> int:
             backend = build_backend(cfg, cfg.init)
         except PresetError as e:  # a Hugging Face id that cannot be fetched is known only now
             return fail("train", ConfigError("init" if cfg.init else "model.preset", str(e)))
+        # The run's one real-step budget and iteration count (an offline run spends none and counts epochs).
+        state = RunState.new(cfg.real_step_budget)
         trainer: Trainer
         fit: Callable[[], object]
         if cfg.algo in ONLINE_ALGOS:
-            online = build_online_trainer(backend, cfg, cfg.online_config(), logger=logger)
-            trainer, fit = online, lambda: _train_online(online, fam, pool, cfg, run_dir, logger, evaluation, progress)
+            online = build_online_trainer(backend, cfg, cfg.online_config())
+            trainer, fit = online, lambda: _train_online(online, state, fam, pool, cfg, run_dir, logger, evaluation,
+                                                         progress)
+            run_state: Callable[[], dict[str, Any]] = state.state_dict
         else:
             offline = build_offline_trainer(backend, cfg, cfg.offline_config(), logger=logger,
                                             admissible_fn=fam.admissible_from_state)
             trainer, fit = offline, lambda: train_offline(offline, _demonstrations(cfg, run_dir),
                                                           save_every=cfg.save_every,
                                                           checkpoint=run_dir / "checkpoint", progress=progress)
+            run_state = lambda: {"iteration": offline.iteration}  # noqa: E731 - the fit loop keeps its epoch
+
+        def iteration() -> int:
+            return int(run_state()["iteration"])
+
         if ckpt is not None:
-            trainer.load(ckpt)
-            print(f"resumed from {ckpt} at iteration {trainer.iteration}, step {trainer.global_step}")
+            state.load_state_dict(trainer.load(ckpt))
+            print(f"resumed from {ckpt} at iteration {iteration()}, step {trainer.global_step}")
         if args.resume and logger is not None:
-            # Rows logged after the checkpoint are redone now: drop them (online trainers log per iteration, offline
+            # Rows logged after the checkpoint are redone now: drop them (online runs log per iteration, offline
             # ones per optimiser step).
-            logger.resume(None if ckpt is None else
-                          trainer.iteration if cfg.algo in ONLINE_ALGOS else trainer.global_step)
-        before = evaluation(backend, "start", trainer.iteration) \
-            if cfg.eval_at_start and trainer.iteration == 0 and trainer.global_step == 0 else None
+            logger.resume(None if ckpt is None else iteration() if cfg.algo in ONLINE_ALGOS else trainer.global_step)
+        before = evaluation(backend, "start", iteration()) \
+            if cfg.eval_at_start and iteration() == 0 and trainer.global_step == 0 else None
         fit()
-        trainer.save(run_dir / "checkpoint")
-        trainer.save(run_dir / "final")
-        after = evaluation.recorded_at(trainer.iteration) or evaluation(backend, "final", trainer.iteration)
+        trainer.save(run_dir / "checkpoint", run_state())
+        trainer.save(run_dir / "final", run_state())
+        after = evaluation.recorded_at(iteration()) or evaluation(backend, "final", iteration())
     finally:
         if logger is not None:
             logger.close()
@@ -268,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         distributed.shutdown()
         return 0
     summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
-               "real_steps_used": trainer.budget.used, "iterations": trainer.iteration,
+               "real_steps_used": state.budget.used, "iterations": iteration(),
                "optimizer_steps": trainer.global_step, "final": after.to_dict(),
                "start": before.to_dict() if before is not None else None, "machine": machine_info()}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))

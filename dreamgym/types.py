@@ -29,6 +29,21 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _typed(d: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """`d[name]` (`default` when absent or null, if the field has one), refused with a TypeError naming the field
+    when it is not a `kind`: a record with a number for an action or "no" for a flag would otherwise load, and fail
+    (or mean something else) only deep inside training."""
+    value = d.get(name)
+    if value is None and default is not None:
+        return default
+    if kind is bool and isinstance(value, int) and value in (0, 1):  # 0/1 from tools that write flags as numbers
+        return bool(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise TypeError(f"field {name!r} must be of type {names}, got {type(value).__name__}")
+    return value
+
+
 @dataclass
 class Task:
     """One thing the agent is asked to do.
@@ -53,6 +68,8 @@ class Task:
         missing = [k for k in ("id", "env", "instruction") if k not in d]
         if missing:  # a silent default would turn a broken record into a task with id {}
             raise KeyError(f"task record lacks required field(s) {', '.join(missing)}")
+        for name in ("id", "env", "instruction"):
+            _typed(d, name, str)
         return cls(**{f.name: d.get(f.name, f.default if f.default is not dataclasses.MISSING else {})
                       for f in dataclasses.fields(cls)})
 
@@ -75,6 +92,11 @@ class Step:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Step:
+        for name in ("state", "action"):
+            _typed(d, name, str)
+        for name in ("terminated", "truncated"):
+            _typed(d, name, bool)
+        _typed(d, "reward", (int, float))
         return cls(state=d["state"], action=d["action"], reward=float(d["reward"]),
                    terminated=bool(d["terminated"]), truncated=bool(d["truncated"]),
                    next_state=d.get("next_state", ""), info=dict(d.get("info") or {}),
@@ -110,6 +132,9 @@ class Trajectory:
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         if d.get("source", "real") not in ("real", "synthetic"):
             raise ValueError(f"trajectory source must be 'real' or 'synthetic', got {d.get('source')!r}")
+        _typed(d, "won", bool, False)
+        if not isinstance(d["steps"], list):
+            raise TypeError(f"field 'steps' must be a list, got {type(d['steps']).__name__}")
         return cls(task=Task.from_dict(d["task"]), steps=[Step.from_dict(s) for s in d["steps"]],
                    source=d.get("source", "real"), seed=d.get("seed"), policy=d.get("policy", ""),
                    policy_version=str(d.get("policy_version", "")), initial_state=d.get("initial_state", ""),

@@ -26,6 +26,7 @@ dream 0.789 [0.724, 0.842] vs real 0.739 [0.670, 0.798] (3,091 real steps). See 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -33,15 +34,15 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.config import load_config
+from dreamgym.budget import RealStepBudget
+from dreamgym.config import apply_overrides, load_config, validate_config
 from dreamgym.data import load_trajectories
-from dreamgym.dream import DreamConfig, DreamWorld, train_dream
+from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import dial
 from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
-from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer, train_real
-from dreamgym.recipe import ENV_DEFAULTS
-from dreamgym.rollout import RealStepBudget
-from dreamgym.train import TrainConfig
+from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer
+from dreamgym.recipe import env_train_config
+from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
 
 
 def main() -> None:
@@ -59,8 +60,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     run, out = Path(args.run), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = [f"seed={args.seed}", "env=dial", "tensorboard=false", *ENV_DEFAULTS["dial"]["train"]]
-    cfg = load_config(TrainConfig, None, [*base, "algo=sft", "sft.batch_size=16", "optim.lr=1e-3"])
+    base = env_train_config("dial", seed=args.seed, tensorboard=False)
+    cfg = apply_overrides(base, ["algo=sft", "sft.batch_size=16", "optim.lr=1e-3"])
     test_cfg = EvalConfig(temperature=1.0, sample_seed=args.seed, agent=cfg.agent, rollout=cfg.rollout)
 
     def test(backend):
@@ -89,30 +90,33 @@ def main() -> None:
                          "wall_s": time.time() - t0, **test(backend).to_dict()}}
     print("start:", json.dumps(results["start"]), flush=True)
 
-    rl = [*base, "algo=grpo", "grpo.epochs=2", "grpo.minibatches=2", "grpo.group_size=8",
-          "grpo.tasks_per_iteration=8", "optim.lr=2e-4"]
+    rl = dataclasses.replace(base, algo="grpo", grpo=dataclasses.replace(base.grpo, epochs=2, minibatches=2),
+                             group_size=8, tasks_per_iteration=8, optim=dataclasses.replace(base.optim, lr=2e-4))
 
     # 2a. GRPO inside the experience model: zero real steps.
     t0 = time.time()
-    gcfg = load_config(TrainConfig, None, [*rl, "mode=dream", f"dream.em={run / 'em'}"])
+    gcfg = dataclasses.replace(rl, mode="dream", dream=dataclasses.replace(rl.dream, em=str(run / "em")))
+    validate_config(gcfg)
     be = build_backend(gcfg, str(out / "start"))
-    trainer = build_online_trainer(be, gcfg, gcfg.grpo, budget=RealStepBudget(0))
+    trainer = build_online_trainer(be, gcfg, gcfg.grpo)
     world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={run / 'em'}"]), out / "dream", args.seed)
-    train_dream(trainer, world, iterations=args.iterations, tasks_per_iteration=8, algo="grpo",
-                run_dir=out / "dream", logger=None, progress=False)
-    trainer.save(out / "dream" / "final")
-    results["dream"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
+    state = RunState(RealStepBudget(0))
+    train(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings.of(gcfg, progress=False))
+    trainer.save(out / "dream" / "final", state.state_dict())
+    results["dream"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("dream:", json.dumps(results["dream"]), flush=True)
 
     # 2b. GRPO in the real dial, same iterations, every step counted.
     t0 = time.time()
-    rcfg = load_config(TrainConfig, None, [*rl, f"iterations={args.iterations}", "save_every=0"])
+    rcfg = dataclasses.replace(rl, iterations=args.iterations, save_every=0)
+    validate_config(rcfg)
     be = build_backend(rcfg, str(out / "start"))
-    trainer = build_online_trainer(be, rcfg, rcfg.grpo, budget=RealStepBudget(None))
-    train_real(trainer, dial, dial.tasks("train"), iterations=rcfg.iterations,
-               tasks_per_iteration=rcfg.grpo.tasks_per_iteration, seed=rcfg.seed, label="real grpo", progress=False)
-    trainer.save(out / "real" / "final")
-    results["real"] = {"real_steps": trainer.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
+    trainer = build_online_trainer(be, rcfg, rcfg.grpo)
+    state = RunState(RealStepBudget(None))
+    train(trainer, [Phase(RealWorld(dial, rcfg.seed), rcfg.iterations)], state,
+          LoopSettings.of(rcfg, progress=False))
+    trainer.save(out / "real" / "final", state.state_dict())
+    results["real"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)
 
     s = results["start"]

@@ -34,15 +34,15 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.config import load_config
+from dreamgym.config import apply_overrides, load_config
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
 from dreamgym.envs import family
+from dreamgym.episode import rollout_metrics
 from dreamgym.fidelity import token_f1
 from dreamgym.loops import build_backend
-from dreamgym.recipe import ENV_DEFAULTS
-from dreamgym.rollout import rollout_metrics, run_rollouts
-from dreamgym.train import TrainConfig
+from dreamgym.recipe import env_train_config
+from dreamgym.rollout import run_rollouts
 
 
 def main() -> None:
@@ -70,8 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     fam = family(args.env)
-    cfg = load_config(TrainConfig, None, [f"env={args.env}", *ENV_DEFAULTS.get(args.env, {}).get("train", []),
-                                          *args.overrides])
+    cfg = apply_overrides(env_train_config(args.env), args.overrides)
     dream = [f"em={args.em}"] + ([f"em_data={args.data}"] if args.data else [])
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
         em_overrides = ([f"temperature={args.em_temperature}"] if args.em_temperature is not None else []) \
@@ -82,9 +81,9 @@ def main() -> None:
         backend = build_backend(cfg, args.policy)
         tasks = played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
-        episodes = run_rollouts(backend, world.env_factory(), tasks, config=cfg.rollout, agent=cfg.agent,
+        episodes = run_rollouts(backend, world.envs(""), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
-    parse = getattr(fam, "parse_state", None) or (lambda s: s.strip())
+    parse = str.strip
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = noops_real = 0
     wrong_lines: collections.Counter = collections.Counter()  # which line of the state the dream got wrong
@@ -152,9 +151,9 @@ def _self_consistent_wins(fam, episodes: list) -> tuple[int, int] | None:
     can put the target elsewhere than the real game did). What it must not do is credit one its own states
     contradict: (credited wins that the family's reward rule, `grounded_outcome`, also grants on the dream's last
     step, credited wins), or None for a family without a rule."""
-    rule = getattr(fam, "grounded_outcome", None)
-    if rule is None:
+    if not fam.hooks.grounds_outcomes:
         return None
+    rule = fam.hooks.grounded_outcome
     wins = [e for e in episodes if e.won]
     ok = 0
     for e in wins:

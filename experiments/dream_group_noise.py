@@ -124,7 +124,7 @@ def real_groups(fam: Any, tasks: list, group: int, policy: str, seed: int, epsil
 def replay_real(fam: Any, tasks: list, groups: list[list[dict[str, Any]]]) -> None:
     """Adds `real_reward` to every member (its actions replayed in the real game from the seed-0 reset) and
     `diverged_at` (index of the first step whose real observation differs from the dream's; None if none did)."""
-    observe = getattr(fam, "model_observation", lambda s: s.strip())
+    observe = fam.hooks.model_observation if fam.hooks.writes_observations else str.strip
     env = fam.make_env("train")
     for task, g in zip(tasks, groups):
         for m in g:

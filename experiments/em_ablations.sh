@@ -17,7 +17,7 @@ mkdir -p "$OUT"
     --split test --seed 7 --out "$OUT/heldout.jsonl"
 for switch in retrieval reasoning history; do
     "$DG" train-em --env "$ENV" --data "$DATA" --preset tiny --out "$OUT/no-$switch" batch_size=8 max_steps=1600 \
-        threads=1 model.embedder=hashing "model.use_$switch=false" "$@"
+        threads=1 em.embedder=hashing "em.use_$switch=false" "$@"
 done
 "$DG" eval-em --env "$ENV" --model "$FULL" --model "$OUT/no-retrieval" --model "$OUT/no-reasoning" \
     --model "$OUT/no-history" --data "$OUT/heldout.jsonl" --out "$OUT/fidelity.json" --batch-size 16

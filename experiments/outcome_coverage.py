@@ -36,9 +36,9 @@ def main() -> None:
     for tr in trajs:
         state = tr.initial_state
         for st in tr.steps:
-            key = fam.hidden_outcome_key(tr.task, state, st.action)
+            key = fam.hooks.hidden_outcome_key(tr.task, state, st.action)
             if key is not None:
-                table.setdefault(key, fam.model_observation(st.next_state))
+                table.setdefault(key, fam.hooks.model_observation(st.next_state))
             state = st.next_state
     tasks = list({t.task.id: t.task for t in trajs}.values())
     print(f"{len(trajs)} data episodes, {sum(len(t.steps) for t in trajs)} steps, {len(table)} keys, "
@@ -55,15 +55,15 @@ def main() -> None:
             while True:
                 state, action = info["abstract_state"], pol.act(obs, info)
                 obs, _, term, trunc, info = env.step(action)
-                real = fam.model_observation(info["abstract_state"])
-                key = fam.hidden_outcome_key(task, state, action)
-                derived = fam.determined_outcome(task, state, action)
+                real = fam.hooks.model_observation(info["abstract_state"])
+                key = fam.hooks.hidden_outcome_key(task, state, action)
+                derived = fam.hooks.determined_outcome(task, state, action)
                 if key is not None and key in table:
                     counts["copied"] += 1
                     counts["copy_wrong"] += table[key] != real
                 elif derived is not None:
                     counts["derived"] += 1
-                    counts["derive_wrong"] += fam.model_observation(fam.state_after(state, derived)) != real
+                    counts["derive_wrong"] += fam.hooks.model_observation(fam.hooks.state_after(state, derived)) != real
                 elif key is not None:
                     counts["hidden_unrecorded"] += 1
                 elif term:

@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+from dreamgym.metric_names import current_row
+
 
 def read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
@@ -29,9 +31,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def train_curve(run: Path) -> list[tuple[int, float]]:
-    """(iteration, training-episode success) from the trainer's per-iteration rows (those with `success_rate`)."""
-    return [(int(r["step"]), float(r["success_rate"])) for r in read_jsonl(run / "metrics.jsonl")
-            if "success_rate" in r and "episodes" in r]
+    """(iteration, training-episode success) from the run loop's per-iteration rows (those with
+    `rollout/success_rate`; a run logged before the metric namespaces is read under today's names)."""
+    rows = [current_row(r) for r in read_jsonl(run / "metrics.jsonl")]
+    return [(int(r["step"]), float(r["rollout/success_rate"])) for r in rows if "rollout/success_rate" in r]
 
 
 def main() -> None:

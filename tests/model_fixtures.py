@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -213,6 +214,7 @@ def em_probe_score(model: Any) -> dict[str, Any]:
 def build_em() -> Path:
     """Train the EM fixture (under $DREAMGYM_CACHE/test-artifacts, resumable) and pack it."""
     from dreamgym.experience.config import ExperienceModelConfig
+    from dreamgym.trainers.common import ModelConfig
     from dreamgym.experience.train import TrainEMConfig, train
 
     t0 = time.perf_counter()
@@ -222,11 +224,13 @@ def build_em() -> Path:
     data = root / f"{out.name}.jsonl"
     digest = em_training_data(data)
     if not (out / "train_summary.json").is_file():
-        cfg = TrainEMConfig(env="dial", data=str(data), preset="tiny", out=str(out), resume=True,
-                            model=ExperienceModelConfig(k=s["k"], history=s["history"], embedder=s["embedder"],
-                                                        use_reasoning=s["use_reasoning"]),
-                            max_steps=s["max_steps"], batch_size=s["batch_size"], lr=s["lr"], threads=s["threads"],
-                            warmup_steps=s["warmup_steps"], log_every=50, save_every=200)
+        cfg = TrainEMConfig(env="dial", data=str(data), model=ModelConfig(preset="tiny"), out=str(out), resume=True,
+                            em=ExperienceModelConfig(k=s["k"], history=s["history"], embedder=s["embedder"],
+                                                     use_reasoning=s["use_reasoning"]),
+                            max_steps=s["max_steps"], batch_size=s["batch_size"], threads=s["threads"],
+                            optim=dataclasses.replace(TrainEMConfig().optim, lr=s["lr"],
+                                                      warmup_steps=s["warmup_steps"]),
+                            log_every=50, save_every=200)
         train(cfg)
     # The optimizer state in checkpoint/ is what resuming needs; the tests load the model only.
     files = [(f, str(f.relative_to(out))) for f in sorted(out.rglob("*"))

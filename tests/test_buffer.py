@@ -1,5 +1,5 @@
 """Replay buffer: persistence and crash recovery (incl. SIGKILL), dedup, eviction, filters, retrieval, MMR,
-numpy vs faiss."""
+numpy vs faiss through the buffer (the index alone: test_vector_index.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from dreamgym.buffer import BufferOpenError, ReplayBuffer, VectorIndex, content_hash, mmr_select
+from dreamgym.buffer import BufferOpenError, ReplayBuffer, content_hash
 from dreamgym.collect import collect
 from dreamgym.data import read_jsonl
 from dreamgym.embed import HashingEmbedder, text_of
 from dreamgym.types import Task, Transition
+from dreamgym.vector_index import VectorIndex
 
 WORDS = ("red blue green shirt shoe mug apple cabinet drawer sink fridge size large small cotton wool "
          "search click buy back next price option color kitchen table lamp").split()
@@ -166,7 +167,6 @@ def test_mmr_gives_a_more_diverse_set():
 
     assert spread(mmr) < spread(plain) - 0.05 and {t.trajectory_id for t in mmr} & {"f0", "f1", "f2"}
     assert mmr[0].trajectory_id == plain[0].trajectory_id  # the most relevant stays first
-    assert mmr_select(np.ones(2) / np.sqrt(2), np.eye(2, dtype=np.float32), 5, 0.5) in ([0, 1], [1, 0])
 
 
 def test_numpy_and_faiss_agree():
@@ -220,6 +220,19 @@ def test_reopen_reads_stored_embeddings_and_refuses_mismatch(tmp_path):
         ReplayBuffer(tmp_path / "b", HashingEmbedder(dim=32))
 
 
+def test_a_whole_last_line_without_its_newline_is_kept_with_its_embedding(tmp_path):
+    emb, trs = HashingEmbedder(dim=64), random_transitions(5)
+    with ReplayBuffer(tmp_path / "b", emb) as buf:
+        buf.add(trs)
+    lines = tmp_path / "b" / "gen-000000" / "transitions.jsonl"
+    whole = lines.read_bytes()
+    lines.write_bytes(whole[:-1])  # the kill came just before the last newline
+    with ReplayBuffer(tmp_path / "b", emb) as buf:
+        assert len(buf) == 5 and buf.stats()["recovered_torn_bytes"] == 0
+        assert buf.stats()["dropped_orphan_embeddings"] == 0
+    assert lines.read_bytes() == whole
+
+
 def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
     emb = HashingEmbedder(dim=64)
     trs = random_transitions(30)
@@ -232,7 +245,9 @@ def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
         fh.write(b'{"h": "abc", "seed": false, "t": {"task": {"id"')
     with ReplayBuffer(tmp_path / "b", emb) as buf:
         st = buf.stats()
-        assert len(buf) == 20 and st["recovered_torn_bytes"] > 0 and st["dropped_orphan_embeddings"] == 2
+        assert len(buf) == 20 and st["recovered_torn_bytes"] == 47 and st["dropped_orphan_embeddings"] == 2
+        # The torn line is set aside beside the file (the torn-tail rule of dreamgym.jsonl), not dropped.
+        assert (gen / "transitions.jsonl.torn").read_bytes() == b'{"h": "abc", "seed": false, "t": {"task": {"id"\n'
         assert buf.add(trs[20:]) == 10
     lines = (gen / "transitions.jsonl").read_bytes().split(b"\n")
     lines[4] = b"{garbage"
@@ -243,6 +258,7 @@ def test_torn_tail_orphan_rows_and_corrupt_line_are_repaired(tmp_path):
         assert np.allclose(buf.index.vectors, emb.encode([text_of(t) for t in buf.transitions()]), atol=1e-6)
     assert len(list((tmp_path / "b").glob("corrupt-*.jsonl"))) == 1
     assert [p.name for p in (tmp_path / "b").glob("gen-*")] == ["gen-000001"]
+    assert (tmp_path / "b" / "gen-000001" / "transitions.jsonl.torn").is_file()  # compaction keeps what was set aside
 
 
 def test_compaction_keeps_files_small_and_consistent(tmp_path):
@@ -302,17 +318,3 @@ def test_sigkill_mid_write_loses_at_most_the_transition_in_flight(tmp_path):
     assert (path / "gen-000000" / "embeddings.f32").stat().st_size == n * 64 * 4
     lines = (path / "gen-000000" / "transitions.jsonl").read_bytes()
     assert lines.endswith(b"\n") and len([json.loads(x) for x in lines.splitlines()]) == n
-
-
-@pytest.mark.parametrize("chunk_rows", [7, 65536])
-def test_ties_at_the_cut_go_to_the_lowest_rows(chunk_rows):
-    """Which of several equal scores make the top k is decided by row number, not by numpy's selection algorithm
-    (dispatched by CPU): a stored step with many identical-looking neighbours retrieves the same ones everywhere."""
-    from dreamgym.buffer import VectorIndex
-
-    idx = VectorIndex(4, chunk_rows=chunk_rows)
-    e = np.eye(4, dtype=np.float32)
-    idx.add(np.stack([e[1]] * 3 + [e[0]] * 40 + [e[2]] * 5))
-    scores, rows = idx.search(np.stack([e[0], e[2]]), 6)
-    assert rows[0].tolist() == [3, 4, 5, 6, 7, 8] and rows[1, :5].tolist() == [43, 44, 45, 46, 47]
-    assert rows[1, 5] == 0  # the first of the 43 rows tied at cosine 0

@@ -75,3 +75,60 @@ def test_field_docs_and_describe():
 def test_parse_overrides_rejects_missing_equals():
     with pytest.raises(ConfigError):
         parse_overrides(["steps"])
+
+
+def test_renamed_keys_are_refused_naming_the_new_key(tmp_path):
+    from dreamgym.config import renamed
+
+    @renamed({"inner.rate": "inner.lr", "count": "steps"})
+    @dataclass
+    class Renamed(Outer):
+        pass
+
+    for given, old, new in ((["inner.rate=0.5"], "inner.rate", "inner.lr"), (["count=3"], "count", "steps")):
+        with pytest.raises(ConfigError) as e:
+            load_config(Renamed, None, given)
+        assert str(e.value) == f"{old}: renamed to {new}"
+    p = tmp_path / "old.yaml"
+    p.write_text("inner:\n  rate: 0.5\n")
+    with pytest.raises(ConfigError, match=r"^inner\.rate: renamed to inner\.lr$"):
+        load_config(Renamed, p)
+    # Nested, the names carry the prefix of the field the class sits in.
+    @dataclass
+    class Holder:
+        child: Renamed = field(default_factory=Renamed)
+
+    with pytest.raises(ConfigError, match=r"^child\.count: renamed to child\.steps$"):
+        load_config(Holder, None, ["child.count=1"])
+
+
+@dataclass
+class OwnDefaults:
+    inner: Inner = field(default_factory=lambda: Inner(lr=0.5, layers=[9]))
+    """A nested config whose defaults are the parent's own."""
+
+
+def test_a_nested_config_keeps_its_parents_defaults_under_overrides_and_in_describe():
+    cfg = load_config(OwnDefaults, None, ["inner.lr=0.25"])
+    assert cfg.inner == Inner(lr=0.25, layers=[9])
+    assert load_config(OwnDefaults).inner == Inner(lr=0.5, layers=[9])
+    assert "  inner.lr=0.5  Learning rate." in describe(OwnDefaults)
+    assert "  inner.layers=[9]  Sizes." in describe(OwnDefaults)
+
+
+def test_flags_come_after_the_file_and_the_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("steps: 5\nname: file\n")
+    cfg = load_config(Outer, p, ["steps=6"], {"name": "flag"})
+    assert (cfg.steps, cfg.name) == (6, "flag")
+    with pytest.raises(ConfigError, match="^steps: expected an int"):
+        load_config(Outer, p, [], {"steps": "many"})
+
+
+def test_apply_overrides_puts_text_settings_on_a_built_config():
+    from dreamgym.config import apply_overrides
+
+    base = Outer(name="base", inner=Inner(lr=0.5))
+    assert apply_overrides(base, ["steps=3"]) == Outer(name="base", steps=3, inner=Inner(lr=0.5))
+    with pytest.raises(ConfigError, match="^inner.nope: unknown config field"):
+        apply_overrides(base, ["inner.nope=1"])

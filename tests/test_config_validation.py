@@ -81,8 +81,7 @@ def test_every_numeric_field_declares_its_range_and_describe_prints_it():
     _all_configs_reached()
     missing = [f"{cls.__name__}.{name}" for cls, name, f, _ in NUMERIC if "range" not in f.metadata]
     assert missing == []
-    assert "  grpo.group_size=8  G: rollouts per task, all from the same environment seed. (allowed: >= 1)" \
-        in describe(TrainConfig)
+    assert "  grpo.epochs=1  Passes over each rollout batch. (allowed: >= 1)" in describe(TrainConfig)
 
 
 def _inside(rng: Any, integer: bool) -> st.SearchStrategy[Any]:
@@ -173,7 +172,7 @@ def test_any_override_key_is_a_known_field_or_a_config_error(key, value):
 
 @pytest.mark.parametrize("override, field", [
     # counts that would train zero steps, or a negative number of them
-    ("iterations=0", "iterations"), ("grpo.group_size=0", "grpo.group_size"), ("grpo.epochs=-1", "grpo.epochs"),
+    ("iterations=0", "iterations"), ("group_size=0", "group_size"), ("grpo.epochs=-1", "grpo.epochs"),
     ("ppo.minibatches=0", "ppo.minibatches"), ("sft.epochs=0", "sft.epochs"), ("sft.batch_size=0", "sft.batch_size"),
     ("dpo.pairs_per_step=0", "dpo.pairs_per_step"), ("demo_episodes=0", "demo_episodes"),
     ("optim.lr=0", "optim.lr"), ("optim.micro_batch_tokens=0", "optim.micro_batch_tokens"),
@@ -192,10 +191,11 @@ def test_train_config_refuses_values_that_would_train_nothing_or_fail_late(overr
 
 
 @pytest.mark.parametrize("override, field", [
-    ("batch_size=0", "batch_size"), ("epochs=0", "epochs"), ("max_steps=-1", "max_steps"), ("lr=0", "lr"),
+    ("batch_size=0", "batch_size"), ("epochs=0", "epochs"), ("max_steps=-1", "max_steps"),
+    ("optim.lr=0", "optim.lr"), ("model.lora_r=0", "model.lora_r"), ("model.policy_url=http://h:1/v1", "model.policy_url"),
     ("balance_outcomes=0", "balance_outcomes"), ("context_dropout=2", "context_dropout"), ("threads=0", "threads"),
-    ("log_every=0", "log_every"), ("model.k=-1", "model.k"), ("model.top_p=0", "model.top_p"),
-    ("model.max_new_tokens=0", "model.max_new_tokens"), ("model.mmr_lambda=2", "model.mmr_lambda"),
+    ("log_every=0", "log_every"), ("em.k=-1", "em.k"), ("em.top_p=0", "em.top_p"),
+    ("em.max_new_tokens=0", "em.max_new_tokens"), ("em.mmr_lambda=2", "em.mmr_lambda"),
     ("teacher=llm", "teacher"), ("env=nowhere", "env"), ("data=/no/such/file.jsonl", "data"),
 ])
 def test_train_em_config_is_validated(override, field):
@@ -208,8 +208,10 @@ def test_train_em_config_is_validated(override, field):
 @pytest.mark.parametrize("fixture, problem", [
     ("malformed.yaml", r"^.*malformed\.yaml: not valid YAML: line 3, column \d+: "),
     ("not_utf8.yaml", r"^.*not_utf8\.yaml: not UTF-8 text \(byte 0xe9 at offset 20\)$"),
-    ("unknown_key.yaml", r"^grpo\.groupsize: unknown config field \(allowed: .*group_size"),
+    ("unknown_key.yaml", r"^grpo\.epochss: unknown config field \(allowed: .*epochs"),
     ("wrong_type.yaml", r"^eval_at_start: expected a bool, got 'maybe' \(allowed: true or false\)$"),
+    ("duplicate_key.yaml", r"^.*duplicate_key\.yaml: not valid YAML: line 5, column 3: key 'lr' repeated \(first on "
+                           r"line 3\)$"),
     ("not_a_mapping.yaml", r"^.*not_a_mapping\.yaml: the top level of a config file must be a mapping, not a list$"),
     ("missing.yaml", r"^.*missing\.yaml: cannot read the config file \(No such file or directory\)$"),
 ])
@@ -221,9 +223,14 @@ def test_bad_yaml_files_are_one_config_error_naming_the_file_or_field(fixture, p
 
 # ------------------------------------------------------------------------------------------------ named files
 def _checkpoint_dir(tmp: Path, **model: Any) -> Path:
-    """An experience-model checkpoint's layout (em_config.json, model/) without weights: all a config check reads."""
+    """An experience-model checkpoint's layout (em_config.json, model/ with one small whole weights file): all a
+    config check reads."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
     root = tmp / "em"
     (root / "model").mkdir(parents=True, exist_ok=True)
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(root / "model" / "model.safetensors"))
     (root / "em_config.json").write_text(json.dumps({"env": "dial", "preset": "tiny", "model": {"k": 2, **model}}))
     return root
 
@@ -280,3 +287,85 @@ def test_removed_knobs_old_checkpoints_load_when_default_and_are_refused_otherwi
         em = _checkpoint_dir(tmp_path / key, **{key: value})
         with pytest.raises(ConfigError, match=f"^dream\\.em: model\\.{key}: "):
             load_config(TrainConfig, None, ["mode=dream", f"dream.em={em}"])
+
+
+# ------------------------------------------------------------------------------------------------ each knob once
+@pytest.mark.parametrize("cls, old, new", [
+    (TrainConfig, "grpo.group_size", "group_size"), (TrainConfig, "ppo.episodes_per_task", "group_size"),
+    (TrainConfig, "grpo.tasks_per_iteration", "tasks_per_iteration"),
+    (TrainConfig, "ppo.tasks_per_iteration", "tasks_per_iteration"),
+    (TrainEMConfig, "model.k", "em.k"), (TrainEMConfig, "model.embedder", "em.embedder"),
+    (TrainEMConfig, "lora_r", "model.lora_r"), (TrainEMConfig, "preset", "model.preset"),
+    (TrainEMConfig, "lr", "optim.lr"), (TrainEMConfig, "warmup_steps", "optim.warmup_steps"),
+])
+def test_a_renamed_key_is_refused_in_one_line_naming_the_new_key(cls, old, new):
+    with pytest.raises(ConfigError) as e:
+        load_config(cls, None, [f"{old}=2"])
+    assert str(e.value) == f"{old}: renamed to {new}"
+
+
+def test_one_group_size_drives_grpo_and_ppo():
+    from dreamgym.run import LoopSettings
+
+    for algo in ("grpo", "ppo"):
+        cfg = load_config(TrainConfig, None, [f"algo={algo}", "group_size=3", "tasks_per_iteration=5"])
+        settings = LoopSettings.of(cfg)
+        assert (settings.group_size, settings.tasks_per_iteration) == (3, 5)
+    assert not {"group_size", "episodes_per_task", "tasks_per_iteration"} & {
+        f.name for c in (TrainConfig().grpo, TrainConfig().ppo) for f in dataclasses.fields(c)}
+
+
+def test_an_old_run_folders_config_yaml_is_refused_naming_the_renamed_key(tmp_path):
+    """config.yaml as `dreamgym train` wrote it before the group size was one field: loading it again (--config) is
+    refused at start-up, naming the new key, in one line with exit code 2."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    old = dataclasses.asdict(TrainConfig())
+    old["grpo"] = {**old["grpo"], "group_size": 4, "tasks_per_iteration": 3}
+    del old["group_size"], old["tasks_per_iteration"]
+    (tmp_path / "run").mkdir()
+    saved = tmp_path / "run" / "config.yaml"
+    saved.write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"^grpo\.group_size: renamed to group_size$"):
+        load_config(TrainConfig, saved)
+    proc = subprocess.run([sys.executable, "-m", "dreamgym.cli", "train", "--config", str(saved)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr == "dreamgym train: grpo.group_size: renamed to group_size\n"
+    old_em = {"env": "dial", "preset": "tiny", "model": {"k": 2}, "lr": 0.001}
+    (tmp_path / "em.yaml").write_text(yaml.safe_dump(old_em))
+    with pytest.raises(ConfigError, match=r"^model\.k: renamed to em\.k$"):
+        load_config(TrainEMConfig, tmp_path / "em.yaml")
+
+
+def test_train_em_takes_trains_model_and_optim_fields_with_its_own_defaults():
+    from dreamgym.config import describe
+    from dreamgym.trainers.common import ModelConfig, OptimConfig
+
+    cfg = load_config(TrainEMConfig, None, ["model.lora=true", "model.lora_r=8", "optim.lr=1e-4", "em.k=3"])
+    assert isinstance(cfg.model, ModelConfig) and isinstance(cfg.optim, OptimConfig)
+    assert (cfg.model.lora, cfg.model.lora_r, cfg.em.k) == (True, 8, 3)
+    # train-em's own optimiser defaults survive an override of one field
+    assert (cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.optim.beta2, cfg.optim.micro_batch_tokens,
+            cfg.optim.min_lr_ratio) == (1e-4, 30, "cosine", 0.98, 8192, 0.1)
+    assert load_config(TrainEMConfig).optim.lr is None  # by the kind of training
+    assert load_config(TrainEMConfig).optim.resolved(lora=True).lr == 2e-4
+    assert load_config(TrainEMConfig).optim.resolved(lora=False).lr == 1e-3
+    assert load_config(TrainConfig).optim.resolved(lora=True).lr == 1e-5  # a set rate is kept
+    assert "  optim.warmup_steps=30  " in describe(TrainEMConfig) and "  optim.warmup_steps=0  " in describe(TrainConfig)
+    names = {ln.split("=")[0].strip() for ln in describe(TrainEMConfig).splitlines()}
+    assert {"model.preset", "model.lora_r", "optim.lr", "em.k"} <= names
+    assert not {"preset", "lora_r", "lr", "model.k"} & names
+    with pytest.raises(ConfigError, match=r"^model\.policy_url: train-em samples no rollouts"):
+        load_config(TrainEMConfig, None, ["model.lora=true", "model.policy_url=http://h:1/v1"])
+
+
+def test_a_recipe_refuses_the_group_size_in_its_train_overrides():
+    with pytest.raises(ConfigError, match=r"^train_overrides: group_size is the recipe's own field group_size"):
+        load_config(QuickstartConfig, None, ["train_overrides=[group_size=4]"])
+    with pytest.raises(ConfigError, match=r"^train_overrides: grpo\.group_size: renamed to group_size$"):
+        load_config(TableConfig, None, ["train_overrides=[grpo.group_size=4]"])
+    with pytest.raises(ConfigError, match=r"^em_overrides: lora_r: renamed to model\.lora_r$"):
+        load_config(TableConfig, None, ["em_overrides=[lora_r=4]"])

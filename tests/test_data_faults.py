@@ -264,6 +264,18 @@ def test_a_damaged_curriculum_log_line_names_file_and_line(tmp_path, line, posit
 
 # ------------------------------------------------------------------------------------------------ commands
 
+def _em_layout(em):
+    """A checkpoint that passes eval-em's start-up check: em_config.json and one small whole weights file (its
+    weights are never read as a model)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    (em / "model").mkdir(parents=True, exist_ok=True)
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(em / "model" / "model.safetensors"))
+    (em / "em_config.json").write_text('{"env": "dial", "model": {}}')
+    return em
+
+
 def test_eval_em_refuses_an_empty_held_out_file_naming_it(tmp_path, capsys):
     """An empty held-out file used to give a fidelity report of zeros; now the command stops with exit code 2 and
     names the file, before any checkpoint or model is read."""
@@ -271,9 +283,7 @@ def test_eval_em_refuses_an_empty_held_out_file_naming_it(tmp_path, capsys):
 
     held = tmp_path / "held.jsonl"
     held.write_bytes(b"")
-    em = tmp_path / "em"  # a checkpoint that passes the start-up check (its weights are never read)
-    (em / "model").mkdir(parents=True)
-    (em / "em_config.json").write_text('{"env": "dial", "model": {}}')
+    em = _em_layout(tmp_path / "em")
     assert main(["--env", "dial", "--model", str(em), "--data", str(held)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dreamgym eval-em: --data: ") and str(held) in err and "holds no trajectories" in err
@@ -299,9 +309,7 @@ def damaged_parquet_files(folder) -> dict[str, object]:
 
 
 def _commands(data, tmp) -> dict[str, list[str]]:
-    em = tmp / "em"  # a checkpoint that passes eval-em's start-up check (its weights are never read)
-    (em / "model").mkdir(parents=True, exist_ok=True)
-    (em / "em_config.json").write_text('{"env": "dial", "model": {}}')
+    em = _em_layout(tmp / "em")
     common = ["--env", "dial", "--no-progress"]
     return {
         "train-em": ["train-em", "--env", "dial", "--data", str(data), "--out", str(tmp / "out-em")],

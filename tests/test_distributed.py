@@ -100,10 +100,10 @@ def test_two_ranks_train_the_experience_model_as_one_process(tmp_path):
 
     write_jsonl(tmp_path / "data.jsonl", dial_trajectories(12))
     args = ["train-em", "--data", str(tmp_path / "data.jsonl"), "env=dial", "max_steps=4", "batch_size=8",
-            "model.embedder=hashing", "threads=1", "task_writing=0", "micro_batch_tokens=1024"]
+            "em.embedder=hashing", "threads=1", "task_writing=0", "optim.micro_batch_tokens=1024"]
     _run(args + [f"out={tmp_path / 'one'}"], 1, tmp_path)
     _run(args + [f"out={tmp_path / 'two'}"], 2, tmp_path)
-    _run(args + [f"out={tmp_path / 'sharded'}", "fsdp=true"], 2, tmp_path)  # FSDP2: dreamgym/fsdp.py
+    _run(args + [f"out={tmp_path / 'sharded'}", "model.fsdp=true"], 2, tmp_path)  # FSDP2: dreamgym/fsdp.py
     base = {k: v.float() for k, v in load_preset("tiny", device="cpu")[0].state_dict().items()}
     one, two = _weights(tmp_path / "one" / "model"), _weights(tmp_path / "two" / "model")
     _assert_same(one, two, {k: base[k] for k in one})
@@ -134,23 +134,24 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     """Two GRPO iterations from a warm SFT start: the same rollouts (each iteration's metrics agree) and the same
     weights with one and two ranks. Then rank 1 is killed after its rollouts in iteration 2: the job stops naming
     the rank, the checkpoint of iteration 1 loads, and --resume finishes the run."""
-    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
     start = _weights(warm_dir)
 
-    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
-            "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false",
+    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "group_size=4",
+            "tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false",
             f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     _run(grpo + [f"run_dir={tmp_path / 'g1'}"], 1, tmp_path)
     _run(grpo + [f"run_dir={tmp_path / 'g2'}"], 2, tmp_path)
-    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "rollout/episodes" in (r := json.loads(line))]
             for g in ("g1", "g2")]
     assert len(rows[0]) == len(rows[1]) == 2
     for r1, r2 in zip(*rows):
-        for k in ("success_rate", "mean_reward", "gen_tokens", "samples", "groups", "zero_variance_groups",
-                  "real_steps_used", "optimizer_steps", "loss"):
+        for k in ("rollout/success_rate", "rollout/mean_reward", "rollout/gen_tokens", "losses/samples",
+                  "losses/groups", "losses/zero_variance_groups", "rollout/real_steps_used",
+                  "losses/optimizer_steps", "losses/loss"):
             assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
-    assert sum(r["optimizer_steps"] for r in rows[0]) > 0  # the update ran
+    assert sum(r["losses/optimizer_steps"] for r in rows[0]) > 0  # the update ran
     # The evaluation, split between the ranks, plays the same episodes as one process.
     evals = [[json.loads(line) for line in (tmp_path / g / "eval.jsonl").open()] for g in ("g1", "g2")]
     assert [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[0]] == \
@@ -161,7 +162,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     # Rank 1 dies between its rollouts and the update of iteration 2.
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "rank 1" in out or "rank: 1" in out, out[-3000:]
@@ -187,8 +188,8 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, warm_dir):
                                            for p in ("expert", "random", "random")])
     policy = [f"init={warm_dir}", "agent.show_admissible=false",
               f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
-    jobs = {"ppo": ["train", "--algo", "ppo", *TRAIN, *policy, "iterations=1", "ppo.tasks_per_iteration=5",
-                    "ppo.episodes_per_task=2", "ppo.epochs=2", "ppo.minibatches=2"],
+    jobs = {"ppo": ["train", "--algo", "ppo", *TRAIN, *policy, "iterations=1", "tasks_per_iteration=5",
+                    "group_size=2", "ppo.epochs=2", "ppo.minibatches=2"],
             "dpo": ["train", "--algo", "dpo", *TRAIN, *policy, f"data={tmp_path / 'pairs.jsonl'}", "dpo.epochs=1",
                     "dpo.pairs_per_step=4"]}
     for name, args in jobs.items():
@@ -216,7 +217,7 @@ def test_two_ranks_dream_with_one_buffer_owner(tmp_path, warm_dir):
     em = trained_dial_model()
     run = tmp_path / "dream"
     _run(["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "mode=dream", f"dream.em={em}",
-          "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2", "grpo.tasks_per_iteration=4",
+          "dream.iterations=2", "dream.curriculum.n_seeds=1", "group_size=2", "tasks_per_iteration=4",
           "agent.show_admissible=false", f"agent.system_prompt={DIAL_AGENT.system_prompt}", "rollout.max_turns=4",
           f"run_dir={run}"], 2, tmp_path)
     summary = json.loads((run / "summary.json").read_text())

@@ -27,6 +27,7 @@ COMMAND_LINE = re.compile(r"^#.*\bdreamgym ([\w-]+) (?:--resume )?(?:--[\w-]+ \S
 
 def config_classes() -> dict[str, type]:
     """The config class each command that takes `--config` builds."""
+    from dreamgym.envserve.server import EnvServerConfig
     from dreamgym.evaluate import EvalConfig
     from dreamgym.experience.train import TrainEMConfig
     from dreamgym.recipe import QuickstartConfig
@@ -34,7 +35,7 @@ def config_classes() -> dict[str, type]:
     from dreamgym.train import TrainConfig
 
     return {"quickstart": QuickstartConfig, "table": TableConfig, "train": TrainConfig, "train-em": TrainEMConfig,
-            "eval": EvalConfig}
+            "eval": EvalConfig, "serve-env": EnvServerConfig}
 
 
 def command_of(path: Path) -> str:

@@ -1,3 +1,5 @@
+import random
+
 import gymnasium
 import pytest
 
@@ -17,6 +19,17 @@ def test_dial_registered_with_gymnasium():
     obs, info = env.reset(seed=3)
     assert "The dial shows" in obs and info["admissible_actions"] == ["turn up", "turn down", "submit"]
     check_env(env.unwrapped)
+
+
+def test_a_reset_without_a_seed_continues_from_the_last_seeded_one():
+    """Gymnasium's seeding: reset(seed=s) then reset() repeats; the task a seed picks is the one it always picked."""
+    env = DialEnv()
+    first = [env.reset(seed=123)[1]["task"].id, env.reset()[1]["task"].id, env.reset()[1]["task"].id]
+    again = [env.reset(seed=123)[1]["task"].id, env.reset()[1]["task"].id, env.reset()[1]["task"].id]
+    assert first == again and len(set(first)) > 1
+    tasks = make_tasks("train")
+    assert [env.reset(seed=s)[1]["task"] for s in range(5)] == [tasks[random.Random(s).randrange(len(tasks))]
+                                                               for s in range(5)]
 
 
 def test_dial_expert_wins_and_wrong_submit_loses():
@@ -54,6 +67,13 @@ class _Nondeterministic(DialEnv):
         return super()._reset(next(self._counter), options)
 
 
+class _UnseededReset(DialEnv):
+    """Deliberately broken as a Gymnasium env: a reset without a seed draws from a generator no seed reaches."""
+
+    def reset(self, *, seed=None, options=None):
+        return super().reset(seed=seed if seed is not None else random.randrange(2**31), options=options)
+
+
 class _RaisesOnInvalid(DialEnv):
     def _step(self, action):
         if action not in ("turn up", "turn down", "submit"):
@@ -77,6 +97,7 @@ class _NeverEnds(DialEnv):
 
 @pytest.mark.parametrize("broken, message", [
     (_Nondeterministic, "deterministic"),
+    (_UnseededReset, r"reset\(seed=s\) then reset\(\) gave different observations"),
     (_RaisesOnInvalid, "raised"),
     (_NoInfo, "task"),
     (_NeverEnds, "never ended"),

@@ -14,8 +14,9 @@ from crash import run_python
 import torch
 
 from dreamgym.paths import atomic_write_text
-from dreamgym.trainers.common import (META_FILE, STATE_FILE, BaseTrainer, CheckpointError, TrainerConfig,
-                                      atomic_dir, read_meta, resumable_checkpoint)
+from dreamgym.trainers.checkpoint import (META_FILE, STATE_FILE, CheckpointError, atomic_dir, read_meta,
+                                          resumable_checkpoint)
+from dreamgym.trainers.common import BaseTrainer, TrainerConfig
 
 
 # Saves iteration 1, then iteration 2 with changed weights; each crash point is armed at its pass inside the second
@@ -28,13 +29,11 @@ from dreamgym.trainers.common import BaseTrainer, TrainerConfig
 model, tok = load_preset("tiny", device="cpu")
 trainer = BaseTrainer(HFBackend(model, tok), TrainerConfig(seed=0))
 trainer._build_optimizer()
-trainer.iteration = 1
-trainer.save(sys.argv[1])
+trainer.save(sys.argv[1], {"iteration": 1})
 with torch.no_grad():
     for p in trainer.model.parameters():
         p.add_(1.0)
-trainer.iteration = 2
-trainer.save(sys.argv[1])
+trainer.save(sys.argv[1], {"iteration": 2})
 """
 
 
@@ -72,12 +71,10 @@ def test_a_kill_at_any_point_of_a_save_leaves_a_loadable_checkpoint(tmp_path, ti
     found = resumable_checkpoint(ckpt)
     assert found == ckpt and read_meta(ckpt)["iteration"] == survivor
     trainer = _trainer(tiny_backend)
-    trainer.load(found)
-    assert trainer.iteration == survivor
+    assert trainer.load(found)["iteration"] == survivor
     # Nothing of the interrupted save is left to confuse the next one, which works as usual.
     assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoint"]
-    trainer.iteration = 3
-    trainer.save(ckpt)
+    trainer.save(ckpt, {"iteration": 3})
     assert resumable_checkpoint(ckpt) == ckpt and read_meta(ckpt)["iteration"] == 3
 
 
@@ -85,8 +82,7 @@ def test_an_uninterrupted_save_writes_the_same_folder_and_loads_back(tmp_path, t
     trainer = _trainer(tiny_backend)
     ckpt = tmp_path / "checkpoint"
     for it in (1, 2):
-        trainer.iteration = it
-        trainer.save(ckpt)
+        trainer.save(ckpt, {"iteration": it, "budget": {"limit": 9, "used": it}})
     files = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
     assert {META_FILE, STATE_FILE, "model/model.safetensors", "model/config.json"} <= set(files)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temporary or old folder left
@@ -94,9 +90,9 @@ def test_an_uninterrupted_save_writes_the_same_folder_and_loads_back(tmp_path, t
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.zero_()
-    trainer.iteration = 0
-    trainer.load(resumable_checkpoint(ckpt))
-    assert trainer.iteration == 2
+    # The run state it was saved with comes back: the loop continues from it.
+    assert trainer.load(resumable_checkpoint(ckpt)) == {"iteration": 2, "budget": {"limit": 9, "used": 2}}
+    assert read_meta(ckpt)["iteration"] == 2 and read_meta(ckpt)["real_steps_used"] == 2
     assert all(torch.equal(want[k], v) for k, v in trainer.model.state_dict().items())
 
 
@@ -109,8 +105,12 @@ def test_a_run_that_never_completed_a_checkpoint_starts_over(tmp_path):
 
 
 def _fake_checkpoint(d: Path, iteration: int) -> None:
+    """The files `checkpoint_problem` reads: its meta, a state file and one small whole weights file."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
     (d / "model").mkdir(parents=True)
-    (d / "model" / "model.safetensors").write_bytes(b"x")
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(d / "model" / "model.safetensors"))
     (d / STATE_FILE).write_bytes(b"x")
     (d / META_FILE).write_text(f'{{"iteration": {iteration}, "kind": "full"}}')
 
@@ -140,7 +140,7 @@ def test_a_swap_interrupted_under_the_old_naming_is_recovered_or_refused(tmp_pat
 ATOMIC_DIR = """
 import sys
 from pathlib import Path
-from dreamgym.trainers.common import atomic_dir
+from dreamgym.trainers.checkpoint import atomic_dir
 final = Path(sys.argv[1])
 with atomic_dir(final) as tmp:
     (tmp / "v").write_text(sys.argv[2])

@@ -96,6 +96,8 @@ def test_a_row_torn_by_a_kill_does_not_swallow_the_next_one(tmp_path):
     raw = (tmp_path / "metrics.jsonl").read_bytes()
     assert raw.count(b"\n") == 3 and not raw.endswith(b"\n")
     log = MetricsLogger(tmp_path, tensorboard=False)
+    # The torn half-row is set aside, not dropped (the torn-tail rule of dreamgym.jsonl).
+    assert (tmp_path / "metrics.jsonl.torn").read_bytes() == raw[raw.rindex(b"\n") + 1:] + b"\n"
     log.resume(1)
     _log_run(log, range(2, 4))
     log.close()

@@ -41,7 +41,7 @@ def test_fsdp_refuses_what_it_cannot_shard(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # accelerate launch --config_file configs/accelerate/fsdp.yaml
     with pytest.raises(ConfigError, match="^model.fsdp: accelerate launched"):
         load_config(TrainConfig, None, [])
-    with pytest.raises(ConfigError, match="^fsdp: accelerate launched"):
+    with pytest.raises(ConfigError, match="^model.fsdp: accelerate launched"):
         load_config(TrainEMConfig, None, ["env=dial", "data=x.jsonl"])
     assert load_config(TrainConfig, None, ["model.fsdp=true"]).model.fsdp
 
@@ -106,10 +106,10 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     their episodes at different turns), the updates sharded; rank 1 is killed after its rollouts of iteration 2, the
     job stops naming it, and --resume from the sharded checkpoint (adapter and by-name optimizer state) finishes.
     Both iterations have the rollouts and figures of one unsharded process, and the final adapter is its adapter."""
-    from dreamgym.trainers.common import read_meta, resumable_checkpoint
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
 
-    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "grpo.group_size=4",
-            "grpo.tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
+    grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "group_size=4",
+            "tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
             "optim.lr=1e-2", f"agent.system_prompt={DIAL_AGENT.system_prompt}",
             f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
     _run(grpo + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)
@@ -129,18 +129,19 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
 
     run = tmp_path / "killed"
     proc = _run(grpo + [f"run_dir={run}", "model.fsdp=true"], 2, tmp_path, check=False,
-                env={"DREAMGYM_CRASH_AT": "grpo.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
+                env={"DREAMGYM_CRASH_AT": "loop.rolled_out@2", "DREAMGYM_CRASH_RANK": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and ("rank 1" in out or "local_rank: 1" in out), out[-3000:]
     ckpt = resumable_checkpoint(run / "checkpoint")
     assert ckpt is not None and read_meta(ckpt)["iteration"] == 1
     _run(grpo + [f"run_dir={run}", "model.fsdp=true", "--resume"], 2, tmp_path)
     # Iteration 1 before the kill and iteration 2 after the resume: the rollouts and figures of one process.
-    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "episodes" in (r := json.loads(line))]
+    rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "rollout/episodes" in (r := json.loads(line))]
             for g in ("plain", "killed")]
-    assert len(rows[0]) == len(rows[1]) == 2 and sum(r["optimizer_steps"] for r in rows[0]) > 0
+    assert len(rows[0]) == len(rows[1]) == 2 and sum(r["losses/optimizer_steps"] for r in rows[0]) > 0
     for r1, r2 in zip(*rows):
-        for k in ("success_rate", "gen_tokens", "samples", "real_steps_used", "optimizer_steps", "loss"):
+        for k in ("rollout/success_rate", "rollout/gen_tokens", "losses/samples", "rollout/real_steps_used",
+                  "losses/optimizer_steps", "losses/loss"):
             assert r1[k] == pytest.approx(r2[k], rel=1e-4, abs=1e-6), k
     same_adapter(adapter("plain"), adapter("killed"))
 

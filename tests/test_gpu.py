@@ -4,6 +4,7 @@ learner's own "old" log-probs), the experience model's train-save-load-predict c
 `benchmarks/gpu_check.sh` runs them first on the GPU machine."""
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -26,9 +27,9 @@ def cuda_tiny():
     return load_preset("tiny", device="cuda")
 
 
-def _common(seed=0, lr=1e-3):
+def _common(seed=0, lr=1e-3, **kw):
     return TrainerConfig(seed=seed, optim=OptimConfig(lr=lr, micro_batch_tokens=16384), agent=DIAL_AGENT,
-                         rollout=DIAL_ROLLOUT)
+                         rollout=DIAL_ROLLOUT, **kw)
 
 
 def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tiny):
@@ -38,14 +39,16 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     learner's numerics, starts at ratio 1 (approx_kl ~ 0, nothing clipped). A full GRPO iteration then runs."""
     from dreamgym.envs import dial
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.loops import iteration_tasks
+    from dreamgym.budget import RealStepBudget
+    from dreamgym.envs import family
     from dreamgym.rollout import run_rollouts
+    from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample
 
     model, tok = cuda_tiny
     backend = HFBackend(copy.deepcopy(model), tok, batch_size=64)
-    common = _common()
-    tr = GRPOTrainer(backend, GRPOConfig(group_size=4, tasks_per_iteration=4), common)
+    common = _common(group_size=4, tasks_per_iteration=4)
+    tr = GRPOTrainer(backend, GRPOConfig(), common)
     assert tr.device.type == "cuda" and backend.sampling_model is tr.model
     assert not tr.sampler_matches_learner()
     episodes = run_rollouts(backend, lambda: dial.make_env("train"), dial.make_tasks("train")[:4], group_size=4,
@@ -58,13 +61,15 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     diffs = [abs(a - b) for s, lp in zip(samples, learner) for a, b in zip(s.old_logprobs, lp)]
     assert len(diffs) == sum(len(s.completion_ids) for s in samples)
     assert np.mean(diffs) > 1e-4, "sampler (fp32) and learner (bf16 autocast) log-probs should differ on CUDA"
-    m = tr.update(samples)
+    m = tr.optimize(samples)
     assert m["optimizer_steps"] == 1 and m["clip_frac"] == 0.0
     # Not exactly 0: the update packs rows into other padded shapes than the recomputation, and bf16 kernels of
     # other shapes may round differently; far below the sampler/learner gap above either way.
     assert abs(m["approx_kl"]) < 1e-3, m
-    eps, it = tr.train_iteration(iteration_tasks(dial.make_tasks("train"), 4, 0, 0), dial.DialEnv)
-    assert len(eps) == 16 and it["iteration"] == 1 and math.isfinite(it["loss"])
+    end = train(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
+                LoopSettings.of(common, progress=False))
+    [it] = end.history
+    assert it["rollout/episodes"] == 16 and it["rollout/iteration"] == 1 and math.isfinite(it["losses/loss"])
 
 
 def test_full_finetuning_keeps_fp32_master_weights_under_bf16_autocast(cuda_tiny):
@@ -128,9 +133,9 @@ def test_experience_model_trains_on_cuda_and_its_checkpoint_loads_and_predicts(t
     from dreamgym.experience.train import TrainEMConfig, train
 
     out = tmp_path / "em"
-    cfg = TrainEMConfig(env="dial", preset="tiny", out=str(out), max_steps=4, batch_size=4, warmup_steps=1,
-                        micro_batch_tokens=2048, device="cuda", task_writing=0, save_every=0, log_every=2,
-                        model=ExperienceModelConfig(embedder="hashing", k=1, history=0))
+    cfg = TrainEMConfig(env="dial", out=str(out), max_steps=4, batch_size=4, device="cuda", task_writing=0,
+                        save_every=0, log_every=2, em=ExperienceModelConfig(embedder="hashing", k=1, history=0),
+                        optim=dataclasses.replace(TrainEMConfig().optim, warmup_steps=1, micro_batch_tokens=2048))
     summary = train(cfg, trajectories=dial_trajectories(12))
     assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and not summary["lora"]
     assert read_checkpoint_meta(out)["final"]

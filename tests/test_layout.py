@@ -3,6 +3,7 @@ without importing anything).
 
 - environments, the replay buffer and the curriculum never import torch (or a model library) or a trainer;
 - trainers and the rollout engine never import a concrete environment;
+- trainers never reach the rollout engine, the real-step budget or the loops;
 - every module opens with a docstring.
 """
 
@@ -98,6 +99,33 @@ def test_trainers_import_no_concrete_environment(name):
     assert not bad, f"{name} reaches {bad}"
 
 
+TRAINER_MODULES = sorted(n for n in MODULES if n.startswith("dreamgym.trainers"))
+
+
+@pytest.mark.parametrize("name", TRAINER_MODULES)
+def test_trainers_only_update_they_reach_no_rollout_engine_budget_or_loop(name):
+    """A trainer learns from the episodes it is given: the rollout engine, the real-step budget and the loops that
+    play and count iterations (`dreamgym.run`, `dreamgym.loops`) are out of its reach, lazy imports included."""
+    graph = import_graph()
+    seen, stack = set(), [name]
+    while stack:
+        cur = stack.pop()
+        if cur not in seen:
+            seen.add(cur)
+            stack.extend(graph[cur])
+    assert not seen & {"dreamgym.rollout", "dreamgym.budget", "dreamgym.run", "dreamgym.loops"}, sorted(seen)
+
+
+@pytest.mark.parametrize("name", TRAINER_MODULES)
+def test_trainers_share_their_loops_not_each_others_private_helpers(name):
+    """GRPO and PPO share `trainers.online`, SFT and DPO `trainers.offline`: no trainer borrows another's private
+    name (DPO used to run SFT's `_progress`, PPO GRPO's `_split`)."""
+    tree = ast.parse(MODULES[name].read_text())
+    borrowed = [f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("dreamgym") for a in node.names if a.name.startswith("_")]
+    assert not borrowed, f"{name} imports {borrowed}"
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_module_opens_with_a_docstring(name):
     tree = ast.parse(MODULES[name].read_text())
@@ -127,6 +155,38 @@ def test_no_import_cycle_inside_the_package():
     """A module that needs another which needs it back cannot be read, tested or replaced on its own."""
     found = cycles(import_graph())
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The imports between the parts of `package` (its modules and sub-packages, each taken whole): a part imports
+    another when any module inside it imports any module inside the other."""
+    depth = len(package.split(".")) + 1
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    inside = [m for m in graph if m.startswith(package + ".")]
+    out: dict[str, set[str]] = {part(m): set() for m in inside}
+    for m in inside:
+        out[part(m)] |= {part(d) for d in graph[m] if d.startswith(package + ".") and part(d) != part(m)}
+    return out
+
+
+PACKAGES = sorted({m.rsplit(".", 1)[0] for m in MODULES if "." in m})
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_between_the_parts_of_a_package(package):
+    """Taken whole, no two sub-packages or modules of a package need each other, lazy imports counted: a package
+    can be read and tested above the ones it uses (`checks` -> `experience` -> `trainers` -> `checks` was one)."""
+    found = cycles(package_graph(import_graph(), package))
+    assert found == [], f"import cycles in {package}: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_package_graph_finds_a_cycle_the_module_graph_does_not_have():
+    graph = {"p.a": {"p.b.x"}, "p.b.x": set(), "p.b.y": {"p.a"}, "p.c": {"p.a"}}
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph, "p")) == [["p.a", "p.b"]]
 
 
 def test_the_import_reader_sees_lazy_and_type_checking_imports_and_finds_a_cycle():

@@ -1,6 +1,7 @@
 """The recipe and its reports: one thread count for every stage, the results table, the machine line, and the
 quickstart/table configs rejecting bad values by name."""
 
+import dataclasses
 import json
 
 import pytest
@@ -22,8 +23,7 @@ def test_recipe_sets_one_thread_count_for_every_stage_and_the_experience_model(t
     import threadpoolctl
     import torch
 
-    from dreamgym.config import load_config
-    from dreamgym.experience.train import TrainEMConfig
+    from dreamgym.config import apply_overrides
 
     before = torch.get_num_threads()
     blas_before = threadpoolctl.threadpool_limits(limits=None, user_api="blas")  # restores the BLAS pools on exit
@@ -34,11 +34,11 @@ def test_recipe_sets_one_thread_count_for_every_stage_and_the_experience_model(t
             # numpy's BLAS too: its thread count changes retrieval scores' rounding, and so the trained weights.
             blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
             assert blas and all(i["num_threads"] == n for i in blas)
-            em_cfg = load_config(TrainEMConfig, None, ["env=dial", *r.em_overrides])
-            assert em_cfg.threads == n
+            assert r.em_base.threads == n
         # The caller's own experience-model override still wins for that stage.
         r = Recipe("dial", tmp_path / "3", threads=2, em_overrides=["threads=1"])
-        assert load_config(TrainEMConfig, None, ["env=dial", *r.em_overrides]).threads == 1
+        # (no offline data yet: the file check of `data` is the experience model's stage's)
+        assert apply_overrides(dataclasses.replace(r.em_base, data=""), r.em_overrides).threads == 1
     finally:
         torch.set_num_threads(before)
         blas_before.restore_original_limits()

@@ -9,14 +9,15 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import gymnasium
 import pytest
 
 from dreamgym.collect import collect
-from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyImportError, UnknownFamilyError, check_family, family,
-                           family_names, register_family)
+from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyHooks, FamilyImportError, UnknownFamilyError,
+                           check_family, family, family_names, register_family)
 from dreamgym.envs.dial import ACTIONS, DialEnv
 from dreamgym.envs.registry import ENTRY_POINT_GROUP
 
@@ -59,27 +60,82 @@ def test_builtin_families_are_listed_first_and_load_as_env_families():
     assert set(dial.POLICIES) >= {"oracle", "noisy", "random"}
 
 
-def test_an_env_family_answers_like_its_module():
-    """Absent hooks are no attributes (hasattr False, getattr default), present ones are the module's functions."""
+def test_a_family_module_s_hook_functions_are_its_hooks_and_a_missing_one_is_the_default():
     dial, ws = family("dial"), family("webshop")
-    assert not hasattr(dial, "corpus_text") and getattr(dial, "noop_state", None) is None
     from dreamgym.envs import webshop
 
-    assert ws.noop_state is webshop.noop_state and ws.hooks["grounded_outcome"] is webshop.grounded_outcome
-    assert "corpus_text" in dir(ws) and "canonical_state" not in ws.hooks
-    with pytest.raises(AttributeError, match="'dial' has no 'noop_state'"):
-        dial.noop_state  # noqa: B018
+    assert ws.hooks.noop_state("[page] search", "click[x]") == webshop.noop_state("[page] search", "click[x]")
+    assert ws.hooks.grounds_outcomes and ws.hooks.writes_observations and "canonical_state" not in ws.hooks.defined
+    assert ws.hooks.defined == {"corpus_text", "grounded_outcome", "model_observation", "noop_state", "state_after",
+                                "hidden_outcome_key", "determined_outcome"}
+    # The dial defines no hook: every call is the generic behaviour.
+    task = dial.tasks("train")[0]
+    assert dial.hooks.defined == frozenset() and not dial.hooks.grounds_outcomes
+    assert dial.hooks.noop_state("[dial] 3", "dance") is None and dial.hooks.corpus_text() is None
+    assert dial.hooks.canonical_state("[dial] 3") == dial.hooks.model_state("[dial] 3") == "[dial] 3"
+    assert dial.hooks.complete_state("w", "prev") == dial.hooks.state_after("prev", "w") == "w"
+    assert dial.hooks.grounded_outcome(task, "a", "b", "c") is None
+    assert dial.hooks.hidden_outcome_key(task, "a", "b") is dial.hooks.determined_outcome(task, "a", "b") is None
+    assert dial.hooks.outcome_contradiction(task, "a", "b", "c") == ""
 
 
-def test_env_family_rejects_unknown_hooks_and_is_immutable():
+def test_a_family_written_as_a_class_overrides_only_the_hooks_it_has():
+    class NoopOnly(FamilyHooks):
+        def noop_state(self, state: str, action: str) -> str:
+            return state + "\nNothing happens."
+
     dial = family("dial")
-    fields = {f.name: getattr(dial, f.name) for f in dataclasses.fields(dial) if f.name != "hooks"}
+    fam = dataclasses.replace(dial, hooks=NoopOnly())
+    assert fam.hooks.defined == {"noop_state"} and fam.hooks.noop_state("s", "a") == "s\nNothing happens."
+    assert fam.hooks.model_state("s") == "s" and not fam.hooks.grounds_outcomes  # the rest: defaults
+    check_family(fam)
+
+
+def test_env_family_rejects_unknown_hooks_a_bad_step_limit_and_is_immutable():
+    dial = family("dial")
     with pytest.raises(ValueError, match="unknown hooks \\['noop_sate'\\]"):
-        EnvFamily(**fields, hooks={"noop_sate": len})
+        FamilyHooks.of({"noop_sate": len})
+    with pytest.raises(ValueError, match="unknown hooks \\['noop_sate'\\]"):
+        type("Typo", (FamilyHooks,), {"noop_sate": lambda self, s, a: s})
+    with pytest.raises(TypeError, match="hooks must be a FamilyHooks"):
+        dataclasses.replace(dial, hooks={"noop_state": len})
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="MAX_STEPS must be an int >= 1"):
+            dataclasses.replace(dial, MAX_STEPS=bad)
     with pytest.raises(dataclasses.FrozenInstanceError):
         dial.tasks = None
-    with pytest.raises(TypeError):
-        dial.hooks["noop_state"] = len
+
+
+def test_a_family_module_without_a_step_limit_is_refused(tmp_path, monkeypatch):
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from familypkg import lamps
+    finally:
+        sys.path.remove(str(FIXTURES))
+    monkeypatch.delattr(lamps, "MAX_STEPS")
+    with pytest.raises(TypeError, match="'lamps' .* lacks MAX_STEPS"):
+        EnvFamily.from_module("lamps", lamps)
+
+
+@pytest.mark.parametrize("module, env_default", [
+    ("dreamgym.envs.dial", "dreamgym.envs.dial:DialEnv"),
+    ("dreamgym.envs.webshop", "dreamgym.envs.webshop.env:WebShopEnv"),
+    ("dreamgym.envs.alfworld", "dreamgym.envs.alfworld.env:ALFWorldEnv"),
+    ("dreamgym.envs.textworld_env", "dreamgym.envs.textworld_env:TextWorldEnv"),
+    ("dreamgym.envs.web.miniwob", "dreamgym.envs.web.miniwob:make_env"),
+    ("dreamgym.envs.web.webarena", "dreamgym.envs.web.webarena:make_env"),
+])
+def test_each_shipped_family_s_step_limit_is_its_real_environment_s(module, env_default):
+    """The limit a dream of the family runs to is the one its real environment enforces by default (before the
+    contract had it, the synthetic environment read the real environment's `max_steps`: the same numbers)."""
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(module)
+    where, name = env_default.split(":")
+    default = inspect.signature(getattr(importlib.import_module(where), name)).parameters["max_steps"].default
+    assert mod.MAX_STEPS == default == {"dial": 12, "webshop": 15, "alfworld": 50, "textworld_env": 50,
+                                        "miniwob": 10, "webarena": 30}[module.rsplit(".", 1)[1]]
 
 
 def test_unknown_name_and_conflicting_registrations_are_errors():
@@ -102,9 +158,10 @@ def test_unknown_name_and_conflicting_registrations_are_errors():
 def test_a_package_adds_a_family_through_its_entry_point(lamps_installed):
     assert "lamps" in family_names()
     lamps = family("lamps")
-    assert lamps.name == "lamps" and sorted(lamps.hooks) == ["grounded_outcome", "noop_state"]
+    assert lamps.name == "lamps" and sorted(lamps.hooks.defined) == ["grounded_outcome", "noop_state"]
+    assert lamps.MAX_STEPS == 6
     check_family("lamps")
-    env = gymnasium.make("dreamgym/lamps-v0", split="test")  # the id it got when it was discovered
+    env = gymnasium.make("dreamgym/Lamps-v0", split="test")  # the id it got when it was discovered
     obs, info = env.reset(seed=0)
     assert info["task"].split == "test" and obs.startswith("Your task is to: light only the")
 
@@ -162,6 +219,70 @@ def test_import_dreamgym_registers_the_gym_ids_and_imports_no_family():
     assert "The dial shows" in run.stdout
 
 
+def test_import_dreamgym_registers_the_gym_ids_of_entry_point_families_by_one_rule(tmp_path):
+    """An installed family has its gymnasium id right after `import dreamgym`, before anything asks the registry,
+    named by the same rule as the built-in ones; a broken neighbour does not break the import."""
+    _dist_info(tmp_path, {"lamps": "familypkg.lamps", "grid_world": "familypkg.lamps:NO_SUCH_FAMILY",
+                          "dial": "familypkg.lamps", "not-a-name": "familypkg.lamps"})
+    run = _python("""
+        import re
+        import gymnasium
+        import dreamgym
+        from gymnasium.utils.env_checker import check_env
+        from dreamgym.envs import registry
+        assert registry.gym_id_of("lamps") == "dreamgym/Lamps-v0" and registry.gym_id_of("dial") == "dreamgym/Dial-v0"
+        assert registry.gym_id_of("grid_world") == "dreamgym/GridWorld-v0"
+        ids = sorted(i for i in gymnasium.registry if i.startswith("dreamgym/"))
+        print(ids)
+        assert "dreamgym/Lamps-v0" in ids and "dreamgym/GridWorld-v0" in ids
+        assert all(re.fullmatch(r"dreamgym/[A-Z][A-Za-z0-9]*-v0", i) for i in ids), ids  # one rule for all
+        env = gymnasium.make("dreamgym/Lamps-v0", split="test")
+        check_env(env.unwrapped)
+        print(type(env.unwrapped).__name__, env.reset(seed=0)[0])
+        try:
+            registry.family_names()
+        except ValueError as e:
+            print("family_names:", e)
+    """, tmp_path, FIXTURES)
+    assert run.returncode == 0, run.stderr
+    assert "LampsEnv Your task is to: light only the" in run.stdout
+    assert "family_names: environment family 'dial' is already registered" in run.stdout
+
+
+# What a registered id needs to run, where that is more than this package: a check is skipped only for want of it.
+_NEEDS = {"dreamgym/ALFWorld-v0": "alfworld", "dreamgym/TextWorld-v0": "textworld", "dreamgym/MiniWoB-v0": "chromium",
+          "dreamgym/WebArenaLite-v0": "the WebArena sites"}
+
+
+@pytest.mark.parametrize("env_id", sorted(i for i in gymnasium.registry if i.startswith("dreamgym/")))
+def test_every_registered_id_passes_gymnasiums_check_env(env_id):
+    need = _NEEDS.get(env_id)
+    if need == "the WebArena sites":
+        pytest.skip("WebArena-Lite runs on its self-hosted sites (docs/web.md), never offline")
+    if need == "chromium":
+        from dreamgym.envs.web.browser import chromium_available
+
+        if not chromium_available():
+            pytest.skip("no Chromium (apt-get install chromium, or set $DREAMGYM_CHROMIUM)")
+    elif need is not None:
+        pytest.importorskip(need)
+    from gymnasium.utils.env_checker import check_env
+
+    env = gymnasium.make(env_id)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)  # raises AssertionError naming the broken rule
+    env.close()
+    assert not [str(w.message) for w in caught if "WARN" in str(w.message)]
+
+
+def test_every_id_keeps_gymnasiums_passive_checker():
+    env = gymnasium.make("dreamgym/Dial-v0")
+    assert isinstance(env, gymnasium.wrappers.PassiveEnvChecker) and not env.spec.disable_env_checker
+    obs, info = env.reset(seed=3)
+    assert env.step("turn up")[1:4] == (0.0, False, False)
+
+
 def test_gymnasium_make_with_the_module_prefix_needs_no_import():
     """gymnasium >= 1.0 has no plugin entry points; "module:id" makes it import the module that registers the id."""
     run = _python("""
@@ -200,9 +321,11 @@ def test_check_family_textworld():
     (dict(POLICIES={}), "POLICIES must be a non-empty mapping"),
     (dict(explain=lambda tr: None), "explain must return a str"),
     (dict(admissible_from_state=lambda s: "done"), "admissible_from_state must return a list of str"),
-    (dict(hooks={"noop_state": lambda s, a: None}), "noop_state must return a str"),
-    (dict(hooks={"grounded_outcome": lambda *a: 1.0}), "grounded_outcome must return (reward, terminated) or None"),
-    (dict(hooks={"model_state": lambda s: s}), "hooks model_state and complete_state come together"),
+    (dict(hooks=FamilyHooks.of({"noop_state": lambda s, a: None})), "noop_state must return a str"),
+    (dict(hooks=FamilyHooks.of({"grounded_outcome": lambda *a: 1.0})),
+     "grounded_outcome must return (reward, terminated) or None"),
+    (dict(hooks=FamilyHooks.of({"model_state": lambda s: s})), "hooks model_state and complete_state come together"),
+    (dict(MAX_STEPS=1), "policy 'oracle' played 3 steps of 'lamps-red-2', more than the step limit MAX_STEPS (1)"),
 ])
 def test_check_family_names_the_broken_rule(change, rule):
     sys.path.insert(0, str(FIXTURES))
@@ -246,7 +369,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
             progress=False)
     em = tmp_path / "em"
     assert train_em_main(["--env", "lamps", "--data", str(data), "--out", str(em), "max_steps=30", "batch_size=4",
-                          "model.embedder=hashing", "model.max_new_tokens=96", "task_writing=0", "threads=1",
+                          "em.embedder=hashing", "em.max_new_tokens=96", "task_writing=0", "threads=1",
                           "save_every=30", "log_every=10"]) == 0
     assert (em / EM_CONFIG_FILE).is_file()
     # A policy that writes actions, so that the dream's episodes reach the experience model (a random-init policy's
@@ -260,7 +383,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
     assert train_main(["--algo", "grpo", "--env", "lamps", "--no-progress", f"run_dir={run}", f"init={sft / 'final'}",
                        "mode=dream",
                        f"dream.em={em}", "dream.iterations=1", "dream.curriculum.enabled=false",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_at_start=false", "eval_max_tasks=2",
+                       "group_size=2", "tasks_per_iteration=2", "eval_at_start=false", "eval_max_tasks=2",
                        *agent]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["iterations"] == 1 and summary["real_steps_used"] == 0  # a dream iteration takes no real step

@@ -1,8 +1,8 @@
 """The rollout engine on the real Dial environment: token bookkeeping, failure isolation, batching, budget.
 
-Most tests drive the engine with `ScriptedBackend` — the real tiny tokenizer and chat template with replies
-written by a function of the prompt — because what is under test is the engine, not the model; the last
-tests use the real tiny model through HFBackend.
+Most tests drive the engine with `ScriptedBackend` (tests/scripted_policy.py) — the real tiny tokenizer and chat
+template with replies written by a function of the prompt — because what is under test is the engine, not the
+model; the last tests use the real tiny model through HFBackend.
 """
 
 import re
@@ -11,11 +11,13 @@ import time
 
 import pytest
 import torch
+from scripted_policy import ScriptedBackend, expert_reply
 
 from dreamgym.agent import AgentConfig, build_messages
-from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
-from dreamgym.llm.base import Completion
-from dreamgym.rollout import RealStepBudget, RolloutConfig, rollout_metrics, run_rollouts
+from dreamgym.budget import RealStepBudget
+from dreamgym.envs.dial import DialEnv, make_tasks
+from dreamgym.episode import RolloutConfig, rollout_metrics
+from dreamgym.rollout import run_rollouts
 
 AGENT = AgentConfig(history=2, show_admissible=False, system_prompt="You are an agent.")
 
@@ -26,32 +28,6 @@ def tiny():
 
     torch.set_num_threads(1)
     return load_preset("tiny", device="cpu")
-
-
-class ScriptedBackend:
-    """Real tokenizer and chat template; the reply text comes from `reply(prompt_text)`."""
-
-    def __init__(self, tokenizer, reply):
-        self.tokenizer, self.reply, self.calls = tokenizer, reply, 0
-
-    def prompt_ids(self, request):
-        text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def generate_from_ids(self, prompts, params):
-        self.calls += 1
-        out = []
-        for p in prompts:
-            text = self.reply(self.tokenizer.decode(p))
-            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            out.append(Completion(text=text, token_ids=ids, logprobs=[-0.5] * len(ids), prompt_token_ids=list(p)))
-        return out
-
-
-def expert_reply(prompt: str) -> str:
-    target = int(re.search(r"set the dial to (\d)", prompt).group(1))
-    value = int(re.findall(r"\[dial\] (\d)", prompt)[-1])  # the current state is the last one shown
-    return f"<think>dial {value}, target {target}</think><action>{expert_action(value, target)}</action>"
 
 
 def task(start, target):
@@ -324,12 +300,3 @@ def test_real_model_rollouts_are_seeded(tiny):
     assert ids(a)[0] != ids(a)[1]  # group members sample differently from the same prompt
     assert all(len(t.logprobs) == len(t.completion_ids) > 0 for e in a for t in e.turns)
 
-
-def test_budget_is_thread_safe():
-    budget = RealStepBudget(1000)
-    threads = [threading.Thread(target=lambda: [budget.take() for _ in range(300)]) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert budget.used == 1000 and not budget.take()

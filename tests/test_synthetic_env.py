@@ -5,7 +5,7 @@ import pytest
 from dreamgym.buffer import ReplayBuffer
 from dreamgym.embed import HashingEmbedder
 from dreamgym.env import check_env
-from dreamgym.envs import dial
+from dreamgym.envs import dial, family, register_family
 from dreamgym.experience import FAILURE_STATE, ExperienceModel, ExperienceModelConfig, em_transitions
 from dreamgym.experience.format import format_completion
 from dreamgym.llm.fake import FakeLLM
@@ -112,6 +112,23 @@ def test_step_limit_truncates():
     env.reset(seed=0)
     outs = [env.step("turn down") for _ in range(3)]
     assert [o[3] for o in outs] == [False, False, True] and not any(o[2] for o in outs)
+
+
+def test_the_step_limit_is_the_familys_unless_the_caller_sets_one():
+    """A dream episode has the horizon of the family's real one (`EnvFamily.MAX_STEPS`), whatever attributes its
+    real environment carries."""
+    fam = dataclasses.replace(family("dial"), name="dial_short", MAX_STEPS=2,
+                              make_env=lambda split="train", **kw: dial.DialEnv(split, max_steps=40))
+    register_family("dial_short", fam)
+    tasks = [dataclasses.replace(t, env="dial_short") for t in dial.make_tasks("train")]
+    env = SyntheticEnv(_model(), tasks=tasks, env="dial_short")
+    assert env.max_steps == 2 and SyntheticEnv(_model()).max_steps == dial.MAX_STEPS == 12
+    env.reset(seed=0)
+    _, _, term, trunc, _ = env.step("xyzzy")
+    assert not (term or trunc)
+    _, _, term, trunc, _ = env.step("xyzzy")
+    assert trunc and not term
+    assert SyntheticEnv(_model(), tasks=tasks, env="dial_short", max_steps=5).max_steps == 5
 
 
 def test_is_admissible_templates():
@@ -305,7 +322,7 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     model credits while its state has the book on the desk is overruled (the episode goes on, `model_won` keeps
     the claim), and placing the book on the shelf wins although the model wrote reward 0. `reward_from="model"`
     keeps the model's verdict, and a family without a goal check cannot be asked for the state's."""
-    from dreamgym.rollout import Episode, Turn, rollout_metrics
+    from dreamgym.episode import Episode, Turn, rollout_metrics
 
     answers = {
         "go to desk 1": (_alf("desk 1: book 1", "desk 1"), 1.0, True),  # an invented win
@@ -338,7 +355,7 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     _, r, term, _, info = grounded.step("move book 1 to shelf 1")
     assert (r, term, info["won"], info["model_won"]) == (1.0, True, True, False)
     assert grounded.stats["wins_overruled"] == 1 and grounded.stats["wins_granted"] == 1
-    assert env("auto").reward_rule is not None
+    assert env("auto").grounded
 
     trusting = env("model")
     _, r, term, _, info = trusting.step("go to desk 1")
@@ -349,7 +366,7 @@ def test_alfworld_success_is_grounded_in_the_written_state():
     assert rollout_metrics([ep])["overruled_win_rate"] == 1.0
     with pytest.raises(ValueError, match="grounded_outcome"):
         SyntheticEnv(_model(), reward_from="state")
-    assert SyntheticEnv(_model(), reward_from="auto").reward_rule is None
+    assert not SyntheticEnv(_model(), reward_from="auto").grounded
 
 
 def test_a_curriculum_variant_starts_in_its_parents_real_game():

@@ -6,6 +6,7 @@ import json
 from dreamgym.cli import COMMANDS
 from dreamgym.envs import family
 from dreamgym.evaluate import main as eval_main
+from dreamgym.metric_names import NAMESPACES
 from dreamgym.metrics import read_metrics
 from dreamgym.train import main as train_main
 
@@ -13,21 +14,29 @@ FAST = ["--no-progress", "tensorboard=false", "eval_max_tasks=2", "agent.history
         "rollout.max_new_tokens=10", "rollout.max_turns=4", "optim.lr=1e-3"]
 
 
+def _names(run_dir):
+    """Every metric name the run logged, each checked to be under one of the namespaces."""
+    names = {k for r in read_metrics(run_dir / "metrics.jsonl") for k in r if k not in ("step", "time")}
+    assert all(k.startswith(NAMESPACES) for k in names), sorted(k for k in names if not k.startswith(NAMESPACES))
+    return names
+
+
 def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     assert COMMANDS["train"][0] == "dreamgym.train:main"
     sft_dir = tmp_path / "sft"
     assert train_main(["--algo", "sft", "--env", "dial", f"run_dir={sft_dir}", "demo_episodes=6", "sft.epochs=1",
-                       "sft.batch_size=8", "save_every=0", *FAST]) == 0
+                       "sft.batch_size=8", "sft.log_every=1", "save_every=0", *FAST]) == 0
     for f in ("config.yaml", "metrics.jsonl", "eval.jsonl", "summary.json", "demos.jsonl",
               "final/trainer_state.json", "final/model/config.json"):
         assert (sft_dir / f).is_file(), f
     summary = json.loads((sft_dir / "summary.json").read_text())
     assert summary["algo"] == "sft" and summary["optimizer_steps"] >= 1 and summary["final"]["n"] == 2
     assert summary["machine"]["torch_cpu_capability"] and summary["machine"]["cpu_count"] >= 1
+    assert _names(sft_dir) >= {"losses/loss", "losses/grad_norm", "losses/epoch", "eval/success_rate"}
 
     grpo_dir = tmp_path / "grpo"
     args = ["--algo", "grpo", "--env", "dial", f"run_dir={grpo_dir}", f"init={sft_dir / 'final'}",
-            "grpo.group_size=2", "grpo.tasks_per_iteration=2", "save_every=1", "real_step_budget=200",
+            "group_size=2", "tasks_per_iteration=2", "save_every=1", "real_step_budget=200",
             "rollout.on_invalid_action=pass", *FAST]
     assert train_main(args + ["iterations=2", "eval_at_start=false"]) == 0
     assert [json.loads(line)["tag"] for line in (grpo_dir / "eval.jsonl").open()] == ["final"]  # no start evaluation
@@ -44,18 +53,20 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     evals = [json.loads(line) for line in (grpo_dir / "eval.jsonl").open()]
     assert [e["tag"] for e in evals] == ["final", "it3"] and summary["final"] == {
         k: v for k, v in evals[-1].items() if k not in ("tag", "step")}
-    rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "success_rate" in r]
-    assert [r["step"] for r in rows] == [1, 2, 3] and all("real_steps_used" in r for r in rows)
+    rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "rollout/success_rate" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3] and all("rollout/real_steps_used" in r for r in rows)
+    assert _names(grpo_dir) >= {"rollout/episodes", "rollout/iteration", "losses/loss", "losses/groups",
+                                "losses/update_time_s", "eval/success_rate"}
 
     # A kill between the two renames of a checkpoint switch leaves the good one as .checkpoint.old and a row of an
     # iteration the checkpoint does not hold in metrics.jsonl: --resume recovers the first and drops the second.
     (grpo_dir / "checkpoint").rename(grpo_dir / ".checkpoint.old")
     with open(grpo_dir / "metrics.jsonl", "a") as fh:
-        fh.write(json.dumps({"step": 4, "success_rate": 0.5}) + "\n")
+        fh.write(json.dumps({"step": 4, "rollout/success_rate": 0.5}) + "\n")
     assert train_main(args + ["iterations=4", "--resume", "eval_at_start=false"]) == 0
     assert "resumed from" in capsys.readouterr().out and not (grpo_dir / ".checkpoint.old").exists()
-    rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "success_rate" in r]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all("loss" in r for r in rows)  # the stray row is gone
+    rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "rollout/success_rate" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all("losses/loss" in r for r in rows)  # the stray row is gone
     # A checkpoint that cannot be loaded is refused before any model loads, never restarted from iteration 0.
     (grpo_dir / "checkpoint" / "trainer_state.pt").unlink()
     assert train_main(args + ["iterations=5", "--resume"]) == 2
@@ -99,19 +110,19 @@ def test_real_iterations_play_only_the_tasks_whose_episodes_fit_the_budget(tmp_p
     """Episodes step in lockstep, so an iteration with more episodes than the remaining real-step budget can
     finish would end every one of them by the budget, none trainable: fewer tasks are played instead."""
     run = tmp_path / "grpo"
-    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=4", "real_step_budget=24", "iterations=3", "eval_at_start=false",
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
+                       "tasks_per_iteration=4", "real_step_budget=24", "iterations=3", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if "success_rate" in r]
-    assert rows[0]["episodes"] == 6 and rows[0]["episodes_failed"] == 0  # 24 // (2 episodes x 4 turns) = 3 tasks
-    assert all(r["episodes"] >= 2 for r in rows) and rows[-1]["real_steps_used"] <= 24
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if "rollout/success_rate" in r]
+    assert rows[0]["rollout/episodes"] == 6 and rows[0]["rollout/episodes_failed"] == 0  # 24 // (2 x 4 turns): 3 tasks
+    assert all(r["rollout/episodes"] >= 2 for r in rows) and rows[-1]["rollout/real_steps_used"] <= 24
 
 
 def test_a_budget_that_cannot_finish_one_group_is_left_unspent(tmp_path, capsys):
     """2 episodes x 4 turns need 8 steps: with 7 left, playing would only produce episodes the budget cuts off."""
     run = tmp_path / "grpo"
-    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=4", "real_step_budget=7", "iterations=3", "eval_at_start=false",
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
+                       "tasks_per_iteration=4", "real_step_budget=7", "iterations=3", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
     assert "stopping after 0 iterations" in capsys.readouterr().out
     summary = json.loads((run / "summary.json").read_text())
@@ -140,8 +151,8 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
 
     run = tmp_path / "dream"
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
-                       f"run_dir={run}", "dream.iterations=2", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=2", "eval_every=1", "eval_at_start=false", "keep_evaluated=true",
+                       f"run_dir={run}", "dream.iterations=2", "dream.curriculum.n_seeds=1", "group_size=2",
+                       "tasks_per_iteration=2", "eval_every=1", "eval_at_start=false", "keep_evaluated=true",
                        "save_every=1", *FAST]) == 0
     tags = [json.loads(line)["tag"] for line in (run / "eval.jsonl").open()]
     assert tags == ["dream-it1", "dream-it2"]  # the final evaluation is the one at iteration 2, not repeated
@@ -158,8 +169,8 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     state = json.loads((run / "dream_state.json").read_text())
     assert state["iteration"] == 2
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
-                       f"run_dir={run}", "dream.iterations=3", "dream.curriculum.n_seeds=1", "grpo.group_size=2",
-                       "grpo.tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "save_every=2",
+                       f"run_dir={run}", "dream.iterations=3", "dream.curriculum.n_seeds=1", "group_size=2",
+                       "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "save_every=2",
                        "--resume", *FAST]) == 0
     resumed = json.loads((run / "dream_state.json").read_text())
     assert resumed["iteration"] == 3  # saved after the last iteration although 3 is not a multiple of save_every
@@ -175,7 +186,7 @@ def test_s2r_mode_from_the_command_line_dreams_then_spends_its_budget_in_the_rea
     run = tmp_path / "s2r"
     assert train_main(["--algo", "grpo", "--env", "dial", "mode=s2r", f"dream.em={trained_dial_model()}",
                        f"run_dir={run}", "dream.iterations=1", "dream.s2r_iterations=2", "dream.curriculum.n_seeds=1",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "eval_every=2", "eval_at_start=false",
+                       "group_size=2", "tasks_per_iteration=2", "eval_every=2", "eval_at_start=false",
                        "real_step_budget=100", "save_every=1", "rollout.on_invalid_action=pass", *FAST]) == 0
     out = capsys.readouterr().out
     assert "s2r: " in out  # the real phase says which train tasks it draws from
@@ -200,7 +211,7 @@ def test_real_task_pool_keeps_the_train_tasks_a_data_file_played(tmp_path, capsy
     assert {t.id for t in pool} == {t.task.id for t in trajs} and len(pool) < len(fam.tasks("train"))
     run = tmp_path / "grpo"
     assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", f"real_task_pool={data}",
-                       "grpo.group_size=2", "grpo.tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
+                       "group_size=2", "tasks_per_iteration=2", "iterations=1", "eval_at_start=false",
                        "save_every=0", "rollout.on_invalid_action=pass", *FAST]) == 0
     assert f"real_task_pool: {len(pool)} of" in capsys.readouterr().out
     # a file that played no train task, or mode=dream, fails at start-up naming the field

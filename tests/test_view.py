@@ -19,7 +19,6 @@ from em_helpers import trained_dial_model
 from dreamgym import serving
 from dreamgym.collect import collect, parse_mix
 from dreamgym.data import read_jsonl, write_parquet
-from dreamgym.recipe import ENV_DEFAULTS
 from dreamgym.view.episodes import Filter, JsonlSource
 from dreamgym.view.server import create_app
 from dreamgym.view.site import Site
@@ -41,12 +40,14 @@ def runs(tmp_path_factory):
     em = trained_dial_model()
     collect("dial", parse_mix("oracle:1.0"), 30, base / "collect" / "offline.jsonl", overwrite=True, progress=False)
     write_parquet(base / "collect" / "offline.parquet", read_jsonl(base / "collect" / "offline.jsonl"))
-    dial = ENV_DEFAULTS["dial"]["train"]
+    # The recipe's small-scale dial settings (`dreamgym.recipe.ENV_DEFAULTS`), as a user types them.
+    dial = ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
+            "rollout.max_new_tokens=10", "rollout.max_turns=12"]
     common = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=2", *dial]
     assert train_main(["--algo", "sft", *common, f"data={base / 'collect' / 'offline.jsonl'}", "sft.epochs=6",
                        "sft.batch_size=8", "optim.lr=1e-3", f"run_dir={base / 'sft'}"]) == 0
     assert train_main(["--algo", "grpo", *common, "mode=dream", f"dream.em={em}", "dream.iterations=1",
-                       f"init={base / 'sft' / 'final'}", "grpo.tasks_per_iteration=2", "grpo.group_size=2",
+                       f"init={base / 'sft' / 'final'}", "tasks_per_iteration=2", "group_size=2",
                        "eval_at_start=false", f"run_dir={base / 'dream'}"]) == 0
     broken = base / "broken"
     broken.mkdir()
@@ -245,3 +246,35 @@ def test_webshop_states_render_as_the_shops_own_pages(tmp_path):
         kinds.add(step.next_state.splitlines()[0].split()[1])
     assert {"results", "item", "done"} <= kinds
     assert shop_page("[page] item B0NOTREAL00\n[button] Buy Now", traj.task) is None
+
+
+def test_a_run_logged_before_the_metric_namespaces_shows_under_todays_names(tmp_path):
+    """metrics.jsonl rows as runs wrote them before the namespaces (the run loop's figures unprefixed, SFT's under
+    sft/) chart on the run page and the curves page under today's names, on the same curve as a run logged since."""
+    from dreamgym.view.site import CHART_METRICS, Links
+
+    old, new, sft = tmp_path / "old", tmp_path / "new", tmp_path / "old-sft"
+    rows = {old: [{"step": 1, "time": 0.0, "episodes": 8.0, "success_rate": 0.25, "mean_reward": 0.25,
+                   "synthetic_steps": 30.0, "end_won": 2.0, "loss": 0.5, "zero_variance_groups": 1.0},
+                  {"step": 1, "time": 0.0, "dream/buffer/size": 40.0, "dream/em/predictions": 30.0},
+                  {"step": 1, "time": 0.0, "eval/success_rate": 0.5}],
+            new: [{"step": 1, "time": 0.0, "rollout/episodes": 8.0, "rollout/success_rate": 0.75,
+                   "losses/loss": 0.25}],
+            sft: [{"step": 10, "time": 0.0, "sft/loss": 1.5, "sft/epoch": 0.0},
+                  {"step": 10, "time": 0.0, "sft/replay_success": 0.125}]}
+    for d, lines in rows.items():
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    site = Site([old, new, sft])
+    assert set(site.run(0).metrics) == {"rollout/episodes", "rollout/success_rate", "rollout/mean_reward",
+                                        "rollout/synthetic_steps", "rollout/end_won", "losses/loss",
+                                        "losses/zero_variance_groups", "dream/buffer/size", "dream/em/predictions",
+                                        "eval/success_rate"}
+    assert set(site.run(2).metrics) == {"losses/loss", "losses/epoch", "eval/replay_success"}
+    assert site.run(2).metrics["eval/replay_success"][0].points == [(10.0, 0.125)]
+    page = site.run_page(0, Links())
+    assert all(f'aria-label="{name}"' in page for name in CHART_METRICS)  # every chart of a run page is there
+    # One curve per run on the curves page; a link saved with an old name charts the same.
+    for metric in ("rollout/success_rate", "success_rate"):
+        curves = site.curves_page([0, 1], metric, Links())
+        assert 'aria-label="rollout/success_rate"' in curves and curves.count('class="series"') == 2, metric

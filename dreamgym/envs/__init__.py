@@ -12,7 +12,7 @@ documented there); `family(name)` finds one, `family_names()` lists them, `regis
 
 
 from dreamgym.envs.check import CheckFamilyError, check_family
-from dreamgym.envs.family import OPTIONAL_HOOKS, EnvFamily, OptionalHooks, ScriptedPolicy
+from dreamgym.envs.family import OPTIONAL_HOOKS, EnvFamily, FamilyHooks, ScriptedPolicy
 from dreamgym.envs.registry import FamilyImportError, UnknownFamilyError, family, family_names, register_family
 
 _BUILTIN = (
@@ -28,5 +28,5 @@ for _name, _module, _gym_id, _env_class in _BUILTIN:
     register_family(_name, _module, gym_id=_gym_id, env_entry_point=_env_class)
 
 
-__all__ = ["CheckFamilyError", "EnvFamily", "FamilyImportError", "OPTIONAL_HOOKS", "OptionalHooks", "ScriptedPolicy",
+__all__ = ["CheckFamilyError", "EnvFamily", "FamilyHooks", "FamilyImportError", "OPTIONAL_HOOKS", "ScriptedPolicy",
            "UnknownFamilyError", "check_family", "family", "family_names", "register_family"]

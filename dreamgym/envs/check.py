@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dreamgym.env import CheckEnvError, check_env
-from dreamgym.envs.family import HOOK_PAIRS, OPTIONAL_HOOKS, EnvFamily
+from dreamgym.envs.family import HOOK_PAIRS, EnvFamily
 from dreamgym.envs.registry import family
 from dreamgym.types import Task, Transition
 
@@ -30,11 +30,12 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
     broken rule.
 
     Checks: the required members exist with the right kinds; `tasks(s)` for each of `splits` (every family has
-    "train" and "test") is a non-empty list of `Task` of this family; each distinct scripted policy plays an
-    episode of a `split` task to its end (within `max_steps`) in an environment from `make_env(split)`, which
-    then passes `check_env`; `admissible_from_state` of every state seen returns a list of str; `parse_goal` of
-    each task played returns a dict or None; `explain` of every transition seen returns a str; and each optional
-    hook present returns its documented type on those states and transitions (pairs of hooks come together).
+    "train" and "test") is a non-empty list of `Task` of this family; each distinct scripted policy plays an episode
+    of a `split` task to its end (within `max_steps`, and within the family's step limit `MAX_STEPS`) in an
+    environment from `make_env(split)`, which then passes `check_env`; `admissible_from_state` of every state seen
+    returns a list of str; `parse_goal` of each task played returns a dict or None; `explain` of every transition
+    seen returns a str; and each optional hook the family defines returns its documented type on those states and
+    transitions (pairs of hooks come together).
 
     `task_kwargs` and `env_kwargs` go to `tasks` and `make_env` (e.g. a small `n` for a family whose pool is
     costly to build); `splits` narrows the pools checked where a split is costly in full (ALFWorld's "test" is
@@ -72,7 +73,10 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
     for i, (pname, cls) in enumerate(_distinct_policies(fam)):
         task = pools[split][i % len(pools[split])]
         played.append(task)
-        transitions += _play(env, call(f"POLICIES[{pname!r}]({seed})", cls, seed), pname, task, max_steps, need, call)
+        episode = _play(env, call(f"POLICIES[{pname!r}]({seed})", cls, seed), pname, task, max_steps, need, call)
+        need(len(episode) <= fam.MAX_STEPS, f"policy {pname!r} played {len(episode)} steps of {task.id!r}, more than "
+                                            f"the step limit MAX_STEPS ({fam.MAX_STEPS})")
+        transitions += episode
     try:
         check_env(env, seed=seed, options={"task": pools[split][0]})
     except CheckEnvError as e:
@@ -89,23 +93,24 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
         text = call(f"explain of {tr.action!r}", fam.explain, tr)
         need(isinstance(text, str), f"explain must return a str, got {type(text).__name__}")
         _check_hooks(fam, tr, need, call)
-    if "corpus_text" in fam.hooks:
-        lines = call("corpus_text", fam.hooks["corpus_text"])
+    if "corpus_text" in fam.hooks.defined:
+        lines = call("corpus_text", fam.hooks.corpus_text)
         need(isinstance(lines, (list, tuple)) and all(isinstance(t, str) for t in lines),
              "corpus_text must return a list of str")
 
 
 def _check_surface(fam: EnvFamily, need: Callable[[bool, str], None]) -> None:
     need(isinstance(fam.name, str) and fam.name.isidentifier(), "name must be an identifier")
-    for member in ("make_env", "tasks", "admissible_from_state", "parse_goal", "explain"):
-        need(callable(getattr(fam, member)), f"{member} must be callable")
+    members = {"make_env": fam.make_env, "tasks": fam.tasks, "admissible_from_state": fam.admissible_from_state,
+               "parse_goal": fam.parse_goal, "explain": fam.explain}
+    for member, value in members.items():
+        need(callable(value), f"{member} must be callable")
+    need(isinstance(fam.MAX_STEPS, int) and fam.MAX_STEPS >= 1, "MAX_STEPS must be an int >= 1")
     need(isinstance(fam.POLICIES, Mapping) and len(fam.POLICIES) > 0, "POLICIES must be a non-empty mapping")
     need(all(isinstance(k, str) and callable(v) for k, v in fam.POLICIES.items()),
          "POLICIES must map names (str) to policy classes")
-    for hook, fn in fam.hooks.items():
-        need(hook in OPTIONAL_HOOKS and callable(fn), f"hook {hook} must be callable")
     for a, b in HOOK_PAIRS:
-        need((a in fam.hooks) == (b in fam.hooks), f"hooks {a} and {b} come together or not at all")
+        need((a in fam.hooks.defined) == (b in fam.hooks.defined), f"hooks {a} and {b} come together or not at all")
 
 
 def _distinct_policies(fam: EnvFamily) -> list[tuple[str, Any]]:
@@ -138,33 +143,33 @@ def _play(env: Any, policy: Any, pname: str, task: Task, max_steps: int, need: C
 
 
 def _check_hooks(fam: EnvFamily, tr: Transition, need: Callable[[bool, str], None], call: Callable[..., Any]) -> None:
-    """Each optional hook present, on a real transition: the type its contract (`OptionalHooks`) promises."""
-    h = fam.hooks
+    """Each optional hook the family defines, on a real transition: the type its contract (`FamilyHooks`)
+    promises."""
+    h, defined = fam.hooks, fam.hooks.defined
     s, a, nxt, task = tr.state, tr.action, tr.next_state, tr.task
     str_results: dict[str, Any] = {}
-    if "canonical_state" in h:
-        str_results["canonical_state"] = call("canonical_state", h["canonical_state"], s)
-    if "model_state" in h:
-        written = str_results["model_state"] = call("model_state", h["model_state"], nxt)
+    if "canonical_state" in defined:
+        str_results["canonical_state"] = call("canonical_state", h.canonical_state, s)
+    if "model_state" in defined:
+        written = str_results["model_state"] = call("model_state", h.model_state, nxt)
         if isinstance(written, str):
-            str_results["complete_state"] = call("complete_state", h["complete_state"], written, s)
-    if "model_observation" in h:
-        written = str_results["model_observation"] = call("model_observation", h["model_observation"], nxt)
+            str_results["complete_state"] = call("complete_state", h.complete_state, written, s)
+    if "model_observation" in defined:
+        written = str_results["model_observation"] = call("model_observation", h.model_observation, nxt)
         if isinstance(written, str):
-            str_results["state_after"] = call("state_after", h["state_after"], s, written)
-    if "noop_state" in h:
-        str_results["noop_state"] = call("noop_state", h["noop_state"], s, a)
-    if "outcome_contradiction" in h:
-        str_results["outcome_contradiction"] = call("outcome_contradiction", h["outcome_contradiction"],
-                                                    task, s, a, nxt)
+            str_results["state_after"] = call("state_after", h.state_after, s, written)
+    if "noop_state" in defined:
+        str_results["noop_state"] = call("noop_state", h.noop_state, s, a)
+    if "outcome_contradiction" in defined:
+        str_results["outcome_contradiction"] = call("outcome_contradiction", h.outcome_contradiction, task, s, a, nxt)
     for hook, got in str_results.items():
         need(isinstance(got, str), f"{hook} must return a str, got {type(got).__name__}")
-    for hook in ("hidden_outcome_key", "determined_outcome"):
-        if hook in h:
-            got = call(hook, h[hook], task, s, a)
+    for hook, fn in (("hidden_outcome_key", h.hidden_outcome_key), ("determined_outcome", h.determined_outcome)):
+        if hook in defined:
+            got = call(hook, fn, task, s, a)
             need(got is None or isinstance(got, str), f"{hook} must return a str or None, got {type(got).__name__}")
-    if "grounded_outcome" in h:
-        got = call("grounded_outcome", h["grounded_outcome"], task, s, a, nxt)
+    if "grounded_outcome" in defined:
+        got = call("grounded_outcome", h.grounded_outcome, task, s, a, nxt)
         need(got is None or (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (int, float))
                              and not isinstance(got[0], bool) and isinstance(got[1], bool)),
              f"grounded_outcome must return (reward, terminated) or None, got {got!r}")

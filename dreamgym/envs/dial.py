@@ -19,6 +19,9 @@ from typing import Any
 from dreamgym.env import TextEnv
 from dreamgym.types import Task, Transition
 
+MAX_STEPS = 12
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
+
 ACTIONS = ("turn up", "turn down", "submit")
 DIAL_MIN, DIAL_MAX = 0, 9
 
@@ -69,7 +72,7 @@ def expert_action(value: int, target: int) -> str:
 class DialEnv(TextEnv):
     env_family = "dial"
 
-    def __init__(self, split: str = "train", max_steps: int = 12):
+    def __init__(self, split: str = "train", max_steps: int = MAX_STEPS):
         super().__init__()
         self.tasks = make_tasks(split)
         self.max_steps = max_steps

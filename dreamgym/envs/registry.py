@@ -12,9 +12,14 @@ without touching DreamGym by declaring an entry point in its pyproject.toml:
     [project.entry-points."dreamgym.envs"]
     lamps = "mypkg.lamps"          # a family module, or "mypkg.lamps:FAMILY" for an EnvFamily object
 
-Entry points are read lazily: by every `family_names()` call, and by `family()` when asked for a name not
-registered yet (so a package installed into a running process is found too). A family found this way also gets
-the gymnasium id `dreamgym/<name>-v0`, from then on.
+Entry points are read on `import dreamgym` (`register_entry_points`), again by every `family_names()` call, and by
+`family()` when asked for a name not registered yet (so a package installed into a running process is found too).
+
+Gymnasium ids follow one rule: `dreamgym/<Name>-v0`, `<Name>` the family's name in CamelCase (`gym_id_of`: `keydoor`
+-> `dreamgym/Keydoor-v0`, `grid_world` -> `dreamgym/GridWorld-v0`). A family of an entry point gets it when the
+entry point is read; the built-in ones are registered with the same rule spelled by hand where a word boundary is
+inside their name (`dreamgym/WebShop-v0`, `dreamgym/ALFWorld-v0`). Every id keeps Gymnasium's passive environment
+checker on: `gymnasium.make` wraps the environment in it, and it checks the first reset and step only.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -52,6 +58,7 @@ class _Registration:
 
 _REGISTRY: dict[str, _Registration] = {}
 _LOADED: dict[str, EnvFamily] = {}
+_GYM_IDS: dict[str, str] = {}  # gymnasium id -> the family registered under it
 # Reentrant: loading a family module may itself register families.
 _LOCK = threading.RLock()
 
@@ -70,7 +77,7 @@ def register_family(name: str, family_or_module_path: Source, *, gym_id: str | N
         raise ValueError(f"environment family {name!r}: env_entry_point needs a gym_id")
     _register(name, family_or_module_path, "register_family")
     if gym_id is not None:
-        _register_gym_id(gym_id, env_entry_point or functools.partial(_make_family_env, name))
+        _register_gym_id(gym_id, env_entry_point or functools.partial(_make_family_env, name), name, "register_family")
 
 
 def family(name: str) -> EnvFamily:
@@ -113,18 +120,36 @@ def _register(name: str, source: Source, origin: str) -> None:
                              f"{origin} registers {source!r} under the same name")
 
 
-def _discover() -> None:
+def gym_id_of(name: str) -> str:
+    """The gymnasium id of the family `name` by DreamGym's rule: `dreamgym/<Name>-v0`, `<Name>` the name in
+    CamelCase (each `_`-separated part with its first letter upper-cased: `grid_world` -> `GridWorld`)."""
+    return "dreamgym/" + "".join(part[:1].upper() + part[1:] for part in name.split("_")) + "-v0"
+
+
+def register_entry_points() -> None:
+    """Register the families installed packages declare in the entry-point group, and their gymnasium ids (reads
+    strings only, imports no family). `import dreamgym` calls it; an entry point that cannot be registered (a
+    name that is no identifier or is taken) is left for `family_names()` and `family()` to report, so one broken
+    package cannot break `import dreamgym`."""
+    with _LOCK:
+        _discover(strict=False)
+
+
+def _discover(strict: bool = True) -> None:
     """Register the families installed packages declare in the entry-point group (reads strings only)."""
-    # Imported here: importlib.metadata costs `import dreamgym` about 50 ms, which a run that only uses the
-    # built-in families need not pay.
     from importlib import metadata
 
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist is not None else "?"
-        fresh = ep.name not in _REGISTRY
-        _register(ep.name, ep.value, f"entry point {ep.name} = {ep.value} of {dist}")
-        if fresh:
-            _register_gym_id(f"dreamgym/{ep.name}-v0", functools.partial(_make_family_env, ep.name))
+        origin = f"entry point {ep.name} = {ep.value} of {dist}"
+        try:
+            _register(ep.name, ep.value, origin)
+        except ValueError:
+            if strict:
+                raise
+            continue
+        if ep.name not in _GYM_IDS.values():
+            _register_gym_id(gym_id_of(ep.name), functools.partial(_make_family_env, ep.name), ep.name, origin)
 
 
 def _load(name: str, source: Source) -> EnvFamily:
@@ -154,7 +179,17 @@ def _make_family_env(name: str, **kwargs: object) -> TextEnv:
     return family(name).make_env(**kwargs)
 
 
-def _register_gym_id(gym_id: str, entry_point: str | Callable[..., TextEnv]) -> None:
-    if gym_id not in gymnasium.registry:
-        # No step limit wrapper: each env enforces its own limit and the contract's after-end behaviour.
-        gymnasium.register(id=gym_id, entry_point=entry_point, disable_env_checker=True, order_enforce=False)
+def _register_gym_id(env_id: str, entry_point: str | Callable[..., TextEnv], name: str, origin: str) -> None:
+    owner = _GYM_IDS.get(env_id)
+    if owner == name:
+        return
+    if owner is not None or env_id in gymnasium.registry:
+        taken = f"environment family {owner!r}" if owner is not None else "another package"
+        # A warning, not an error: the family itself works; only its gymnasium id is missing.
+        warnings.warn(f"environment family {name!r} ({origin}) gets no gymnasium id: {env_id} is taken by {taken}; "
+                      f"register it in code with register_family(..., gym_id=...) under another id", stacklevel=3)
+        return
+    # No step limit wrapper: each env enforces its own limit and the contract's after-end behaviour. Gymnasium's
+    # passive checker stays on: it looks at the first reset and step only, so it costs nothing afterwards.
+    gymnasium.register(id=env_id, entry_point=entry_point, order_enforce=False)
+    _GYM_IDS[env_id] = name

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 GEN_VERSION = "v1"
 GAME_OPTIONS = {"nb_rooms": 3, "nb_objects": 6, "quest_length": 3}
 SPLIT_SEEDS = {"train": (0, 20), "test": (1000, 10)}  # (first seed, default number of games)
-DEFAULT_MAX_STEPS = 50
+MAX_STEPS = 50
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
 INSTALL_HINT = ("the TextWorld environment needs `textworld` "
                 "(pip install textworld==1.7.0; it ships Inform7 and jericho)")
 TW_VERBS = ("go", "take", "open", "close", "put", "insert", "drop", "eat", "unlock", "lock", "examine", "recover",
@@ -183,7 +184,7 @@ class TextWorldEnv(TextEnv):
     env_family = "textworld"
     ENGINE_CACHE = 4  # engines kept loaded (loading a .z8 and its .json takes ~1 s)
 
-    def __init__(self, split: str = "train", max_steps: int = DEFAULT_MAX_STEPS, n: int | None = None,
+    def __init__(self, split: str = "train", max_steps: int = MAX_STEPS, n: int | None = None,
                  tasks: list[Task] | None = None, game_files: list[str] | None = None):
         super().__init__()
         if tasks is None and game_files is not None:

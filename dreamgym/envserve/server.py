@@ -5,7 +5,8 @@ experience model and the replay buffer this process alone owns, the gatherer tha
 synthetic steps), `ServedEnv` (a `TextEnv` as an OpenEnv `Environment`), the app (`create_env_app`: OpenEnv's
 `create_app` under `dreamgym.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
 stats routes), `start_env_server` (a background thread, for tests and in-process use), `serve` (the
-foreground server: the command's body, also for a dream whose experience model the caller built) and the command.
+foreground server: the command's body, also for a dream whose experience model the caller built) and the command
+(`parse_command`: `--config FILE key=value` as every command takes, its field options shortcuts for key=value).
 Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
 are bounded (`dreamgym.serving`).
 
@@ -33,6 +34,7 @@ point leaves a buffer that reopens with every answered transition in it.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import hmac
@@ -57,13 +59,14 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dreamgym import serving
-from dreamgym.checks import em_checkpoint, env_family, family_choices, trajectory_file
+from dreamgym import provenance, serving
+from dreamgym.checks import env_family, family_choices, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
 from dreamgym.envserve.gather import StepGatherer
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
+from dreamgym.filecheck import output_path
 from dreamgym.types import Task, Transition
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,14 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"detail": message, "status": status}
 
 
+def _usable_checkpoint(path: str) -> None:
+    """`dreamgym.experience.checkpoint.usable_checkpoint`, imported only when a config names a checkpoint: a server
+    of real environments never loads the experience-model package."""
+    from dreamgym.experience.checkpoint import usable_checkpoint
+
+    usable_checkpoint(path)
+
+
 @dataclass
 class EnvServerConfig:
     """What `dreamgym serve-env` serves and the limits it keeps."""
@@ -89,7 +100,7 @@ class EnvServerConfig:
     """The task split episodes draw from when a reset names no task."""
     dream: bool = False
     """Serve the synthetic environment (the experience model) instead of the real one."""
-    em: str = checked("", em_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
+    em: str = checked("", _usable_checkpoint, "an experience-model checkpoint folder (from dreamgym train-em)")
     """dream: the experience-model checkpoint."""
     em_data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """dream: offline real trajectories that seed the replay buffer (default: the model's training data)."""
@@ -130,6 +141,18 @@ class EnvHost:
             raise ConfigError("em", "a dream needs an experience-model checkpoint (from dreamgym train-em)")
         self.config = cfg
         self.family = family(cfg.env)
+        # Every argument is checked before anything loads or binds: a bad split would answer every reset with an
+        # error, a model or data of another family would serve another environment's dream.
+        self._tasks: dict[str, Task] = self._split_tasks()
+        try:
+            if cfg.dream and model is None:
+                provenance.require(provenance.of_em_checkpoint(cfg.em), family=cfg.env)
+            if cfg.dream and cfg.em_data:
+                provenance.check_trajectories(cfg.em_data, cfg.env)
+            if cfg.dream and cfg.buffer:
+                output_path(cfg.buffer, "folder")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")
         self.model, self.buffer, self.batcher = model, buffer, None
         if cfg.dream:
@@ -141,7 +164,6 @@ class EnvHost:
         self.provenance = Provenance(server=uuid.uuid4().hex[:12], env=cfg.env, synthetic=cfg.dream, split=cfg.split,
                                      em=str(Path(cfg.em).resolve()) if cfg.em else None,
                                      buffer=str(Path(cfg.buffer).resolve()) if cfg.dream and cfg.buffer else None)
-        self._tasks: dict[str, Task] | None = None
         self._executor = ThreadPoolExecutor(max_workers=min(64, cfg.max_sessions), thread_name_prefix="serve-env")
         self._one_at_a_time = threading.Lock()
         self._lock = threading.Lock()
@@ -155,9 +177,18 @@ class EnvHost:
         return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
                             max_steps=self.config.max_steps or None, batcher=self.batcher)
 
+    def _split_tasks(self) -> dict[str, Task]:
+        """The tasks of the served split by id; a split the family does not have, or one without tasks, is a
+        ConfigError."""
+        try:
+            tasks = self.family.tasks(self.config.split)
+        except (ValueError, KeyError) as e:
+            raise ConfigError("split", f"{self.config.split!r}: {e}") from None
+        if not tasks:
+            raise ConfigError("split", f"{self.config.split!r}: the {self.config.env} family has no tasks there")
+        return {t.id: t for t in tasks}
+
     def task(self, task_id: str) -> Task:
-        if self._tasks is None:
-            self._tasks = {t.id: t for t in self.family.tasks(self.config.split)}
         if task_id not in self._tasks:
             raise HTTPException(400, f"reset: task_id {task_id!r} is not a task of {self.config.env}/"
                                      f"{self.config.split}")
@@ -529,40 +560,58 @@ def start_env_server(cfg: EnvServerConfig, *, model: Any = None, buffer: Any = N
     return EnvServerHandle(running, env_host)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dreamgym.config import CommandParser, at_least, fail
+CONFIG_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "env": ("--env", {"help": "the environment family (env=)"}),
+    "split": ("--split", {"help": "task split of resets that name no task (split=)"}),
+    "dream": ("--dream", {"action": "store_const", "const": True, "help": "serve the synthetic environment (needs "
+                                                                          "--em; dream=true)"}),
+    "em": ("--em", {"help": "experience-model checkpoint folder, from dreamgym train-em (em=)"}),
+    "em_data": ("--em-data", {"help": "trajectories that seed the buffer; default: the EM's data (em_data=)"}),
+    "buffer": ("--buffer", {"help": "replay-buffer folder this server owns; default: in memory (buffer=)"}),
+    "max_steps": ("--max-steps", {"type": int, "help": "synthetic step limit; 0: the real one (max_steps=)"}),
+    "device": ("--device", {"help": "experience model device: cpu, cuda (device=)"}),
+    "max_sessions": ("--max-sessions", {"type": int, "help": "max_sessions="}),
+    "idle_timeout_s": ("--idle-timeout-s", {"type": float, "help": "idle_timeout_s="}),
+    "batch_wait_ms": ("--batch-wait-ms", {"type": float, "help": "batch_wait_ms="}),
+    "max_batch": ("--max-batch", {"type": int, "help": "max_batch="}),
+    "max_body_mb": ("--max-body-mb", {"type": float, "help": "max_body_mb="}),
+}
+"""The options of `dreamgym serve-env` that set a config field (field -> option, argparse settings): shortcuts for
+`key=value`, applied after the config file and the overrides and checked by the same validation pass."""
+
+
+def parse_command(argv: list[str] | None = None) -> tuple[EnvServerConfig, argparse.Namespace]:
+    """`dreamgym serve-env`'s command line: the config it serves (bad config raises ConfigError) and the process
+    options (host, port, token file, threads). A usage error exits with code 2."""
+    from dreamgym.config import CommandParser, at_least, describe, load_config
 
     parser = CommandParser(prog="dreamgym serve-env", description=(
-        "Serve an environment family over OpenEnv's protocol (WebSocket sessions at /ws, /reset, /step, /state, "
-        f"/schema). A bearer token is read from ${TOKEN_ENV} or --token-file."))
-    defaults = EnvServerConfig()
-    parser.add_argument("--env", default=defaults.env, help="the environment family")
-    parser.add_argument("--split", default=defaults.split, help="task split of resets that name no task")
-    parser.add_argument("--dream", action="store_true", help="serve the synthetic environment (needs --em)")
-    parser.add_argument("--em", default="", help="experience-model checkpoint folder (dreamgym train-em)")
-    parser.add_argument("--em-data", default="", help="trajectories that seed the buffer (default: the EM's data)")
-    parser.add_argument("--buffer", default="", help="replay-buffer folder this server owns (default: in memory)")
-    parser.add_argument("--max-steps", type=at_least(0), default=0, help="synthetic step limit (0: the real one)")
-    parser.add_argument("--device", default="", help="experience model device (cpu, cuda)")
+        "Serve an environment family over OpenEnv's protocol (WebSocket sessions at /ws, /reset, /step, /state,\n"
+        f"/schema). A bearer token is read from ${TOKEN_ENV} or --token-file. What it serves: the config fields\n"
+        "from --config FILE, then key=value overrides, then the options below that name a field."),
+                           epilog="config fields (key=value):\n" + describe(EnvServerConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=None, help="YAML file with EnvServerConfig fields")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. dream=true em=runs/em max_batch=1")
+    for name, (option, kw) in CONFIG_OPTIONS.items():  # each sets its field (`env`, ...) only when given
+        parser.add_argument(option, dest=name, default=None, **kw)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=at_least(0, 65535), default=8100, help="port; 0 picks a free one (printed)")
-    parser.add_argument("--max-sessions", type=at_least(1), default=defaults.max_sessions)
-    parser.add_argument("--idle-timeout-s", type=float, default=defaults.idle_timeout_s)
-    parser.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
-    parser.add_argument("--max-batch", type=at_least(1), default=defaults.max_batch)
-    parser.add_argument("--max-body-mb", type=float, default=defaults.max_body_mb)
     parser.add_argument("--token-file", default="", help="a file holding the bearer token")
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (dream)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parser.parse_intermixed_args(argv)
+    flags = {name: value for name in CONFIG_OPTIONS if (value := vars(args)[name]) is not None}
+    return load_config(EnvServerConfig, args.config, args.overrides, flags), args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dreamgym.config import fail
+
     try:
-        cfg = EnvServerConfig(env=args.env, split=args.split, dream=args.dream, em=args.em, em_data=args.em_data,
-                              buffer=args.buffer, max_steps=args.max_steps, device=args.device,
-                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s,
-                              batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
-                              max_body_mb=args.max_body_mb)
+        cfg, args = parse_command(argv)
     except ConfigError as e:
         return fail("serve-env", e)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     token = os.environ.get(TOKEN_ENV) or None
     if args.token_file:
         try:

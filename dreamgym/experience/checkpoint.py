@@ -4,8 +4,12 @@ Owns: the directory a training run writes and prediction loads -- `em_config.jso
 `ExperienceModelConfig` under "model", the training config under "train", format_version, steps, final), written
 last, when training has finished, and `model/` (full weights, or a LoRA adapter on the base preset); beside them,
 `checkpoint/` holds the training run's resumable state in the agent trainers' format
-(`dreamgym.trainers.common.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get their
-old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused otherwise.
+(`dreamgym.trainers.checkpoint.write_checkpoint`) -- and how an old checkpoint's config is read: missing fields get
+their old default, fields that are no longer settings are dropped when they hold the value now fixed, and refused
+otherwise.
+Also what makes a checkpoint usable at start-up (`usable_checkpoint`, `usable_config_overrides`: the checks of the
+config fields naming one), here rather than in `dreamgym.checks` so that the general checks never import this
+package.
 Must not know: prompts, generation, retrieval, how training works.
 torch, transformers and peft are imported inside `load_checkpoint_model` only.
 """
@@ -19,6 +23,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, from_dict, parse_overrides
 from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.filecheck import model_weights
 
 EM_CONFIG_FILE = "em_config.json"
 """The checkpoint's metadata; its presence is what makes a directory a checkpoint."""
@@ -64,6 +69,26 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
     # Checkpoints from before `compact_states` were trained on whole states.
     fields = {"compact_states": False, **fields, **parse_overrides(list(overrides))}
     return from_dict(ExperienceModelConfig, fields)
+
+
+def usable_checkpoint(path: str) -> None:
+    """A start-up check (`dreamgym.config.checked`) of an experience-model checkpoint folder (`dreamgym train-em`):
+    its em_config.json reads and holds a model config this version can run, and its `model/` folder holds whole
+    weights (`dreamgym.filecheck.model_weights`).
+    Raises ValueError (or OSError) saying what is wrong; loads nothing."""
+    meta: Any = read_checkpoint_meta(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: em_config.json does not hold a mapping")
+    checkpoint_model_config(meta)
+    if not (Path(path) / MODEL_SUBDIR).is_dir():
+        raise ValueError(f"{path}: the checkpoint has no {MODEL_SUBDIR}/ folder")
+    model_weights(Path(path) / MODEL_SUBDIR)
+
+
+def usable_config_overrides(overrides: list[str]) -> None:
+    """A start-up check of `key=value` settings of an `ExperienceModelConfig` (known fields, right types and
+    ranges); raises ValueError saying which is wrong."""
+    from_dict(ExperienceModelConfig, parse_overrides(overrides))
 
 
 def load_checkpoint_tokenizer(path: str | Path) -> Any:
@@ -132,10 +157,14 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="an experience-model checkpoint (from dreamgym train-em)")
     parser.add_argument("out", help="the folder to create (must not exist)")
     args = parser.parse_args(argv)
+    from dreamgym.filecheck import output_path
+
     try:
         meta = read_checkpoint_meta(args.checkpoint)
         if not meta.get("final", True):
             raise ValueError(f"{args.checkpoint} has not finished training (em_config.json says final: false)")
+        model_weights(Path(args.checkpoint) / MODEL_SUBDIR)  # whole, before the model is built
+        output_path(args.out, "folder")
         out = export_checkpoint(args.checkpoint, args.out)
     except (OSError, ValueError) as e:
         return fail("export-em", e)

@@ -54,6 +54,11 @@ class ExperienceModelConfig:
     """Nucleus mass when sampling."""
     retries: int = ranged(1, ge=0)
     """Re-generations of a malformed output (sampled) before the failure state."""
+    structured_output: bool = True
+    """Decode inside the output format (a regex the backend enforces), so no answer is malformed; turn off for a
+    server that rejects vLLM's `structured_outputs` request field."""
+    max_think_tokens: int = ranged(160, ge=1)
+    """Tokens the <think> trace may take before structured decoding closes it, so it leaves room for the state."""
     binary_reward: bool = True
     """Train on the paper's outcome reward (1 at a successful final step, else 0) instead of the env's raw reward."""
     embedder: str = "minilm"

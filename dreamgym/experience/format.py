@@ -2,7 +2,8 @@
 request, what the model must answer, the lenient parser of that answer, and what a prediction is.
 
 Owns: the input format (task, history window, current abstract state, action, k retrieved transitions), the
-output format and its parser, the reset pseudo-action, the failure state, `FORMAT_VERSION`, how much of a state
+output format, its regex and token budgets for structured decoding (`output_constraint`) and its lenient parser,
+the reset pseudo-action, the failure state, `FORMAT_VERSION`, how much of a state
 the model writes (`written_state`) and how the whole state is rebuilt from it (`completed_state`, through the
 family hooks in `dreamgym.experience.hooks`), and the `Prediction` record every answer is returned as.
 Must not know: models, torch or any model library, generation, retrieval, training, any concrete environment.
@@ -34,6 +35,11 @@ Output (strict; the model is trained to write exactly this, the parser is lenien
     <reward><r: 0 or 1, or a decimal in [0, 1] with binary_reward=False></reward>
     <done><true|false></done>
 
+With `structured_output` (the default) the answer is decoded inside `output_regex`, which is this format with
+no `<` inside a field and a reward the config trains on, so it always parses; budgets close the trace after
+`max_think_tokens` and each field in time for the rest to fit in `max_new_tokens`. The parser stays lenient for
+backends that ignore the constraint (a server without structured outputs, `structured_output: false`).
+
 `done` means the task dynamics ended the episode (the real environment's `terminated`); truncation by a step
 limit is the synthetic environment's business, not the model's. The initial state of an episode is the answer
 to the pseudo-action `[reset]` on the empty state, so the model can also write initial states for tasks the real
@@ -55,8 +61,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.hooks import family_hook, observation_hooks
-from dreamgym.llm.base import ChatRequest
+from dreamgym.experience.hooks import family_hooks
+from dreamgym.llm.base import ChatRequest, FieldBudget, OutputConstraint
 from dreamgym.types import Task, Transition
 
 RESET_ACTION = "[reset]"
@@ -90,26 +96,24 @@ def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
     after `[reset]` (there is no previous state to complete it from)."""
     if not tr.state.strip():
         return tr.next_state
-    hooks = observation_hooks(tr.task.env) if cfg.write_observation else None
-    if hooks:
-        return hooks[0](tr.next_state)
-    if not cfg.compact_states:
+    hooks = family_hooks(tr.task.env) if cfg.write_observation or cfg.compact_states else None
+    if hooks is None:
         return tr.next_state
-    fn = family_hook(tr.task.env, "model_state")
-    return fn(tr.next_state) if fn else tr.next_state
+    if cfg.write_observation and hooks.writes_observations:
+        return hooks.model_observation(tr.next_state)
+    return hooks.model_state(tr.next_state) if cfg.compact_states else tr.next_state
 
 
 def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> str:
     """The inverse of `written_state`: the whole next state from the model's text and the query's state."""
     if not query.state.strip():
         return written
-    hooks = observation_hooks(env or query.task.env) if cfg.write_observation else None
-    if hooks:
-        return hooks[1](query.state, written)
-    if not cfg.compact_states:
+    hooks = family_hooks(env or query.task.env) if cfg.write_observation or cfg.compact_states else None
+    if hooks is None:
         return written
-    fn = family_hook(env or query.task.env, "complete_state")
-    return fn(written, query.state) if fn else written
+    if cfg.write_observation and hooks.writes_observations:
+        return hooks.state_after(query.state, written)
+    return hooks.complete_state(written, query.state) if cfg.compact_states else written
 
 
 def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
@@ -184,6 +188,37 @@ def format_completion(next_state: str, reward: float, done: bool, reasoning: str
     think = f"<think>{' '.join((reasoning or '').split())}</think>\n" if use_reasoning else ""
     return (f"{think}<state>\n{next_state.strip()}\n</state>\n<reward>{format_reward(reward)}</reward>\n"
             f"<done>{'true' if done else 'false'}</done>")
+
+
+# The output format as a regex, for structured decoding. Fields hold no "<", so every "<" of an answer opens or
+# closes a tag: `_MARK` counts fields for the token budgets, and a token holding one ends the field it is in.
+_MARK = "<"
+_FIELD = r"[^<]*"
+_STATE = r"[^<]*[^<\s][^<]*"  # at least one visible character: an empty state does not parse
+_BINARY_REWARD = "(0|1)"
+_DECIMAL_REWARD = r"(0(\.[0-9]{1,3})?|1(\.0{1,3})?)"  # format_reward's three decimals in [0, 1]
+_LONGEST_REWARD = "0.125"
+
+
+def output_regex(cfg: ExperienceModelConfig) -> str:
+    """The strict output format (module docstring) as a regex: what structured decoding lets the model write. The
+    reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`."""
+    think = f"<think>{_FIELD}</think>\n" if cfg.use_reasoning else ""
+    reward = _BINARY_REWARD if cfg.binary_reward else _DECIMAL_REWARD
+    return f"{think}<state>\n{_STATE}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
+
+
+def output_constraint(cfg: ExperienceModelConfig) -> OutputConstraint:
+    """`output_regex` with per-field token budgets: the <think> trace closes after `max_think_tokens` tokens or
+    when only the rest of the answer fits in `max_new_tokens`; the state closes when only its tail fits. Each
+    token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer."""
+    reward = "1" if cfg.binary_reward else _LONGEST_REWARD
+    tail = len(f"</state>\n<reward>{reward}</reward>\n<done>false{STOP}".encode())
+    state_opening = len(b"</think>\n<state>\n") + 1  # and one character of state
+    state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail)
+    budgets = (FieldBudget(after=1, max_tokens=cfg.max_think_tokens, reserve=tail + state_opening), state) \
+        if cfg.use_reasoning else (state,)
+    return OutputConstraint(regex=output_regex(cfg), mark=_MARK, budgets=budgets)
 
 
 @dataclass

@@ -1,37 +1,35 @@
-"""The one door from the experience model to environment families: their optional hooks, by name.
+"""The one door from the experience model to environment families: their optional hooks (`FamilyHooks`).
 
-Owns: looking a hook up on a family reached through `dreamgym.envs.family`, and what a missing one means.
+Owns: finding the hooks of the family a transition names, and what no family means.
 Must not know: any concrete family, what a hook computes, prompts, models.
 
-A hook the family does not define (absent, or None on a family structure whose optional hooks are attributes)
-gives None, and the caller falls back to the family-free behaviour. A family that cannot be imported (a missing
-optional dependency) or an unknown family name is an error: returning None there would silently change what the
-model writes and reads.
+The experience model calls a family's hooks directly (`family_hooks(env).model_state(state)`); a hook the family
+does not define is the default `dreamgym.envs.family.FamilyHooks` gives, the family-free behaviour, and so are all
+hooks when no family is named. A family that cannot be imported (a missing optional dependency) or an unknown
+family name is an error: falling back to the defaults there would silently change what the model writes and reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dreamgym.envs.family import FamilyHooks
 
 
-def family_hook(env: str, name: str) -> Callable[..., Any] | None:
-    """The family's hook `name`, or None when `env` is empty or the family does not define it.
+def family_hooks(env: str) -> FamilyHooks:
+    """The hooks of family `env`, or the defaults when `env` is empty.
 
     Raises ImportError (naming the family) when the family's module cannot be imported, and ValueError for a
     family `dreamgym.envs` does not know."""
-    if not env:
-        return None
+    # Imported here: the registry is loaded by name on first use, so importing the experience model pulls in no
+    # environment code.
     from dreamgym.envs import family
+    from dreamgym.envs.family import FamilyHooks
 
+    if not env:
+        return FamilyHooks()
     try:
-        fam = family(env)
+        return family(env).hooks
     except ImportError as e:
-        raise ImportError(f"environment family {env!r} could not be imported for its {name!r} hook: {e}") from e
-    return getattr(fam, name, None)
-
-
-def observation_hooks(env: str) -> tuple[Callable[..., str], Callable[..., str]] | None:
-    """The family's (`model_observation`, `state_after`) pair, or None unless it has both."""
-    observe, after = family_hook(env, "model_observation"), family_hook(env, "state_after")
-    return (observe, after) if observe and after else None
+        raise ImportError(f"environment family {env!r} could not be imported for its hooks: {e}") from e

@@ -9,6 +9,11 @@ training, trainers of the agent, the replay buffer's storage (it is used through
 torch and transformers are reached only by `ExperienceModel.load` (through `dreamgym.llm.hf`), so prediction
 through another backend of the LLM seam (and the synthetic environment built on it) never loads them.
 
+Structured decoding: with `structured_output` every generate call carries the format's `output_constraint`, so
+a backend that enforces it (the local one, vLLM and `dreamgym serve-model` through `structured_outputs`) never
+writes a malformed answer and no retry is spent; the rest below is for backends that ignore it and for
+contradictions.
+
 Malformed outputs: an output that does not parse, or whose next state the shortcuts reject as contradicting the
 action (`reject_contradictions`), is re-generated `retries` times (sampled at `RETRY_TEMPERATURE`, one batched
 call per retry round); one still malformed after that becomes the failure state (`FAILURE_STATE`, reward 0.0,
@@ -27,7 +32,7 @@ from dreamgym.experience.checkpoint import (checkpoint_model_config, load_checkp
                                             read_checkpoint_meta)
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
-                                        completed_state, parse_completion, query_for)
+                                        completed_state, output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
 from dreamgym.llm.base import LLM, ChatRequest, SamplingParams
 from dreamgym.types import Task, Transition
@@ -92,8 +97,9 @@ class ExperienceModel:
         return [build_request(q, ex, self.config, count, self.stats) for q, ex in zip(queries, examples)]
 
     def _params(self, temperature: float, seed: int | None) -> SamplingParams:
-        return SamplingParams(temperature=temperature, top_p=self.config.top_p,
-                              max_tokens=self.config.max_new_tokens, stop=[STOP], seed=seed)
+        cfg = self.config
+        return SamplingParams(temperature=temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, stop=[STOP],
+                              seed=seed, constraint=output_constraint(cfg) if cfg.structured_output else None)
 
     def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
                   seeds: list[int] | None = None) -> list[str]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.format import Prediction
-from dreamgym.experience.hooks import family_hook, observation_hooks
+from dreamgym.experience.hooks import family_hooks
 from dreamgym.types import Transition
 
 if TYPE_CHECKING:
@@ -54,14 +54,13 @@ class OutcomeResolver(Protocol):
 
 
 def _hidden_key(tr: Transition) -> tuple[str, str] | None:
-    fn = family_hook(tr.task.env, "hidden_outcome_key") if tr.state.strip() else None
-    key = fn(tr.task, tr.state, tr.action) if fn else None
+    key = family_hooks(tr.task.env).hidden_outcome_key(tr.task, tr.state, tr.action) if tr.state.strip() else None
     return (tr.task.env, key) if key else None
 
 
 def _determined(q: Transition) -> str | None:
-    fn = family_hook(q.task.env, "determined_outcome")
-    return fn(q.task, q.state, q.action) if fn and q.state.strip() else None
+    hooks = family_hooks(q.task.env)
+    return hooks.determined_outcome(q.task, q.state, q.action) if q.state.strip() else None
 
 
 class FamilyShortcuts:
@@ -109,10 +108,10 @@ class FamilyShortcuts:
         table = self._hidden_table(copy_from) if copy_from is not None else {}
         out: dict[int, Prediction] = {}
         for i, q in enumerate(queries):
-            hooks = observation_hooks(q.task.env)
-            if hooks is None:
+            hooks = family_hooks(q.task.env)
+            if not hooks.writes_observations:
                 continue
-            observe, after = hooks
+            observe, after = hooks.model_observation, hooks.state_after
             key = _hidden_key(q) if copy_from is not None else None
             hit = table.get(key) if key is not None else None
             derived = _determined(q) if hit is None and config.derive_determined_outcomes else None
@@ -136,6 +135,6 @@ class FamilyShortcuts:
     def contradiction(self, query: Transition, next_state: str, config: ExperienceModelConfig) -> str:
         """Why `next_state` cannot answer `query` (the family's `outcome_contradiction`, with
         `reject_contradictions`), or ""."""
-        fn = family_hook(query.task.env, "outcome_contradiction") if config.reject_contradictions else None
-        reason = fn(query.task, query.state, query.action, next_state) if fn else ""
+        reason = (family_hooks(query.task.env).outcome_contradiction(query.task, query.state, query.action, next_state)
+                  if config.reject_contradictions else "")
         return f"contradicts the action: {reason}" if reason else ""

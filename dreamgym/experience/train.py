@@ -3,12 +3,13 @@
 Owns: `TrainEMConfig`, the SFT loop that teaches a preset the output format (length-bucketed batches of
 training examples, the schedule of optimiser steps, resume), the curriculum's task-writing examples mixed into
 the data, and the run's outputs: the experience-model checkpoint (`dreamgym.experience.checkpoint`) and summary.
-The training step itself is the agent trainers' (`dreamgym.trainers.common`): the same model preparation (LoRA or
-full fine-tuning in float32), AdamW, warm-up/cosine schedule, micro-batched completion-only loss under bf16
-autocast on CUDA, and the same atomic, resumable checkpoint in `checkpoint/`.
+The training step itself is the agent trainers' (`dreamgym.trainers.common`): the same model and optimiser configs
+(`ModelConfig`, `OptimConfig`: `model.*` and `optim.*`, as on `dreamgym train`), model preparation (LoRA or full
+fine-tuning in float32), AdamW, warm-up/cosine schedule, micro-batched completion-only loss under bf16 autocast on
+CUDA, and the same atomic, resumable checkpoint in `checkpoint/`.
 Must not know: agent trainers' algorithms, the synthetic environment, any concrete environment (the family's
 reasoning teacher is reached through `dreamgym.reasoning`).
-torch, transformers and peft are imported inside the functions that need them.
+transformers and peft are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -26,18 +27,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.checks import env_family, family_choices, model_source, trajectory_file
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, to_dict
+from dreamgym.checks import env_family, family_choices, trajectory_file
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, renamed, to_dict
 from dreamgym.experience.checkpoint import CHECKPOINT_SUBDIR, EM_CONFIG_FILE, MODEL_SUBDIR
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import balance_outcomes, buffer_for, em_transitions, encode_chat_examples, encode_examples
 from dreamgym.experience.format import FORMAT_VERSION
 from dreamgym.paths import atomic_write_text
+from dreamgym.trainers.common import ModelConfig, OptimConfig
 from dreamgym.types import Trajectory, Transition
 
 log = logging.getLogger(__name__)
 
 
+def _em_optim() -> OptimConfig:
+    """train-em's optimiser defaults: a learning rate by the kind of training, a 30-step warm-up, then cosine decay
+    to 10% of the peak at the last step."""
+    return OptimConfig(lr=None, beta2=0.98, warmup_steps=30, schedule="cosine", min_lr_ratio=0.1,
+                       micro_batch_tokens=8192)
+
+
+RENAMED_KEYS = {
+    **{f"model.{f.name}": f"em.{f.name}" for f in dataclasses.fields(ExperienceModelConfig)},
+    **{key: f"model.{key}" for key in ("preset", "lora", "lora_r", "lora_alpha", "quantize", "fsdp",
+                                       "gradient_checkpointing")},
+    **{key: f"optim.{key}" for key in ("lr", "weight_decay", "warmup_steps", "micro_batch_tokens")},
+}
+"""Keys of earlier versions: the experience model's own settings moved from `model.*` to `em.*`, and `model.*` and
+`optim.*` are now `dreamgym train`'s model and optimiser configs. Refused naming the new key."""
+
+
+@renamed(RENAMED_KEYS)
 @dataclass
 class TrainEMConfig:
     """`dreamgym train-em`: SFT of the experience model on annotated real transitions."""
@@ -46,40 +66,22 @@ class TrainEMConfig:
     """Environment family of the data (dial, webshop, alfworld, ...)."""
     data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """Offline real trajectories (JSONL or Parquet); required to train."""
-    preset: str = checked("tiny", model_source, "a preset, a model folder or a Hugging Face id")
-    """Model preset, local path or Hugging Face id to start from."""
     out: str = ""
-    """Run directory for the checkpoint (default runs/em-<env>-<preset>)."""
-    model: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
-    """Prompt/output settings (saved with the checkpoint)."""
+    """Run directory for the checkpoint (default runs/em-<env>-<model.preset name>)."""
+    em: ExperienceModelConfig = field(default_factory=ExperienceModelConfig)
+    """Prompt/output settings of the experience model (saved with the checkpoint)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model trained and how (the same fields as `dreamgym train`'s; `policy_url` does not apply)."""
+    optim: OptimConfig = field(default_factory=_em_optim)
+    """Optimiser, schedule and gradient accumulation (the same fields as `dreamgym train`'s)."""
     teacher: Literal["env", "keep"] = "env"
     """Reasoning traces: 'env' (family explain, fills only missing traces) or 'keep' (use stored traces)."""
-    lora: bool | None = None
-    """LoRA via PEFT; None: full fine-tuning below `presets.FULL_FT_MAX_PARAMS` parameters (tiny), LoRA above."""
-    lora_r: int = ranged(16, ge=1)
-    """LoRA rank."""
-    lora_alpha: int = ranged(32, ge=1)
-    """LoRA scaling numerator."""
-    quantize: Literal["none", "4bit"] = "none"
-    """'4bit': hold the frozen base in 4-bit NF4 (QLoRA; needs bitsandbytes and lora=true)."""
-    fsdp: bool = False
-    """Shard the trained weights, their gradients and AdamW state over the ranks (FSDP2), not a replica on each."""
-    lr: float | None = ranged(None, gt=0)
-    """Peak learning rate; None: 1e-3 for full fine-tuning, 2e-4 for LoRA."""
-    weight_decay: float = ranged(0.0, ge=0)
-    """AdamW weight decay."""
     batch_size: int = ranged(16, ge=1)
     """Sequences per optimizer step."""
     epochs: float = ranged(2.0, gt=0)
     """Passes over the data (ignored when max_steps > 0)."""
     max_steps: int = ranged(0, ge=0)
     """Optimizer steps; 0: derived from epochs."""
-    warmup_steps: int = ranged(30, ge=0)
-    """Linear warm-up before the cosine decay (to 10% of the peak at the last step)."""
-    micro_batch_tokens: int = ranged(8192, ge=1)
-    """Padded tokens per forward/backward chunk; gradients accumulate over the chunks of one optimizer step."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, slower)."""
     max_transitions: int = ranged(0, ge=0)
     """Use at most this many transitions (0: all), sampled with the seed."""
     balance_outcomes: int = ranged(4, ge=1)
@@ -103,12 +105,13 @@ class TrainEMConfig:
     """Also teach the curriculum's two prompts (write harder variants of a task; pick one) with at most this many
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
 
-    def validate(self) -> None:
-        from dreamgym import fsdp
+    def resolved_out(self) -> Path:
+        """The checkpoint's folder: `out`, or runs/em-<env>-<preset>."""
+        return Path(self.out or f"runs/em-{self.env}-{Path(self.model.preset).name}")
 
-        fsdp.check_config(self.fsdp, self.quantize, "fsdp")
-        if self.quantize != "none" and self.lora is not True:
-            raise ConfigError("quantize", "only LoRA adapters train on a quantized base", "lora=true with quantize")
+    def validate(self) -> None:
+        if self.model.policy_url:
+            raise ConfigError("model.policy_url", "train-em samples no rollouts", "empty")
 
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -143,11 +146,10 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     from dreamgym import distributed, fsdp
     from dreamgym.metrics import MetricsLogger, pin_threads
     from dreamgym.presets import load_preset, pick_device
-    from dreamgym.trainers.common import (ModelConfig, OptimConfig, atomic_dir, is_peft, make_optimizer,
-                                          load_optimizer_state, model_device, optimizer_state, prepare_policy,
-                                          read_checkpoint_state, read_meta,
-                                          resumable_checkpoint, rng_state, set_lr, set_rng_state, supervised_step,
-                                          trainable_parameters, write_checkpoint)
+    from dreamgym.trainers.checkpoint import (atomic_dir, is_peft, load_optimizer_state, optimizer_state,
+                                              read_checkpoint_state, read_meta, resumable_checkpoint, write_checkpoint)
+    from dreamgym.trainers.common import (make_optimizer, model_device, prepare_policy, rng_state, set_lr,
+                                          set_rng_state, supervised_step, trainable_parameters)
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
@@ -157,9 +159,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     distributed.init()
     device = cfg.device or (distributed.device() if distributed.launched() else pick_device())
     pin_threads(max(1, cfg.threads), torch_threads=not str(device).startswith("cuda"))
-    out = Path(cfg.out or f"runs/em-{cfg.env}-{Path(cfg.preset).name}")
+    out = cfg.resolved_out()
     out.mkdir(parents=True, exist_ok=True)
-    mcfg = cfg.model
+    mcfg = cfg.em
     # A checkpoint that cannot be resumed fails here, before data or model load (CheckpointError names the problem).
     # Rank 0 first: opening a checkpoint can repair an interrupted switch, which must happen once.
     ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR) if cfg.resume and distributed.is_main() else None
@@ -167,8 +169,8 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     if cfg.resume and not distributed.is_main():
         ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR)
     resumed_lora = ckpt is not None and read_meta(ckpt).get("kind") == "lora"
-    if ckpt is not None and cfg.lora is not None and cfg.lora != resumed_lora:
-        raise ConfigError(f"lora={cfg.lora} but the run in {out} trained "
+    if ckpt is not None and cfg.model.lora is not None and cfg.model.lora != resumed_lora:
+        raise ConfigError(f"model.lora={cfg.model.lora} but the run in {out} trained "
                           f"{'a LoRA adapter' if resumed_lora else 'all weights'}; resume with the same setting")
 
     if trajectories is None:
@@ -204,11 +206,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
 
-    model, tokenizer = load_preset(cfg.preset, device=device, quantize=cfg.quantize)
-    model = prepare_policy(model, ModelConfig(
-        preset=cfg.preset, lora=resumed_lora if ckpt is not None else cfg.lora, lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha, lora_dropout=0.0, gradient_checkpointing=cfg.gradient_checkpointing,
-        quantize=cfg.quantize, fsdp=cfg.fsdp))
+    model, tokenizer = load_preset(cfg.model.preset, device=device, quantize=cfg.model.quantize)
+    model = prepare_policy(model, dataclasses.replace(cfg.model, lora=resumed_lora if ckpt is not None
+                                                      else cfg.model.lora))
     use_lora = is_peft(model)
     backend = HFBackend(model, tokenizer)
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -237,9 +237,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     say(f"{len(data)} examples (mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}), "
         f"{total} steps of {cfg.batch_size}; counts {dict(stats)}")
 
-    optim = OptimConfig(lr=cfg.lr if cfg.lr is not None else (2e-4 if use_lora else 1e-3),
-                        weight_decay=cfg.weight_decay, beta2=0.98, warmup_steps=cfg.warmup_steps,
-                        schedule="cosine", min_lr_ratio=0.1, micro_batch_tokens=cfg.micro_batch_tokens)
+    optim = cfg.optim.resolved(use_lora)
     params = trainable_parameters(model)
     opt = make_optimizer(params, optim)
     step = 0
@@ -261,7 +259,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             return weights
         write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
                          {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step},
-                         {"algo": "experience-model", "base": cfg.preset, "iteration": step // n_batches,
+                         {"algo": "experience-model", "base": cfg.model.preset, "iteration": step // n_batches,
                           "global_step": step, "config": to_dict(cfg)}, weights)
         return weights
 
@@ -316,12 +314,31 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     with atomic_dir(out / MODEL_SUBDIR) as tmp:
         model.save_pretrained(str(tmp), **final)  # type: ignore[operator]  # a transformers or PEFT method
         tokenizer.save_pretrained(str(tmp))
-    meta = {"env": cfg.env, "preset": cfg.preset, "lora": use_lora, "model": to_dict(mcfg),
-            "train": {k: v for k, v in to_dict(cfg).items() if k != "model"}, "format_version": FORMAT_VERSION,
+    # "model" is the experience model's config (the checkpoint format's name for it), "train" the rest of the run's.
+    meta = {"env": cfg.env, "preset": cfg.model.preset, "lora": use_lora, "model": to_dict(mcfg),
+            "train": {k: v for k, v in to_dict(cfg).items() if k != "em"}, "format_version": FORMAT_VERSION,
             "steps": step, "final": True}
     atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
+
+
+def check_inputs(cfg: TrainEMConfig) -> None:
+    """Start-up checks before any model loads: the checkpoint folder can be written and, when the run continues
+    one there (`resume`), it is this family's experience model; every record of the data reads and is of this
+    family. Raises ValueError naming the problem."""
+    from dreamgym import provenance
+    from dreamgym.filecheck import output_path
+
+    out = cfg.resolved_out()
+    output_path(out, "folder")
+    if cfg.resume:
+        if (out / EM_CONFIG_FILE).is_file():
+            provenance.require(provenance.of_em_checkpoint(out), family=cfg.env)
+        if (out / CHECKPOINT_SUBDIR / "trainer_state.json").is_file():
+            provenance.require(provenance.of_trainer_checkpoint(out / CHECKPOINT_SUBDIR), family=cfg.env,
+                               algo=provenance.EM_ALGO)
+    provenance.check_trajectories(cfg.data, cfg.env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,21 +348,22 @@ def main(argv: list[str] | None = None) -> int:
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", help="environment family")
     p.add_argument("--data", help="offline trajectories (JSONL)")
-    p.add_argument("--preset", help="model preset, path or HF id (default tiny)")
+    p.add_argument("--preset", help="model preset, path or HF id (default tiny; model.preset)")
     p.add_argument("--out", help="checkpoint directory")
     p.add_argument("--config", help="YAML config file")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.k=2 epochs=3")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. em.k=2 model.lora_r=8 optim.lr=1e-4")
     a = p.parse_intermixed_args(argv)
-    over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "preset", "out")
-                                if (v := getattr(a, k)) is not None]
+    over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "out") if (v := getattr(a, k)) is not None]
+    over += [f"model.preset={a.preset}"] if a.preset is not None else []
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from dreamgym.presets import PresetError
-    from dreamgym.trainers.common import CheckpointError
+    from dreamgym.trainers.checkpoint import CheckpointError
 
     try:
         cfg = load_config(TrainEMConfig, a.config, over)
         if not cfg.data:
             raise ConfigError("data", "give the offline trajectories with --data or data=", "a trajectory file")
+        check_inputs(cfg)
         summary = train(cfg, progress=print)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)

@@ -10,17 +10,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from dreamgym.seeds import row_seed as row_seed  # the seam's seed rule (dreamgym.seeds), re-exported here
+
 ChatRequest = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}, ...]
 
-_GOLDEN = 0x9E3779B97F4A7C15  # odd 64-bit constant: distinct (seed, index) pairs give distinct row seeds
-_MASK64 = (1 << 64) - 1
+
+class ConstraintError(ValueError):
+    """An `OutputConstraint` a backend cannot enforce (an invalid or unsupported regex)."""
 
 
-def row_seed(seed: int, index: int) -> int:
-    """The sampling seed of request `index` in a batch whose `SamplingParams.seed` is `seed`, shared by all
-    backends. `row_seed(s, 0) == s`, so a request sent alone with seed `row_seed(s, i)` samples what request i
-    of the batch would; identical prompts in one batch still get different samples."""
-    return (seed + index * _GOLDEN) & _MASK64
+@dataclass(frozen=True)
+class FieldBudget:
+    """At most `max_tokens` generated tokens (None: no count of its own) in the field that opens with the
+    `after`-th `OutputConstraint.mark` of a completion, and none once only `reserve` of the request's `max_tokens`
+    remain: then the next token must hold a mark, which ends the field (the regex keeps marks out of fields)."""
+
+    after: int
+    max_tokens: int | None = None
+    reserve: int = 0
+
+
+@dataclass(frozen=True)
+class OutputConstraint:
+    """Structured output: every completion matches `regex` whole (it is written token by token inside the regex's
+    language, so nothing else can be written). Backends that decode locally enforce it and `budgets` at each
+    token; servers receive `regex` as vLLM's `structured_outputs: {"regex": ...}` and the budgets not at all."""
+
+    regex: str
+    mark: str = "<"
+    """The character that opens and closes the fields of `budgets` (kept out of their contents by `regex`)."""
+    budgets: tuple[FieldBudget, ...] = ()
 
 
 @dataclass
@@ -35,6 +54,8 @@ class SamplingParams:
     """Generation stops at the first of these strings; the stop string is kept in the text."""
     seed: int | None = None
     """Seed for sampling; the same seed and inputs give the same outputs on the same backend."""
+    constraint: OutputConstraint | None = None
+    """What the completion must match (None: free text)."""
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The local transformers backend of the LLM seam: batched, KV-cached sampling with exact token ids and logprobs.
 
 Owns: chat-template application (once, with the generation prompt), left-padded batched decoding with a KV
-cache, temperature / top-p / max-token / stop-string / eos handling, seeded sampling, and per-token logprobs.
+cache, temperature / top-p / max-token / stop-string / eos handling, seeded sampling, per-token logprobs, and
+applying each row's `OutputConstraint` (the token masks of `dreamgym.llm.grammar`) before it samples.
 Must not know: environments, trainers, the experience model, presets beyond `from_preset`.
 
 Trainers share `backend.model` with their optimizer: weights updated in place are used by the next
@@ -12,7 +13,8 @@ Contract details trainers rely on:
   one, and including the whole token that completed a stop string (its text may run a few characters past
   the stop string; `Completion.text` is cut right after the stop string).
 - `Completion.logprobs[i]` is `log_softmax(logits)[token_ids[i]]` for the model's raw logits (temperature 1,
-  no top-p filtering), i.e. what a separate forward pass over prompt + generated tokens gives.
+  no top-p filtering), i.e. what a separate forward pass over prompt + generated tokens gives. A constrained
+  row samples from its masked logits, but its log-probs are still the raw model's.
 - Seeds: request `i` of a call with `SamplingParams.seed = s` samples from its own generator seeded with
   `row_seed(s, i)`, so its output does not depend on how the batch is chunked or what else is in it.
 """
@@ -23,11 +25,14 @@ import inspect
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.base import ChatRequest, Completion, OutputConstraint, SamplingParams, row_seed
+
+if TYPE_CHECKING:
+    from dreamgym.llm.grammar import Grammars
 
 # Used for models whose tokenizer ships without a chat template (base models): the tiny preset's ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -58,6 +63,7 @@ class HFBackend:
         self.batch_size = max(1, int(batch_size))
         self._lock = threading.Lock()  # one generation at a time: the model and its mode are shared state
         self._trigger_cache: dict[frozenset[str], frozenset[int]] = {}
+        self._grammar: Grammars | None = None
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None)
         eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
@@ -178,15 +184,26 @@ class HFBackend:
         slots = list(range(len(live)))  # which of `live` each batch row is (host side: no sync to read it)
         slots_dev = torch.arange(len(live), device=dev)
         triggers = [self._stop_triggers(r.params.stop) for r in live]
+        matchers = [None if r.params.constraint is None else
+                    self._grammars().row(r.params.constraint, r.params.max_tokens) for r in live]
+        bitmask = self._grammars().bitmask(len(live)) if any(matchers) else None
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(ids, mask, pos, cache)
         next_pos = pos[:, -1] + 1
         for step in range(max_new):
             rows_t = [live[s].params for s in slots]
             sampled = [p.temperature > 0 for p in rows_t]
-            tokens = _sample(logits, temps[slots_dev], top_ps[slots_dev], uniforms[slots_dev, step],
+            allowed = logits
+            if bitmask is not None:
+                constrained = [b for b, s in enumerate(slots) if matchers[s] is not None]
+                for b in constrained:
+                    matchers[slots[b]].fill(bitmask, b)  # type: ignore[union-attr]
+                if constrained:
+                    allowed = self._grammars().apply(logits, bitmask[:len(slots)], constrained)
+            tokens = _sample(allowed, temps[slots_dev], top_ps[slots_dev], uniforms[slots_dev, step],
                              any_sampled=any(sampled), any_nucleus=any(sm and p.top_p < 1.0
                                                                        for sm, p in zip(sampled, rows_t)))
+            # The raw model's log-probs, as the contract says, not the constrained distribution's.
             token_lp = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
             # The step's one device-to-host copy: the new tokens and their log-probs together ([2, b] float64 holds
             # every token id exactly).
@@ -196,6 +213,9 @@ class HFBackend:
                 r = live[slot]
                 r.tokens.append(int(tok))
                 r.logprobs.append(lp)
+                matcher = matchers[slot]
+                if matcher is not None:
+                    matcher.accept(int(tok))
                 if self._finished(r, triggers[slot]):
                     continue
                 keep.append(b)
@@ -209,6 +229,20 @@ class HFBackend:
             mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=1)
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
+
+    def _grammars(self) -> Grammars:
+        """The constraints compiled for this tokenizer (built on the first constrained request: a backend that never
+        decodes under a constraint, a policy's, never imports xgrammar)."""
+        if self._grammar is None:
+            from dreamgym.llm import grammar
+
+            # The logits' width: a model may have more rows than its tokenizer has tokens (never allowed then).
+            self._grammar = grammar.Grammars(self.tokenizer, int(self.model.config.vocab_size))
+        return self._grammar
+
+    def check_constraint(self, constraint: OutputConstraint) -> None:
+        """Raise `ConstraintError` when `constraint` cannot be enforced here (compiled grammars are cached)."""
+        self._grammars().compile(constraint.regex)
 
     def _stop_triggers(self, stop: Sequence[str]) -> frozenset[int] | None:
         """Token ids that can complete one of the `stop` strings: those whose text contains a stop string's last

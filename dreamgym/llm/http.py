@@ -18,6 +18,10 @@ request carries `return_token_ids`, pass it through `extra_body`); logprobs when
 The stop string is kept in the text as the seam promises: servers that strip it but report `stop_reason`
 (vLLM, ours) get it re-appended; servers that report neither (the OpenAI API itself) return text without it.
 
+A request whose params carry an `OutputConstraint` sends its regex as vLLM's `structured_outputs: {"regex": ...}`
+(honoured by vLLM on both endpoints and by `dreamgym serve-model`; vLLM's older `guided_regex` is silently ignored by
+current servers, so it is not used); its token budgets cannot be sent and only `max_tokens` bounds the answer.
+
 Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
 `return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
 log-probs come back exactly as sampled, so a trainer can train on them (vLLM's default log-probs are the raw
@@ -179,6 +183,8 @@ class OpenAIHTTPBackend:
             body["stop"] = list(params.stop)
         if seed is not None:
             body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
+        if params.constraint is not None:
+            body["structured_outputs"] = {"regex": params.constraint.regex}
         body.update(self.extra_body)
         data = self._call("POST", "/completions", body)
         try:
@@ -193,6 +199,8 @@ class OpenAIHTTPBackend:
             body["stop"] = list(params.stop)
         if seed is not None:
             body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
+        if params.constraint is not None:
+            body["structured_outputs"] = {"regex": params.constraint.regex}
         if self.logprobs:
             body["logprobs"] = True
         body.update(self.extra_body)

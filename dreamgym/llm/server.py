@@ -31,6 +31,10 @@ returns the sampled tokens' log-probs (temperature-1 model log-probs, vLLM's raw
 always hold every sampled token, eos included). Top alternatives (`logprobs > 0`), `echo`, `prompt_logprobs` and
 streaming are refused with 400 rather than silently ignored.
 
+Structured outputs, as vLLM's: `structured_outputs: {"regex": ...}` on either endpoint makes every choice match
+the regex (decoded inside it, token by token); a regex that does not compile, another kind of structured output
+(`json`, `grammar`, `choice`, ...) and vLLM's removed `guided_*` fields are refused with 400.
+
 Runtime LoRA, as vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING` endpoints: `load_lora_adapter {lora_name, lora_path}`
 loads a PEFT adapter folder (what DreamGym's trainers save) onto the served model; requests whose `model` is that
 name sample with it, others with the bare base model; `load_inplace: true` replaces an adapter of the same name,
@@ -60,7 +64,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamgym import serving
-from dreamgym.llm.base import Completion, SamplingParams, row_seed
+from dreamgym.llm.base import Completion, ConstraintError, OutputConstraint, SamplingParams, row_seed
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,13 @@ class _Message(BaseModel):
         return self.content or ""
 
 
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs` request field. Only `regex` is honoured; the other kinds are refused."""
+
+    model_config = ConfigDict(extra="allow")
+    regex: str | None = None
+
+
 class ChatCompletionBody(BaseModel):
     """The request fields we honour; unknown fields (e.g. `return_token_ids`) are accepted and ignored."""
 
@@ -107,6 +118,7 @@ class ChatCompletionBody(BaseModel):
     seed: int | None = None
     logprobs: bool = False
     stream: bool = False
+    structured_outputs: StructuredOutputs | None = None
 
 
 class CompletionBody(BaseModel):
@@ -129,6 +141,7 @@ class CompletionBody(BaseModel):
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
     include_stop_str_in_output: bool = False
+    structured_outputs: StructuredOutputs | None = None
 
 
 class LoadLoRABody(BaseModel):
@@ -417,9 +430,10 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
         prompt = await asyncio.to_thread(chat_prompt, messages, max_tokens)
+        constraint = await asyncio.to_thread(_constraint, backend, body)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
-                                seed=body.seed)
+                                seed=body.seed, constraint=constraint)
         base = body.seed if body.seed is not None else secrets.randbits(63)
         fut = batcher.submit(prompt, params, [row_seed(base, j) for j in range(body.n)], adapter)
         outs: list[Completion] = await asyncio.wrap_future(fut)
@@ -437,9 +451,10 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
                                   "does not compute; logprobs=0 returns the sampled tokens' log-probs")
         max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
         prompts = await asyncio.to_thread(completion_prompts, body.prompt, max_tokens)
+        constraint = await asyncio.to_thread(_constraint, backend, body)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
-                                seed=body.seed)
+                                seed=body.seed, constraint=constraint)
         base = body.seed if body.seed is not None else secrets.randbits(63)
         seeds = [row_seed(base, j) for j in range(body.n)]
         futs = [batcher.submit(p, params, seeds, adapter) for p in prompts]
@@ -462,6 +477,29 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
     return app
+
+
+def _constraint(backend: Any, body: ChatCompletionBody | CompletionBody) -> OutputConstraint | None:
+    """The request's `structured_outputs` as a constraint the backend can enforce (compiled here, on a worker thread:
+    a bad regex is the client's 400, not the batch's 500). vLLM's older `guided_*` fields, which a current vLLM
+    accepts and ignores, are refused, so a client never believes its output constrained when it is not."""
+    guided = sorted(k for k in body.model_extra or {} if k.startswith("guided_"))
+    if guided:
+        raise _HTTPError(400, f"{guided[0]} is not supported; send structured_outputs: {{\"regex\": ...}}")
+    so = body.structured_outputs
+    if so is None:
+        return None
+    other = sorted(k for k, v in (so.model_extra or {}).items() if v is not None)
+    if other:
+        raise _HTTPError(400, f"structured_outputs.{other[0]} is not supported by dreamgym serve-model; only regex is")
+    if not so.regex:
+        raise _HTTPError(400, "structured_outputs has no regex")
+    constraint = OutputConstraint(regex=so.regex)
+    try:
+        backend.check_constraint(constraint)
+    except ConstraintError as e:
+        raise _HTTPError(400, f"structured_outputs.regex: {e}") from e
+    return constraint
 
 
 def _prompt_ids(tokenizer: Any, prompt: str | list[int] | list[str] | list[list[int]], vocab: int,

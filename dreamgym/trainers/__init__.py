@@ -1,14 +1,15 @@
-"""Agent trainers: GRPO and PPO (online, over a `TextEnv` factory), SFT and DPO (offline, over trajectories).
+"""Agent trainers: GRPO and PPO (online: they learn from the episodes a run loop played), SFT and DPO (offline:
+they fit stored trajectories).
 
-Owns: nothing itself; each trainer lives in its own module and shares the pieces in `common`. What the training
-loops may call is written down once, as the protocols in `protocols`:
+Owns: nothing itself; each trainer lives in its own module and shares the pieces in `common`; GRPO and PPO share
+one update skeleton (`online`), SFT and DPO one fit loop (`offline`). What the loops may call (the protocols
+`dreamgym.loops.OnlineTrainer` and `OfflineTrainer`):
 
-    OnlineTrainer:  trainer.train_iteration(tasks, env_factory) -> (episodes, metrics)   # one rollout batch + update
-                    trainer.affordable_tasks(n), trainer.policy_version()
-    OfflineTrainer: trainer.fit(trajectories) -> metrics
-    both:           trainer.save(directory); trainer.load(directory)                      # exact resume
+    online:  trainer.update(episodes) -> metrics          # one iteration's update; the loop plays and counts
+    offline: trainer.fit(trajectories) -> metrics
+    both:    trainer.save(directory, run_state); trainer.load(directory) -> run_state   # exact resume
 
-Must not know: concrete environments (trainers get a `TextEnv` factory or plain trajectories), presets.
+Must not know: the rollout engine, the real-step budget, iterations, environments, presets.
 """
 
 from dreamgym.trainers.common import ModelConfig, OptimConfig, TrainerConfig

@@ -1,11 +1,11 @@
 """Pieces every agent trainer shares: configs, model preparation, optimiser, batching, forward passes, seeding,
-checkpoints, and the `BaseTrainer` that ties them to a policy backend.
+and the `BaseTrainer` that ties them to a policy backend and its checkpoints (`dreamgym.trainers.checkpoint`).
 
 Owns: `ModelConfig`/`OptimConfig`/`TrainerConfig`; LoRA-or-full-fine-tuning selection (`prepare_policy`);
 AdamW; bf16 autocast on CUDA (float32 on CPU); packing (prompt, completion) token sequences into padded
 batches with a loss mask over the completion tokens (`pack`); the policy forward pass that returns per-token
 log-probabilities, entropies and hidden states only where they are needed (`policy_forward`); seeding and RNG
-state; checkpoint save/load (model in Hugging Face format or a PEFT adapter folder, optimizer, RNG, counters).
+state; what a trainer's checkpoint holds (optimizer, RNG, counters, the run state of the loop that drives it).
 Must not know: concrete environments, presets (the caller builds the model and the backend), any one
 algorithm's loss.
 
@@ -19,18 +19,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import glob
-import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,21 +35,15 @@ from dreamgym import distributed, fsdp
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
-from dreamgym.metrics import MetricsLogger
-from dreamgym.paths import crash_point
-from dreamgym.env import TextEnv
-from dreamgym.rollout import Episode, RealStepBudget, RolloutConfig, run_shared
-from dreamgym.types import Task
-
-class _TurnSample(Protocol):
-    """What a clipped-ratio update reads of one turn (GRPO's and PPO's sample types both have it)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    old_logprobs: list[float]
-
-
-SampleT = TypeVar("SampleT", bound=_TurnSample)
+from dreamgym.episode import RolloutConfig
+from dreamgym.seeds import mix_seed as mix_seed  # re-exported: the trainers' seeds mix through dreamgym.seeds
+from dreamgym.trainers.checkpoint import (
+    is_peft,
+    load_optimizer_state,
+    optimizer_state,
+    read_checkpoint_state,
+    write_checkpoint,
+)
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -63,7 +52,7 @@ DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 @dataclass
 class ModelConfig:
     preset: str = checked("tiny", model_source, "a preset, a model folder or a Hugging Face id")
-    """Policy model: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
+    """The model to train: a preset name (tiny, smollm2-135m), a local directory or a Hugging Face id."""
     lora: bool | None = None
     """Train LoRA adapters (PEFT) instead of all weights. None = auto: full fine-tuning below
     `presets.FULL_FT_MAX_PARAMS` parameters, LoRA above."""
@@ -109,8 +98,9 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = ranged(1e-5, gt=0)
-    """AdamW learning rate."""
+    lr: float | None = ranged(1e-5, gt=0)
+    """AdamW (peak) learning rate; None: by the kind of training, 1e-3 when all weights train, 2e-4 for LoRA
+    adapters."""
     weight_decay: float = ranged(0.0, ge=0)
     """AdamW weight decay."""
     beta1: float = ranged(0.9, ge=0, lt=1)
@@ -130,10 +120,16 @@ class OptimConfig:
     min_lr_ratio: float = ranged(0.1, ge=0, le=1)
     """Where the cosine schedule ends, as a fraction of the peak learning rate."""
 
+    def resolved(self, lora: bool) -> OptimConfig:
+        """These settings with `lr` set: its own value, or when None the default for LoRA (`lora`) or full
+        fine-tuning."""
+        return self if self.lr is not None else dataclasses.replace(self, lr=2e-4 if lora else 1e-3)
+
 
 @dataclass
 class TrainerConfig:
-    """What every trainer reads; `dreamgym.train.TrainConfig` extends it with the run-level fields."""
+    """What every trainer reads (seed, model, optimiser, prompt) and what the run loop of its online runs reads
+    (rollout settings, real-step budget); `dreamgym.train.TrainConfig` extends it with the run-level fields."""
 
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seeds model initialisation order, rollouts, sampling and data order: same seed, same metrics."""
@@ -144,9 +140,14 @@ class TrainerConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The policy's prompt (history length, admissible actions)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """Rollout engine settings (online trainers)."""
+    """Rollout engine settings (the run loop's rollouts)."""
     real_step_budget: int | None = ranged(None, ge=0)
-    """Hard cap on real-environment steps over the whole run (None = unlimited)."""
+    """Hard cap on real-environment steps over the whole run (None = unlimited): the run loop's budget."""
+    tasks_per_iteration: int = ranged(8, ge=1)
+    """GRPO/PPO: tasks the run loop draws per iteration."""
+    group_size: int = ranged(8, ge=1)
+    """GRPO/PPO: episodes the run loop plays of each task per iteration, all from one environment seed (GRPO's group
+    G, within which advantages are normalised); tasks_per_iteration x group_size episodes per iteration."""
 
 
 # ------------------------------------------------------------------------------------------------- seeding
@@ -171,14 +172,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def mix_seed(*xs: int) -> int:
-    """A deterministic 31-bit seed from integers (e.g. (run seed, iteration))."""
-    h = 0x2545F491
-    for x in xs:
-        h = (h * 1_000_003 ^ (int(x) & 0xFFFFFFFF)) & 0x7FFFFFFF
-    return h
-
-
 # ------------------------------------------------------------------------------------------------- model
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
@@ -189,10 +182,6 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def is_peft(model: nn.Module) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
 
 
 def prepare_policy(model: nn.Module, cfg: ModelConfig) -> nn.Module:
@@ -240,7 +229,10 @@ def trainable_parameters(*modules: nn.Module | None) -> list[nn.Parameter]:
 
 def make_optimizer(params: Sequence[nn.Parameter], cfg: OptimConfig,
                    extra_groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
-    """AdamW over `params` at `cfg.lr`, plus optional extra groups ({"params": [...], "lr": x})."""
+    """AdamW over `params` at `cfg.lr` (set: `OptimConfig.resolved`), plus optional extra groups ({"params": [...],
+    "lr": x})."""
+    if cfg.lr is None:
+        raise ValueError("optim.lr: no learning rate (resolve the config for the model first)")
     groups = [{"params": list(params), "lr": cfg.lr}] + [dict(g) for g in extra_groups if g["params"]]
     for g in groups:
         g["base_lr"] = g["lr"]  # the schedule's peak (`set_lr`); in the state from the start, so it loads by name
@@ -497,231 +489,20 @@ def state_hidden_only(trunk_model: nn.Module, prompts: Sequence[Sequence[int]], 
     return hidden[rows, packed.prompt_lens - 1].float()
 
 
-# ------------------------------------------------------------------------------------------------- checkpoints
-STATE_FILE = "trainer_state.pt"
-META_FILE = "trainer_state.json"
-
-
-def save_model_weights(model: nn.Module, tokenizer: Any, directory: Path,
-                       state_dict: dict[str, torch.Tensor] | None = None) -> str:
-    """Write the policy: a PEFT adapter folder (`adapter/`) or a full Hugging Face model (`model/`), with the
-    tokenizer beside it; `state_dict` (a sharded model's gathered `fsdp.full_state`) replaces the model's own.
-    Returns the kind ("lora" or "full")."""
-    kw = {} if state_dict is None else {"state_dict": state_dict}
-    # save_pretrained is a PEFT / transformers method: nn.Module.__getattr__ types it as Tensor | Module.
-    if is_peft(model):
-        model.save_pretrained(directory / "adapter", **kw)  # type: ignore[operator]
-        tokenizer.save_pretrained(directory / "adapter")
-        return "lora"
-    model.save_pretrained(directory / "model", **kw)  # type: ignore[operator]
-    tokenizer.save_pretrained(directory / "model")
-    return "full"
-
-
-def load_model_weights(model: nn.Module, directory: Path) -> None:
-    """Load weights written by `save_model_weights` into `model` in place (the backend shares the object)."""
-    from safetensors.torch import load_file
-
-    if is_peft(model):
-        adapter_sd = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
-        if fsdp.is_sharded(model):  # every rank reads the file and keeps its own shard
-            fsdp.load_full_state(model, fsdp.adapter_keys(model, adapter_sd))
-            return
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, adapter_sd)
-        return
-    files = sorted((directory / "model").glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{directory / 'model'} holds no .safetensors weights")
-    sd: dict[str, torch.Tensor] = {}
-    for f in files:
-        sd.update(load_file(str(f)))
-    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
-    if fsdp.is_sharded(model):
-        missing, unexpected = fsdp.load_full_state(model, {k: v for k, v in sd.items() if k not in tied})
-    else:
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected or set(missing) - tied:
-        raise RuntimeError(f"checkpoint mismatch: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
-    if tied and not fsdp.is_sharded(model):  # a sharded model keeps its tied parameter as one
-        model.tie_weights()  # type: ignore[operator]  # a transformers method
-
-
-class CheckpointError(RuntimeError):
-    """A run folder shows a checkpoint was written, but none can be loaded; the message names what is wrong."""
-
-
-def _old_dirs(final: Path) -> list[Path]:
-    # `.<name>.old` now; `.<name>.old-<pid>-<ns>` from before, which a kill may have left in an existing run folder.
-    return sorted(final.parent.glob(f".{glob.escape(final.name)}.old*"))
-
-
-def recover_dir(final: Path) -> None:
-    """Finish what a kill interrupted in `atomic_dir(final)`: the only moment `final` is missing while a checkpoint
-    exists is between its two renames, when the previous one sits complete in `.<name>.old`, so that is renamed
-    back; when `final` exists, an `.old` is the leftover of a finished switch (perhaps half deleted) and is removed,
-    as are temporary folders that a kill left unfinished. Raises `CheckpointError` when `final` is missing and
-    several `.old` folders (possible only with the old naming) leave it ambiguous which one was the checkpoint."""
-    final = Path(final)
-    olds = _old_dirs(final)
-    if not final.exists():
-        if len(olds) > 1:
-            raise CheckpointError(f"{final} is missing and {len(olds)} earlier versions of it remain "
-                                  f"({', '.join(o.name for o in olds)}); rename the complete one to {final.name}")
-        if olds:
-            os.replace(olds[0], final)
-            _fsync_dir(final.parent)
-        olds = []
-    for o in olds:
-        shutil.rmtree(o)
-    for t in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
-        shutil.rmtree(t, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as fh:
-                os.fsync(fh.fileno())
-        _fsync_dir(Path(dirpath))
-
-
-@contextlib.contextmanager
-def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces `final`, so readers see the old or the new
-    folder, never a half-written one, and a kill at any moment leaves a complete one on disk.
-
-    Linux has no portable atomic swap of two non-empty directories (renameat2's RENAME_EXCHANGE is not supported by
-    every filesystem), so the switch is two renames: `final` -> `.<name>.old`, then the new folder -> `final`. A
-    kill between them leaves no `final`, but the complete previous folder under a fixed name, which `recover_dir`
-    (run here before each switch, and by `resumable_checkpoint` before a resume) renames back. The old one is only
-    deleted once `final` is the new folder, and its fixed name means at most one ever exists: a half-deleted one
-    blocks the next `final` -> `.old` rename (non-empty target) until `recover_dir` clears it. The contents are
-    fsynced before the switch so a renamed folder is never one whose files were still in the page cache."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    recover_dir(final)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        yield tmp
-        _fsync_tree(tmp)
-        crash_point("atomic_dir.filled")
-        old = final.with_name(f".{final.name}.old")
-        if final.exists():
-            os.replace(final, old)
-            crash_point("atomic_dir.swap")
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-        crash_point("atomic_dir.replaced")
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Any, state: dict[str, Any],
-                     meta: dict[str, Any], weights: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write a resumable checkpoint atomically (`atomic_dir`): the weights (`save_model_weights`), `state`
-    (torch-saved: optimiser, RNG, counters) in `STATE_FILE` and `meta` plus the weights' kind in `META_FILE` (JSON;
-    it must hold `iteration`, which `checkpoint_problem` checks). Every trainer's checkpoint, the experience
-    model's included, is written here. `weights`: a sharded model's gathered state (`fsdp.full_state`)."""
-    directory = Path(directory)
-    with atomic_dir(directory) as tmp:
-        kind = save_model_weights(model, tokenizer, tmp, weights)
-        crash_point("checkpoint.weights")
-        torch.save(state, tmp / STATE_FILE)
-        (tmp / META_FILE).write_text(json.dumps({"kind": kind, **meta}, indent=1, default=str))
-    return directory
-
-
-OPTIMIZER_BY_NAME = "names"
-"""`state["optimizer_format"]` of a checkpoint whose optimizer state is keyed by parameter names
-(`fsdp.optimizer_state`, written by sharded runs; it loads at any world size, sharded or not) rather than by
-position (`state_dict()`)."""
-
-
-def optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """{"optimizer": ..., "optimizer_format": ...} for a checkpoint: by name when `modules` holds sharded weights
-    (every rank must call it then), else the optimizer's own `state_dict()`. `modules` holds every stepped weight."""
-    if any(fsdp.is_sharded(m) for m in modules.modules()):
-        return {"optimizer": fsdp.optimizer_state(modules, optimizer), "optimizer_format": OPTIMIZER_BY_NAME}
-    return {"optimizer": optimizer.state_dict()}
-
-
-def load_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Restore what `optimizer_state` wrote (a by-name state into a sharded or unsharded optimizer alike)."""
-    if state.get("optimizer_format") == OPTIMIZER_BY_NAME:
-        fsdp.load_optimizer_state(modules, optimizer, state["optimizer"])
-    elif any(fsdp.is_sharded(m) for m in modules.modules()):
-        raise CheckpointError("this checkpoint's optimizer state is by position (an unsharded run); a sharded run "
-                              "(model.fsdp=true) resumes only checkpoints written with sharding")
-    else:
-        optimizer.load_state_dict(state["optimizer"])
-
-
-def read_checkpoint_state(directory: str | Path, model: nn.Module) -> dict[str, Any]:
-    """Load a `write_checkpoint` checkpoint's weights into `model` in place and return its torch-saved state."""
-    directory = Path(directory)
-    load_model_weights(model, directory)
-    return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
-
-
-def checkpoint_problem(directory: Path) -> str | None:
-    """Why `directory` is not a complete `BaseTrainer.save` checkpoint (None when it is): a cheap check of what
-    `load` reads (counters in the JSON meta, the state file, the policy's weights)."""
-    directory = Path(directory)
-    try:
-        meta = json.loads((directory / META_FILE).read_text())
-    except (OSError, ValueError) as e:
-        return f"no readable {META_FILE} ({type(e).__name__}: {e})"
-    if not isinstance(meta, dict) or "iteration" not in meta:
-        return f"{META_FILE} has no iteration"
-    if not (directory / STATE_FILE).is_file() or (directory / STATE_FILE).stat().st_size == 0:
-        return f"no {STATE_FILE}"
-    weights = directory / ("adapter" if meta.get("kind") == "lora" else "model")
-    if not any(weights.glob("*.safetensors")):
-        return f"no .safetensors weights in {weights.name}/"
-    return None
-
-
-def resumable_checkpoint(path: str | Path) -> Path | None:
-    """The checkpoint at `path` to resume from, after recovering one that a kill left mid-switch (`recover_dir`);
-    None when no checkpoint was ever completed there (resume starts the run from the beginning). Raises
-    `CheckpointError` when there is evidence of a checkpoint that cannot be loaded (a folder missing its state or
-    weights, an ambiguous set of earlier versions), because resuming would silently restart at iteration 0."""
-    path = Path(path)
-    recover_dir(path)
-    if not path.exists():
-        return None
-    problem = checkpoint_problem(path)
-    if problem is not None:
-        raise CheckpointError(f"cannot resume from {path}: {problem}. Move it away to start the run over.")
-    return path
-
-
 # ------------------------------------------------------------------------------------------------- base trainer
 class BaseTrainer:
-    """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser,
-    counters, RNG, real-step budget, metrics logger and checkpointing. Subclasses add their algorithm and
-    extend `_extra_state` / `_load_extra_state` / `_extra_modules`."""
+    """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser, the
+    optimiser-step count, RNG and exact checkpoints. Subclasses add their algorithm and extend `_extra_state` /
+    `_load_extra_state` / `_extra_modules`. A trainer plays nothing and counts no iterations: the run loop
+    (`dreamgym.run`) or the fit loop (`dreamgym.trainers.offline`) drives it."""
 
     algo = "base"
     config: Any
     """The algorithm's config dataclass; each subclass sets (and types) it."""
 
-    def __init__(self, backend: Any, common: TrainerConfig, *, logger: MetricsLogger | None = None,
-                 budget: RealStepBudget | None = None):
+    def __init__(self, backend: Any, common: TrainerConfig):
         self.backend = backend
         self.common = common
-        self.logger = logger
         set_seed(common.seed)
         backend.model = prepare_policy(backend.model, common.model)
         self.model: nn.Module = backend.model
@@ -730,8 +511,6 @@ class BaseTrainer:
         self.pad_id = backend.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = backend.tokenizer.eos_token_id
-        self.budget = budget if budget is not None else RealStepBudget(common.real_step_budget)
-        self.iteration = 0  # completed train_iteration calls / epochs
         self.global_step = 0  # optimiser steps
         self.optimizer: torch.optim.Optimizer | None = None  # built by the subclass once its modules exist
 
@@ -748,8 +527,9 @@ class BaseTrainer:
         seen = {id(p) for p in policy}
         others = [p for p in trainable_parameters(*extra) if id(p) not in seen]
         self.params = policy + others
-        lr = self.common.optim.lr if extra_lr is None else extra_lr
-        self.optimizer = make_optimizer(policy, self.common.optim, [{"params": others, "lr": lr}])
+        optim = self.common.optim.resolved(is_peft(self.model))
+        lr = optim.lr if extra_lr is None else extra_lr
+        self.optimizer = make_optimizer(policy, optim, [{"params": others, "lr": lr}])
 
     def _frozen_copy(self) -> nn.Module | None:
         """A frozen reference policy: None for LoRA (the base model with adapters disabled is the reference),
@@ -807,67 +587,25 @@ class BaseTrainer:
                     out[i] = lp
         return out
 
-    def with_learner_old_logprobs(self, samples: Sequence[SampleT]) -> list[SampleT]:
-        """`samples` (dataclasses with prompt_ids, completion_ids, old_logprobs) ready for a clipped-ratio update:
-        unchanged when the sampler's log-probs are the learner's numerics (`sampler_matches_learner`), otherwise
-        copies whose `old_logprobs` the learner recomputed, so the ratio is 1 before the first step."""
-        if self.sampler_matches_learner():
-            return list(samples)
-        fresh = self.learner_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
-        # Both sample types are dataclasses; the Protocol bound cannot say so to mypy.
-        return [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(samples, fresh)]  # type: ignore[type-var]
-
-    def play(self, tasks: Sequence[Task], env_factory: Callable[[], TextEnv], group_size: int,
-             stats: dict[str, float]) -> list[Episode]:
-        """`group_size` episodes of every task with the current policy (`run_rollouts`, seeded by the iteration),
-        filling `stats`. Several processes: each plays a contiguous share of the tasks (whole groups) within its share
-        of the real-step budget, sampling each prompt with the seed of its position in the whole turn; every rank
-        then holds all the episodes in the order one process would have them, the summed stats, and the budget's
-        total use."""
-        return run_shared(self.backend, env_factory, tasks, group_size=group_size,
-                          seed=mix_seed(self.common.seed, self.iteration), config=self.common.rollout,
-                          budget=self.budget, agent=self.common.agent, policy_version=self.policy_version(),
-                          stats=stats)
-
-    def policy_version(self) -> str:
-        return f"{self.algo}-seed{self.common.seed}-it{self.iteration}"
-
-    def log(self, metrics: dict[str, Any]) -> None:
-        if self.logger is not None:
-            self.logger.log(self.iteration, metrics)
-
     # -- checkpoint hooks
     def _extra_state(self) -> dict[str, Any]:
         return {}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        pass
+    def _load_extra_state(self, extra: dict[str, Any], run: dict[str, Any]) -> None:
+        """Restore what `_extra_state` saved (`extra`); `run` is the run state the checkpoint was saved with."""
 
     def _extra_modules(self) -> dict[str, nn.Module]:
         """Modules saved as state dicts beside the policy (value head, critic, full-FT reference)."""
         return {}
 
-    def affordable_tasks(self, n_tasks: int) -> int:
-        """How many of an iteration's `n_tasks` to play in the real environment so that each of their episodes
-        (`group_size` or `episodes_per_task` per task) can run to `rollout.max_turns` within the remaining
-        real-step budget; all of them without a budget, and 0 when not even one task's episodes fit (the caller
-        stops there and leaves the rest of the budget unspent). The rollout engine steps episodes in lockstep, so a
-        batch the budget cannot finish has every episode ended by the budget, and none trainable (measured: S2R's
-        1,356 steps against 4 ALFWorld groups of 8 cut all 32 episodes at ~42 steps; a last group of 8 with 25 steps
-        left ended every episode after ~3 steps)."""
-        remaining = self.budget.remaining
-        if remaining is None:
-            return n_tasks
-        group_size: int | None = getattr(self.config, "group_size", None)  # GRPO; PPO has episodes_per_task
-        per_task = group_size or int(getattr(self.config, "episodes_per_task", 1))
-        return min(n_tasks, remaining // (per_task * self.common.rollout.max_turns))
-
     # -- checkpoints
-    def save(self, directory: str | Path) -> Path:
-        """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser,
-        RNG states, counters, budget and the trainer's extra state. Atomic: a crash leaves the old one. With several
-        processes only rank 0 writes (every rank holds the same state; sharded weights are gathered to it first, so
-        every rank calls this)."""
+    def save(self, directory: str | Path, run: Mapping[str, Any] | None = None) -> Path:
+        """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser, RNG
+        states, the optimiser-step count, the trainer's extra state and `run`, the state of the loop that drives it
+        (`dreamgym.run.RunState.state_dict()`: "iteration" and the real-step "budget"; an offline trainer's epoch),
+        which `load` returns. Atomic: a crash leaves the old one. With several processes only rank 0 writes (every
+        rank holds the same state; sharded weights are gathered to it first, so every rank calls this)."""
+        run = dict(run or {})
         weights = fsdp.full_state(self.model) if fsdp.is_sharded(self.model) else None
         opt = optimizer_state(self._stepped_modules(), self.optimizer) if self.optimizer is not None \
             else {"optimizer": None}
@@ -878,14 +616,13 @@ class BaseTrainer:
         state = {
             **opt,
             "rng": rng_state(),
-            "iteration": self.iteration,
+            **run,
             "global_step": self.global_step,
-            "budget": self.budget.state_dict(),
             "modules": modules,
             "extra": self._extra_state(),
         }
-        meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": self.iteration,
-                "global_step": self.global_step, "real_steps_used": self.budget.used,
+        meta = {"algo": self.algo, "base": self.common.model.preset, "iteration": int(run.get("iteration", 0)),
+                "global_step": self.global_step, "real_steps_used": int(run.get("budget", {}).get("used", 0)),
                 "config": dataclasses.asdict(self.common) if dataclasses.is_dataclass(self.common) else {}}
         return write_checkpoint(directory, self.model, self.tokenizer, state, meta, weights)
 
@@ -893,9 +630,10 @@ class BaseTrainer:
         """One module holding the policy and the extra modules: the names of every weight the optimizer steps."""
         return nn.ModuleDict({"policy": self.model, **self._extra_modules()})
 
-    def load(self, directory: str | Path) -> None:
-        """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters)
-        so the next iteration is exactly the one an uninterrupted run would have done."""
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        """Restore a checkpoint written by `save` into this trainer (weights in place, optimiser, RNG, counters) so
+        the next update is exactly the one an uninterrupted run would have made; returns the run state it was saved
+        with (for the loop to continue from)."""
         state = read_checkpoint_state(directory, self.model)
         for k, m in self._extra_modules().items():
             if fsdp.is_sharded(m):
@@ -904,13 +642,12 @@ class BaseTrainer:
                 m.load_state_dict(state["modules"][k])
         if self.optimizer is not None and state["optimizer"] is not None:
             load_optimizer_state(self._stepped_modules(), self.optimizer, state)
-        self.iteration = int(state["iteration"])
         self.global_step = int(state["global_step"])
-        self.budget.load_state_dict(state["budget"])
-        self._load_extra_state(state["extra"])
+        run = {k: v for k, v in state.items() if k not in TRAINER_STATE_KEYS}
+        self._load_extra_state(state["extra"], run)
         set_rng_state(state["rng"])
+        return run
 
 
-def read_meta(directory: str | Path) -> dict[str, Any]:
-    """The JSON side of a checkpoint (algo, kind, base preset, counters, config)."""
-    return json.loads((Path(directory) / META_FILE).read_text())
+TRAINER_STATE_KEYS = ("optimizer", "optimizer_format", "rng", "global_step", "modules", "extra")
+"""The keys of a checkpoint's state a trainer owns; the others are the run state `BaseTrainer.save` was given."""

@@ -1,7 +1,8 @@
 """Direct preference optimisation of the agent on (successful, failed) trajectory pairs of the same task.
 
-Owns: `DPOConfig`, pair building (`build_pairs`), and `DPOTrainer.fit` — the sigmoid DPO loss on whole
-episodes, resumable mid-epoch.
+Owns: `DPOConfig`, pair building (`build_pairs`), and `DPOTrainer` — the sigmoid DPO loss on whole episodes,
+one optimiser step per batch of pairs (the fit loop, shuffled and resumable mid-epoch, is
+`dreamgym.trainers.offline`'s, shared with SFT).
 Must not know: concrete environments, presets, how the trajectories were collected.
 
 Granularity (our choice, documented): **per episode**. A trajectory's log-probability is the sum, over all of
@@ -10,13 +11,16 @@ format, via `dreamgym.trainers.sft.turn_examples`); the chosen trajectory won th
 not. Per-episode pairs need no alignment of the two episodes' turns, and they credit the whole decision
 sequence, as the outcome reward does. Reference log-probabilities are those of the policy before the first
 DPO step (computed once, kept in the checkpoint so a resumed run uses the same ones).
+
+State: the weights, the optimiser, the fit loop's epoch and batch position (`dreamgym.trainers.offline`) and the
+reference log-probabilities.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +29,9 @@ import torch
 from dreamgym import algos, distributed, fsdp
 from dreamgym.config import ranged
 from dreamgym.metrics import MetricsLogger
-from dreamgym.trainers.common import BaseTrainer, TrainerConfig, clip_and_step, mix_seed, pack, policy_forward, set_lr
-from dreamgym.trainers.sft import AdmissibleFn, Example, _progress, turn_examples
+from dreamgym.trainers.common import TrainerConfig, clip_and_step, pack, policy_forward, set_lr
+from dreamgym.trainers.offline import FitTrainer
+from dreamgym.trainers.sft import AdmissibleFn, Example, turn_examples
 from dreamgym.types import Trajectory
 
 
@@ -78,24 +83,24 @@ class _Pair:
     rejected: list[Example]
 
 
-class DPOTrainer(BaseTrainer):
+class DPOTrainer(FitTrainer[_Pair]):
     algo = "dpo"
+    ORDER_SALT = (3,)
 
     def __init__(self, backend: Any, config: DPOConfig, common: TrainerConfig, *,
                  logger: MetricsLogger | None = None, admissible_fn: AdmissibleFn | None = None):
         super().__init__(backend, common, logger=logger)
         self.config: DPOConfig = config
         self.admissible_fn = admissible_fn
-        self.batch_pos = 0
         self.ref_logps: torch.Tensor | None = None  # [P, 2] reference (chosen, rejected) log-probs
         self._build_optimizer()
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"batch_pos": self.batch_pos, "ref_logps": self.ref_logps}
+        return {**super()._extra_state(), "ref_logps": self.ref_logps}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        self.batch_pos = int(state.get("batch_pos", 0))
-        self.ref_logps = state.get("ref_logps")
+    def _load_extra_state(self, extra: dict[str, Any], run: dict[str, Any]) -> None:
+        super()._load_extra_state(extra, run)
+        self.ref_logps = extra.get("ref_logps")
 
     def pairs(self, trajectories: Sequence[Trajectory]) -> list[_Pair]:
         agent = self.common.agent
@@ -126,45 +131,20 @@ class DPOTrainer(BaseTrainer):
                 ref[i] = self.sequence_logps([pairs[i]]).cpu()
         return ref
 
-    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
-            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
-        """Train for `epochs` (default `config.epochs`) counted from the run's start; see SFTTrainer.fit."""
+    # -- the fit loop's parts (dreamgym.trainers.offline)
+    def _items(self, trajectories: Sequence[Trajectory]) -> tuple[list[_Pair], dict[str, float]]:
+        """The pairs, with their reference log-probs computed once (kept in the checkpoint)."""
         pairs = self.pairs(trajectories)
-        counts = {"pairs": float(len(pairs))}
-        if not pairs:
-            return counts
-        if self.ref_logps is None or len(self.ref_logps) != len(pairs):
+        if pairs and (self.ref_logps is None or len(self.ref_logps) != len(pairs)):
             self.ref_logps = self._reference(pairs)
-        total_epochs = self.config.epochs if epochs is None else epochs
-        n_batches = (len(pairs) + self.config.pairs_per_step - 1) // self.config.pairs_per_step
-        done = self.iteration * n_batches + self.batch_pos
-        bar = _progress(progress, total=max(0, total_epochs * n_batches - done))
-        last: dict[str, float] = dict(counts)
-        try:
-            while self.iteration < total_epochs:
-                order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(
-                    mix_seed(self.common.seed, self.iteration, 3))).tolist()
-                sums: dict[str, float] = {}
-                while self.batch_pos < n_batches:
-                    k = self.config.pairs_per_step
-                    idx = order[self.batch_pos * k:(self.batch_pos + 1) * k]
-                    st = self.train_step([pairs[i] for i in idx], self.ref_logps[idx])
-                    self.batch_pos += 1
-                    for key, v in st.items():
-                        sums[key] = sums.get(key, 0.0) + v
-                    if self.logger is not None and self.global_step % self.config.log_every == 0:
-                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)}, prefix="dpo/")
-                    if bar is not None:
-                        bar[0].update(bar[1], advance=1, description=f"dpo loss {st['loss']:.3f}")
-                    if on_step is not None and on_step(self.global_step):
-                        return {**counts, **{key: v / max(1, self.batch_pos) for key, v in sums.items()}}
-                last = {**counts, **{key: v / n_batches for key, v in sums.items()}, "epoch": float(self.iteration)}
-                self.iteration += 1
-                self.batch_pos = 0
-        finally:
-            if bar is not None:
-                bar[0].stop()
-        return last
+        return pairs, {"pairs": float(len(pairs))}
+
+    def _batch_size(self) -> int:
+        return self.config.pairs_per_step
+
+    def _step(self, items: list[_Pair], idx: list[int]) -> dict[str, float]:
+        assert self.ref_logps is not None  # computed by `_items`
+        return self.train_step([items[i] for i in idx], self.ref_logps[idx])
 
     def train_step(self, pairs: Sequence[_Pair], ref: torch.Tensor) -> dict[str, float]:
         """One optimiser step on `pairs` (ref: [P, 2] reference log-probs); one pair per forward chunk so memory

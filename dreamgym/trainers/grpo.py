@@ -1,71 +1,50 @@
 """GRPO for multi-turn agents: group-relative episode advantages on every policy token of every turn.
 
-Owns: `GRPOConfig` and `GRPOTrainer.train_iteration` — G rollouts per task from the same seed, the episode
-return normalised within its group, that advantage applied to every generated token of every turn of the
+Owns: `GRPOConfig` and `GRPOTrainer.update` — the episode return normalised within its group (the G episodes the
+run loop played of one task from one seed), that advantage applied to every generated token of every turn of the
 episode, the clipped importance ratio against the sampling log-probs, an optional KL penalty (k3) to a frozen
 reference, and a token-level mean loss over the whole batch (or, with `loss_agg="episode"`, a mean in which every
 episode weighs the same).
-Must not know: concrete environments (it gets a `TextEnv` factory), presets, where tasks come from.
+Must not know: rollouts, environments, the real-step budget, presets, where tasks come from.
 
-One iteration, step by step:
-  1. rollouts: `run_rollouts(..., group_size=G)` on the given tasks (real or synthetic env alike);
-  2. advantages: `algos.grpo_advantages` over the trainable episodes; groups whose rewards are all equal carry
+One update, step by step (the iteration around it, tasks and rollouts included, is `dreamgym.run`'s loop):
+  1. advantages: `algos.grpo_advantages` over the trainable episodes; groups whose rewards are all equal carry
      no signal, are counted (`zero_variance_groups`) and left out of the update (with `min_groups`, the update
      waits until enough informative groups were collected);
-  3. every turn of every remaining episode becomes one (prompt ids, generated ids, sampling log-probs,
+  2. every turn of every remaining episode becomes one (prompt ids, generated ids, sampling log-probs,
      advantage) sample — the exact tokens that were sampled, the loss mask covering only generated tokens;
-  4. `epochs` passes over the samples in `minibatches` optimiser steps each; each step accumulates gradients
-     over micro-batches of at most `optim.micro_batch_tokens` padded tokens, every micro-batch's loss weighted
-     by its share of the step's token weight so the result is exactly the (weighted) token mean.
+  3. `optimize` (`dreamgym.trainers.online`, shared with PPO): `epochs` passes over the samples in `minibatches`
+     optimiser steps each; every micro-batch's loss weighted by its share of the step's token weight, so the step's
+     loss is exactly the (weighted) token mean.
 
-Observed on the dial with the tiny model (full fine-tuning): the token-level mean weights an episode by its
-length, and failed episodes are usually the long ones, so tokens every reply contains (`</action>`) get a
-small net negative push; a fresh Adam turns even that into a full-size first step, and at lr >= 4e-4 the
-reply format broke after one update. lr 1e-4..2e-4 with the clip (and optionally `kl_coef`) is stable.
-On ALFWorld the bias is large: a failed episode runs to the step limit (50 turns), a win takes about 20, so
-under the token mean a group's negative advantages outweigh its positive ones about 2.5 : 1 on every kind of
-step both share (exploring, opening). `loss_agg="episode"` gives each token the weight 1 / (its episode's
-generated tokens in the batch), so each episode's tokens sum to one unit, as in DeepSeekMath's per-sequence
-GRPO mean; within a group the advantages then sum to zero over the shared steps as well.
-Real GRPO on ALFWorld with it took a tiny SFT policy from 6.7% to 19.2% of 120 held-out episodes (README,
-section 4).
+State: the weights, the optimiser, the update count (`dreamgym.trainers.online`) and, with `kl_coef` > 0, the
+frozen reference; with `min_groups`, the samples kept until enough groups carried signal are not checkpointed (a
+resumed run collects them again).
+
+Choices the paper leaves open: the loss is a token mean over the batch (DAPO's), so an episode weighs by its
+length; `loss_agg="episode"` gives each token the weight 1 / (its episode's generated tokens in the batch), so each
+episode's tokens sum to one unit (DeepSeekMath's per-sequence mean) and within a group the advantages sum to zero
+over the steps the episodes share as well (docs/decisions.md, GRPO loss aggregation). `reward="success"` trains on
+the outcome reward of the paper where an environment pays partial credit.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-from dreamgym import algos, distributed, fsdp
+from dreamgym import algos
 from dreamgym.config import ranged
-from dreamgym.env import TextEnv
-from dreamgym.metrics import MetricsLogger
-from dreamgym.paths import crash_point
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
-from dreamgym.trainers.common import (
-    BaseTrainer,
-    TrainerConfig,
-    clip_and_step,
-    micro_batches,
-    mix_seed,
-    pack,
-    per_token,
-    policy_forward,
-    set_lr,
-)
-from dreamgym.types import Task
+from dreamgym.episode import Episode
+from dreamgym.trainers.common import TrainerConfig, pack, per_token, policy_forward
+from dreamgym.trainers.online import ClippedRatioTrainer
 
 
 @dataclass
 class GRPOConfig:
-    group_size: int = ranged(8, ge=1)
-    """G: rollouts per task, all from the same environment seed."""
-    tasks_per_iteration: int = ranged(8, ge=1)
-    """Tasks per rollout batch (the caller passes them to `train_iteration`); G x this episodes per iteration."""
     scale_rewards: bool = True
     """Divide by the group's reward std (False: advantage = r - mean, as in Dr. GRPO)."""
     adv_eps: float = ranged(1e-6, gt=0)
@@ -121,12 +100,14 @@ def episode_samples(episodes: Sequence[Episode], advantages: Sequence[float],
     return out
 
 
-class GRPOTrainer(BaseTrainer):
+class GRPOTrainer(ClippedRatioTrainer[TurnSample]):
     algo = "grpo"
+    STATS = ("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl")
+    EXTRA_STATS = ("trained_tokens",)
+    ORDER_SALT = 1
 
-    def __init__(self, backend: Any, config: GRPOConfig, common: TrainerConfig, *,
-                 logger: MetricsLogger | None = None, budget: RealStepBudget | None = None):
-        super().__init__(backend, common, logger=logger, budget=budget)
+    def __init__(self, backend: Any, config: GRPOConfig, common: TrainerConfig):
+        super().__init__(backend, common)
         self.config: GRPOConfig = config
         self.reference = self._frozen_copy() if config.kl_coef > 0 else None
         self._build_optimizer()
@@ -136,19 +117,13 @@ class GRPOTrainer(BaseTrainer):
     def _extra_modules(self) -> dict[str, torch.nn.Module]:
         return {"reference": self.reference} if self.reference is not None else {}
 
-    # ------------------------------------------------------------------------------------------ one iteration
-    def train_iteration(self, tasks: Sequence[Task],
-                        env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
-        """Roll out G episodes per task, then update the policy once on them. Returns (episodes, metrics)."""
+    def update(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """Group advantages of the trainable `episodes`, then one `optimize` on their turns (or, with `min_groups`,
+        on the samples kept until enough groups carried signal). Returns the group counts and the update's
+        statistics."""
         cfg = self.config
-        t0 = time.perf_counter()
-        stats: dict[str, float] = {}
-        episodes = self.play(tasks, env_factory, cfg.group_size, stats)
-        t_roll = time.perf_counter() - t0
-        crash_point("grpo.rolled_out")  # fault tests: a rank dies between its rollouts and the update
-
         ok = [e for e in episodes if e.trainable]
-        metrics: dict[str, Any] = rollout_metrics(episodes)
+        metrics: dict[str, float] = {}
         n_groups = len({e.group for e in ok})
         if ok:
             earned = [float(e.won) if cfg.reward == "success" else e.reward for e in ok]
@@ -168,74 +143,21 @@ class GRPOTrainer(BaseTrainer):
             if not deferred:
                 self._kept, self._kept_groups = [], 0
         metrics.update(groups=float(n_groups), zero_variance_groups=float(zero_groups), samples=float(len(samples)))
+        metrics.update(self.optimize(samples))
+        self.updates += 1
+        return metrics
 
-        t1 = time.perf_counter()
-        metrics.update(self.update(samples))
-        t_upd = time.perf_counter() - t1
-        self.iteration += 1
-        metrics.update(
-            iteration=float(self.iteration), real_steps_used=float(self.budget.used),
-            synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
-            rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
-            gen_tokens=stats["gen_tokens"], budget_exhausted=self.budget.exhausted)
-        if metrics.get("update_tokens", 0) and t_upd > 0:
-            metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
-        self.log(metrics)
-        return episodes, metrics
+    def _extra_stats(self, samples: Sequence[TurnSample]) -> dict[str, float]:
+        return {"trained_tokens": float(sum(len(s.completion_ids) for s in samples) * self.config.epochs)}
 
-    # ------------------------------------------------------------------------------------------ the update
-    def update(self, samples: Sequence[TurnSample]) -> dict[str, float]:
-        """`epochs` x `minibatches` clipped-ratio steps on the turn samples; returns averaged loss statistics."""
-        cfg, opt_cfg = self.config, self.common.optim
-        if not samples:  # every group had equal rewards: nothing to learn from (same keys, for the logs)
-            return dict.fromkeys(("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm",
-                                  "optimizer_steps", "update_tokens", "trained_tokens"), 0.0)
-        samples = self.with_learner_old_logprobs(samples)
-        self.model.train()
-        gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 1))
-        sums: dict[str, float] = {}
-        weight = 0.0
-        tokens = 0
-        for _ in range(cfg.epochs):
-            order = torch.randperm(len(samples), generator=gen).tolist()
-            for mb in _split(order, cfg.minibatches):
-                mb_samples = [samples[i] for i in mb]
-                set_lr(self._opt, opt_cfg, self.global_step)
-                # The step's loss is the weighted token mean; its total weight is the token count under "token".
-                w_step = sum(len(s.completion_ids) * s.weight for s in mb_samples)
-                # Sort by length inside the step so micro-batches carry little padding (the sum is order-free).
-                mb_samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-                lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in mb_samples]
-                # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
-                # A sharded policy pads the share with zero-weighted repeats (same collectives on every rank).
-                for chunk, real in distributed.share(micro_batches(lengths, opt_cfg.micro_batch_tokens),
-                                                     lockstep=fsdp.is_sharded(self.model)):
-                    part = [mb_samples[i] for i in chunk]
-                    if not real:
-                        self._micro_step(part, 0.0)
-                        continue
-                    w = sum(len(s.completion_ids) * s.weight for s in part) / w_step
-                    st, n_tok = self._micro_step(part, w)
-                    tokens += n_tok
-                    for k, v in st.items():
-                        sums[k] = sums.get(k, 0.0) + v * w
-                    weight += w
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + clip_and_step(self._opt, self.params, opt_cfg)
-                self.global_step += 1
-        n_steps = cfg.epochs * len(_split(list(range(len(samples))), cfg.minibatches))
-        # Every rank sums the same keys (one that back-propagated nothing holds zeros) in the same order.
-        keys = ("loss", "policy_loss", "kl", "entropy", "clip_frac", "approx_kl")
-        *totals, weight, n_tokens = distributed.sum_floats([sums.get(k, 0.0) for k in keys] + [weight, tokens])
-        out = {k: t / weight for k, t in zip(keys, totals)}
-        out["grad_norm"] = sums["grad_norm"] / n_steps
-        out.update(optimizer_steps=float(n_steps), update_tokens=n_tokens,
-                   trained_tokens=float(sum(len(s.completion_ids) for s in samples) * cfg.epochs))
-        self.model.eval()
-        return out
-
-    def _micro_step(self, part: list[TurnSample], share: float) -> tuple[dict[str, float], int]:
-        """Forward + backward of one micro-batch; its loss is scaled by `share`, its part of the step's token weight."""
+    def _micro_step(self, part: list[TurnSample], step: list[TurnSample],
+                    scale: float) -> tuple[dict[str, float], int, float]:
+        """The clipped policy loss (+ KL) of `part`, a token mean weighted by each token's weight, scaled by its share
+        of the step's token weight (the step's loss is the weighted token mean); its statistics weigh by that share."""
         cfg = self.config
+        # The step's loss is the weighted token mean; its total weight is the token count under "token".
+        share = sum(len(s.completion_ids) * s.weight for s in part) / sum(len(s.completion_ids) * s.weight
+                                                                            for s in step)
         packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
         old = per_token(packed, [s.old_logprobs for s in part])
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)
@@ -252,19 +174,7 @@ class GRPOTrainer(BaseTrainer):
             ref = self._reference_forward(self.reference, packed)
             kl = algos.masked_mean(algos.kl_k3(out.logp, ref), mask)
             loss = loss + cfg.kl_coef * kl
-        (loss * share).backward()
+        (loss * (share * scale)).backward()
         return {"loss": float(loss.detach()), "policy_loss": float(pg_loss.detach()), "kl": float(kl.detach()),
                 "entropy": float(algos.masked_mean(out.entropy.detach(), mask)),
-                "clip_frac": float(st["clip_frac"]), "approx_kl": float(st["approx_kl"])}, packed.n_tokens
-
-
-def _split(order: list[int], parts: int) -> list[list[int]]:
-    """`order` cut into `parts` nearly equal consecutive pieces (empty pieces dropped)."""
-    parts = max(1, min(parts, len(order)))
-    size, rem = divmod(len(order), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < rem else 0)
-        out.append(order[start:end])
-        start = end
-    return [p for p in out if p]
+                "clip_frac": float(st["clip_frac"]), "approx_kl": float(st["approx_kl"])}, packed.n_tokens, share

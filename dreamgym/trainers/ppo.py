@@ -1,57 +1,53 @@
 """PPO for multi-turn agents with a turn-level critic and GAE over the episode's turns.
 
-Owns: `PPOConfig` and `PPOTrainer.train_iteration` — rollouts, V(s_k) for every turn's state from a value head
-on the policy's last hidden state (critic="shared") or on a separate copy of the model (critic="separate"),
-turn-level GAE(γ, λ) with the outcome reward at the last turn, advantage normalisation over the batch, and
-several epochs of minibatches of the clipped policy loss + clipped value loss (+ optional entropy bonus and
-KL penalty to the frozen initial policy).
-Must not know: concrete environments, presets, where tasks come from.
+Owns: `PPOConfig` and `PPOTrainer.update` — V(s_k) for every turn's state from a value head on the policy's last
+hidden state (critic="shared") or on a separate copy of the model (critic="separate"), turn-level GAE(γ, λ) with
+the outcome reward at the last turn, advantage normalisation over the batch, and `optimize` (shared with GRPO:
+`dreamgym.trainers.online`) over the clipped policy loss + clipped value loss (+ optional entropy bonus and KL
+penalty to the frozen initial policy).
+Must not know: rollouts, environments, the real-step budget, presets, where tasks come from.
 
 The state of turn k is the prompt the policy read at that turn (task, last H turns, current state); V(s_k) is
 read at its last token. Turn k's advantage is applied to every token the policy generated in that turn.
 With critic="shared" the value loss also trains the policy's trunk (at the policy's learning rate); the head
-and a separate critic use `value_lr`.
+and a separate critic use `value_lr`. A micro-batch's policy terms are token means weighted by its share of the
+step's tokens, its value loss a turn mean weighted by its share of the step's turns; its logged statistics weigh
+by the turn share.
+
+State: the weights, the optimiser, the update count (`dreamgym.trainers.online`), the value head, the separate
+critic (critic="separate") and, with `kl_coef` > 0, the frozen reference; all in every checkpoint.
+
+The paper trains PPO with a learned value and GAE; the critic's granularity (one value per turn) and where it sits
+(a head on the policy's own trunk by default) are our choices.
 """
 
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from dreamgym import algos, distributed, fsdp
+from dreamgym import algos
 from dreamgym.config import ranged
-from dreamgym.env import TextEnv
-from dreamgym.metrics import MetricsLogger
-from dreamgym.rollout import Episode, RealStepBudget, rollout_metrics
+from dreamgym.episode import Episode
 from dreamgym.trainers.common import (
-    BaseTrainer,
     TrainerConfig,
     ValueHead,
-    clip_and_step,
     micro_batches,
-    mix_seed,
     pack,
     per_token,
     policy_forward,
-    set_lr,
     state_hidden_only,
 )
-from dreamgym.trainers.grpo import _split
-from dreamgym.types import Task
+from dreamgym.trainers.online import ClippedRatioTrainer
 
 
 @dataclass
 class PPOConfig:
-    tasks_per_iteration: int = ranged(16, ge=1)
-    """Tasks per rollout batch (the caller passes them to `train_iteration`)."""
-    episodes_per_task: int = ranged(4, ge=1)
-    """Rollouts per task in each batch."""
     gamma: float = ranged(1.0, ge=0, le=1)
     """Discount over turns."""
     lam: float = ranged(0.95, ge=0, le=1)
@@ -88,12 +84,14 @@ class PPOSample:
     old_value: float
 
 
-class PPOTrainer(BaseTrainer):
+class PPOTrainer(ClippedRatioTrainer[PPOSample]):
     algo = "ppo"
+    STATS = ("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac", "approx_kl")
+    EXTRA_STATS = ("explained_variance",)
+    ORDER_SALT = 2
 
-    def __init__(self, backend: Any, config: PPOConfig, common: TrainerConfig, *,
-                 logger: MetricsLogger | None = None, budget: RealStepBudget | None = None):
-        super().__init__(backend, common, logger=logger, budget=budget)
+    def __init__(self, backend: Any, config: PPOConfig, common: TrainerConfig):
+        super().__init__(backend, common)
         self.config: PPOConfig = config
         model_config: Any = self.model.config  # a transformers config (nn.Module types attributes as Tensor | Module)
         hidden = model_config.hidden_size
@@ -126,31 +124,13 @@ class PPOTrainer(BaseTrainer):
                 out[chunk] = self.value_head(h).cpu()
         return out
 
-    # ------------------------------------------------------------------------------------------ one iteration
-    def train_iteration(self, tasks: Sequence[Task],
-                        env_factory: Callable[[], TextEnv]) -> tuple[list[Episode], dict[str, Any]]:
-        """Roll out `episodes_per_task` episodes per task, compute turn-level GAE, run the PPO epochs."""
-        cfg = self.config
-        t0 = time.perf_counter()
-        stats: dict[str, float] = {}
-        episodes = self.play(tasks, env_factory, cfg.episodes_per_task, stats)
-        t_roll = time.perf_counter() - t0
-        metrics: dict[str, Any] = rollout_metrics(episodes)
-        samples, adv_stats = self.build_samples([e for e in episodes if e.trainable])
-        metrics.update(adv_stats)
-        t1 = time.perf_counter()
-        metrics.update(self.update(samples))
-        t_upd = time.perf_counter() - t1
-        self.iteration += 1
-        metrics.update(
-            iteration=float(self.iteration), samples=float(len(samples)), real_steps_used=float(self.budget.used),
-            synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll, update_time_s=t_upd,
-            rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
-            gen_tokens=stats["gen_tokens"], budget_exhausted=self.budget.exhausted)
-        if metrics.get("update_tokens", 0) and t_upd > 0:
-            metrics["update_tokens_per_s"] = metrics["update_tokens"] / t_upd
-        self.log(metrics)
-        return episodes, metrics
+    def update(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """Turn-level GAE over the trainable `episodes`, then one `optimize` on their turns. Returns the value and
+        advantage statistics, the sample count and the update's statistics."""
+        samples, metrics = self.build_samples([e for e in episodes if e.trainable])
+        metrics = {**metrics, "samples": float(len(samples)), **self.optimize(samples)}
+        self.updates += 1
+        return metrics
 
     def build_samples(self, episodes: Sequence[Episode]) -> tuple[list[PPOSample], dict[str, float]]:
         """Turn samples with GAE advantages and value targets (turns without generated tokens are dropped)."""
@@ -183,59 +163,18 @@ class PPOTrainer(BaseTrainer):
         return samples, {"value_mean": float(algos.masked_mean(values, mask)),
                          "return_mean": float(algos.masked_mean(ret, mask)), "advantage_raw_std": float(raw_var.sqrt())}
 
-    # ------------------------------------------------------------------------------------------ the update
-    def update(self, samples: Sequence[PPOSample]) -> dict[str, float]:
-        cfg, opt_cfg = self.config, self.common.optim
-        if not samples:
-            return dict.fromkeys(("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac",
-                                  "approx_kl", "grad_norm", "optimizer_steps", "update_tokens",
-                                  "explained_variance"), 0.0)
-        samples = self.with_learner_old_logprobs(samples)
-        self.model.train()
-        gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.iteration, 2))
-        sums: dict[str, float] = {}
-        weight, tokens, n_steps, norm_sum = 0.0, 0, 0, 0.0
-        for _ in range(cfg.epochs):
-            order = torch.randperm(len(samples), generator=gen).tolist()
-            for mb in _split(order, cfg.minibatches):
-                part_all = sorted((samples[i] for i in mb), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-                set_lr(self._opt, opt_cfg, self.global_step)
-                n_tok_step = sum(len(s.completion_ids) for s in part_all)
-                # Several processes: each back-propagates the micro-batches at its positions (same samples everywhere).
-                # A sharded policy pads the share with zero-weighted repeats (same collectives on every rank).
-                for chunk, real in distributed.share(micro_batches([len(s.prompt_ids) + len(s.completion_ids)
-                                                                    for s in part_all], opt_cfg.micro_batch_tokens),
-                                                     lockstep=fsdp.is_sharded(self.model)):
-                    part = [part_all[i] for i in chunk]
-                    st, n = self._micro_step(part, n_tok_step, len(part_all), scale=1.0 if real else 0.0)
-                    if not real:
-                        continue
-                    tokens += n
-                    w = len(part) / len(part_all)
-                    for k, v in st.items():
-                        sums[k] = sums.get(k, 0.0) + v * w
-                    weight += w
-                norm_sum += clip_and_step(self._opt, self.params, opt_cfg)
-                self.global_step += 1
-                n_steps += 1
-        self.model.eval()
-        # Every rank sums the same keys (one that back-propagated nothing holds zeros) in the same order.
-        keys = ("loss", "policy_loss", "value_loss", "value_clip_frac", "entropy", "kl", "clip_frac", "approx_kl")
-        *totals, weight, n_tokens = distributed.sum_floats([sums.get(k, 0.0) for k in keys] + [weight, tokens])
-        out = {k: t / weight for k, t in zip(keys, totals)}
+    def _extra_stats(self, samples: Sequence[PPOSample]) -> dict[str, float]:
         rets = torch.tensor([s.ret for s in samples])
         vals = torch.tensor([s.old_value for s in samples])
         var = rets.var(unbiased=False)
-        out.update(grad_norm=norm_sum / n_steps, optimizer_steps=float(n_steps), update_tokens=n_tokens,
-                   explained_variance=float(1 - (rets - vals).var(unbiased=False) / var) if var > 0 else 0.0)
-        return out
+        return {"explained_variance": float(1 - (rets - vals).var(unbiased=False) / var) if var > 0 else 0.0}
 
-    def _micro_step(self, part: list[PPOSample], n_tok_step: int, n_turns_step: int,
-                    scale: float = 1.0) -> tuple[dict[str, float], int]:
-        """Forward + backward of one micro-batch. Policy terms are token-level means (weighted by the
-        micro-batch's share of the step's tokens), the value loss a turn-level mean (weighted by turns); the whole
-        loss times `scale` (0: a lockstep repeat that adds nothing)."""
+    def _micro_step(self, part: list[PPOSample], step: list[PPOSample],
+                    scale: float) -> tuple[dict[str, float], int, float]:
+        """Policy terms as token-level means (weighted by `part`'s share of the step's tokens), the value loss a
+        turn-level mean (weighted by its share of the step's turns); its statistics weigh by the turn share."""
         cfg = self.config
+        n_tok_step, n_turns_step = sum(len(s.completion_ids) for s in step), len(step)
         packed = pack([s.prompt_ids for s in part], [s.completion_ids for s in part], self.pad_id, self.device)
         old = per_token(packed, [s.old_logprobs for s in part])
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)
@@ -263,4 +202,4 @@ class PPOTrainer(BaseTrainer):
         return {"loss": float(pg_loss.detach() + cfg.vf_coef * v_loss.detach()), "policy_loss": float(pg_loss.detach()),
                 "value_loss": float(v_loss.detach()), "value_clip_frac": float(v_clip), "entropy": float(ent.detach()),
                 "kl": float(kl.detach()), "clip_frac": float(st["clip_frac"]),
-                "approx_kl": float(st["approx_kl"])}, packed.n_tokens
+                "approx_kl": float(st["approx_kl"])}, packed.n_tokens, turn_share

@@ -2,10 +2,16 @@
 
 Owns: `SFTConfig`, turning a `Trajectory` into per-turn (prompt ids, target ids) examples in exactly the
 format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`),
-and `SFTTrainer.fit` — token-level cross-entropy on the assistant tokens only, shuffled mini-batches,
-gradient accumulation, resumable mid-epoch, optionally stopped by a measured criterion (`replay_success`).
+and `SFTTrainer` — token-level cross-entropy on the assistant tokens only, one optimiser step per batch of turns
+(the fit loop, shuffled and resumable mid-epoch, is `dreamgym.trainers.offline`'s, shared with DPO), optionally
+stopped by a measured criterion (`replay_success`).
 Must not know: concrete environments (a family's `admissible_from_state` may be passed in as a function),
 presets, how the trajectories were collected.
+
+State: the weights, the optimiser and the fit loop's epoch and batch position (`dreamgym.trainers.offline`);
+`stop_at` is checked again after a resume (the step and value it stopped at are not kept).
+Not in the paper: the stop at a replay criterion (docs/decisions.md, "Quickstart SFT stops at a measured
+criterion").
 
 Example for step i of a trajectory: the prompt is `build_messages(task, [(s_j, a_j) for j < i], s_i,
 admissible(s_i))` rendered by the backend's chat template with the generation prompt; the target is
@@ -22,12 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from dreamgym.config import ranged
 from dreamgym.agent import AgentConfig, build_messages, format_response
+from dreamgym.config import ranged
+from dreamgym.metric_names import EVAL
 from dreamgym.metrics import MetricsLogger
-from dreamgym.trainers.common import BaseTrainer, TrainerConfig, mix_seed, set_lr, supervised_step
+from dreamgym.trainers.common import TrainerConfig, set_lr, supervised_step
+from dreamgym.trainers.offline import FitTrainer
 from dreamgym.types import Trajectory
 
 AdmissibleFn = Callable[[str], list[str]]
@@ -79,7 +85,7 @@ def turn_examples(traj: Trajectory, backend: Any, agent: AgentConfig,
     return out
 
 
-class SFTTrainer(BaseTrainer):
+class SFTTrainer(FitTrainer[Example]):
     algo = "sft"
 
     def __init__(self, backend: Any, config: SFTConfig, common: TrainerConfig, *,
@@ -87,15 +93,9 @@ class SFTTrainer(BaseTrainer):
         super().__init__(backend, common, logger=logger)
         self.config: SFTConfig = config
         self.admissible_fn = admissible_fn
-        self.batch_pos = 0  # optimiser steps done inside the current epoch (for mid-epoch resume)
         self.stopped_at: dict[str, float] = {}  # {"step", "replay_success"} when `stop_at` ended the run
+        self._demos: list[Trajectory] = []  # the demonstrations `stop_at` is measured on
         self._build_optimizer()
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {"batch_pos": self.batch_pos}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        self.batch_pos = int(state.get("batch_pos", 0))
 
     def examples(self, trajectories: Sequence[Trajectory]) -> tuple[list[Example], dict[str, float]]:
         """All training examples, plus counts of what was used and skipped."""
@@ -128,56 +128,32 @@ class SFTTrainer(BaseTrainer):
         logp = {k: sum(lp) for k, lp in zip(keys, logps)}
         return sum(math.exp(sum(logp[k] for k in turns)) for turns in per_traj) / len(per_traj)
 
-    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
-            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
-        """Train for `epochs` (default `config.epochs`) counted from the start of the run, so a resumed trainer
-        finishes the remaining ones. `on_step(global_step)` may return True to stop early (after that step;
-        the trainer can be saved and resumed); `config.max_steps` stops it the same way, and so does
-        `config.stop_at` (`replay_success` on the training demonstrations, every `config.check_every` steps; the
-        step and value are kept in `stopped_at`). Returns the last epoch's mean metrics."""
-        exs, counts = self.examples(trajectories)
-        used = [t for t in trajectories if t.steps and (t.won or not self.config.only_won)]
-        total_epochs = self.config.epochs if epochs is None else epochs
-        n_batches = (len(exs) + self.config.batch_size - 1) // self.config.batch_size
-        last: dict[str, float] = dict(counts)
-        done = self.iteration * n_batches + self.batch_pos
-        planned = total_epochs * n_batches if not self.config.max_steps else min(total_epochs * n_batches,
-                                                                                  self.config.max_steps)
-        bar = _progress(progress, total=max(0, planned - done))
-        try:
-            while self.iteration < total_epochs and exs:
-                order = torch.randperm(len(exs), generator=torch.Generator().manual_seed(
-                    mix_seed(self.common.seed, self.iteration))).tolist()
-                sums: dict[str, float] = {}
-                while self.batch_pos < n_batches:
-                    if 0 < self.config.max_steps <= self.global_step:
-                        return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
-                    idx = order[self.batch_pos * self.config.batch_size:(self.batch_pos + 1) * self.config.batch_size]
-                    st = self.train_step([exs[i] for i in idx])
-                    self.batch_pos += 1
-                    for k, v in st.items():
-                        sums[k] = sums.get(k, 0.0) + v
-                    if self.logger is not None and self.global_step % self.config.log_every == 0:
-                        self.logger.log(self.global_step, {**st, "epoch": float(self.iteration)}, prefix="sft/")
-                    if bar is not None:
-                        bar[0].update(bar[1], advance=1, description=f"sft loss {st['loss']:.3f}")
-                    if on_step is not None and on_step(self.global_step):
-                        return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
-                    if self.config.stop_at and self.global_step % self.config.check_every == 0:
-                        replay = self.replay_success(used)
-                        if self.logger is not None:
-                            self.logger.log(self.global_step, {"replay_success": replay}, prefix="sft/")
-                        if replay >= self.config.stop_at:
-                            self.stopped_at = {"step": float(self.global_step), "replay_success": replay}
-                            return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()},
-                                    "replay_success": replay}
-                last = {**counts, **{k: v / n_batches for k, v in sums.items()}, "epoch": float(self.iteration)}
-                self.iteration += 1
-                self.batch_pos = 0
-        finally:
-            if bar is not None:
-                bar[0].stop()
-        return last
+    # -- the fit loop's parts (dreamgym.trainers.offline)
+    def _items(self, trajectories: Sequence[Trajectory]) -> tuple[list[Example], dict[str, float]]:
+        self._demos = [t for t in trajectories if t.steps and (t.won or not self.config.only_won)]
+        return self.examples(trajectories)
+
+    def _batch_size(self) -> int:
+        return self.config.batch_size
+
+    def _step(self, items: list[Example], idx: list[int]) -> dict[str, float]:
+        return self.train_step([items[i] for i in idx])
+
+    def _max_steps(self) -> int:
+        return self.config.max_steps
+
+    def _stop_after(self) -> dict[str, float] | None:
+        """`stop_at`: every `check_every` steps, `replay_success` on the demonstrations (logged as
+        `eval/replay_success`); the fit ends once it reaches `stop_at` (the step and value are kept in `stopped_at`)."""
+        if not self.config.stop_at or self.global_step % self.config.check_every:
+            return None
+        replay = self.replay_success(self._demos)
+        if self.logger is not None:
+            self.logger.log(self.global_step, {"replay_success": replay}, prefix=EVAL)
+        if replay < self.config.stop_at:
+            return None
+        self.stopped_at = {"step": float(self.global_step), "replay_success": replay}
+        return {"replay_success": replay}
 
     def train_step(self, batch: Sequence[Example]) -> dict[str, float]:
         """One optimiser step on `batch`: token-level mean cross-entropy over the target tokens."""
@@ -190,13 +166,3 @@ class SFTTrainer(BaseTrainer):
         return {"loss": st["loss"], "entropy": st["entropy"], "grad_norm": st["grad_norm"], "lr": lr,
                 "tokens_per_s": st["tokens_per_s"]}
 
-
-def _progress(enabled: bool, total: int) -> tuple[Any, Any] | None:
-    """A started rich progress bar and its task id, or None."""
-    if not enabled or total <= 0:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    p.start()
-    return p, p.add_task("sft", total=total)

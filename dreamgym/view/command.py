@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export-replays", action="store_true",
                    help="an export also replays each exported real episode in every experience model")
     a = p.parse_args(argv)
-    from dreamgym import checks
+    from dreamgym.experience.checkpoint import usable_checkpoint
+    from dreamgym.filecheck import output_path
 
     runs = [Path(r) for r in a.runs] or sorted(d for d in Path("runs").glob("*") if d.is_dir())
     if not runs:
@@ -41,9 +42,14 @@ def main(argv: list[str] | None = None) -> int:
             return fail("view", f"{r}: not a folder")
     for em in a.em:
         try:
-            checks.em_checkpoint(em)
+            usable_checkpoint(em)
         except (OSError, ValueError) as e:
             return fail("view", f"--em {em}: {e}")
+    if a.export:
+        try:
+            output_path(a.export, "folder")
+        except ValueError as e:
+            return fail("view", f"--export {e}")
     from dreamgym.view.site import Site
 
     site = Site(runs, [Path(e) for e in a.em], page_size=a.page_size, device=a.device)

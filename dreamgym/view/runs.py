@@ -13,8 +13,9 @@ What is read (the formats of `dreamgym.train`, `dreamgym.recipe`, `dreamgym.metr
 `dreamgym.experience.checkpoint` and `dreamgym.fidelity`): `config.yaml`; `summary.json` (a train run's start and
 final evaluations, or a recipe's `results` by method, each with its machine record); `eval.jsonl` (one held-out
 evaluation per line, with its Wilson interval); every `metrics.jsonl` (curves; in a recipe folder one per
-method); trajectory files (`*.jsonl`, `*.parquet`); a dream's `buffer/`; `em_config.json` folders (experience
-models) and their `fidelity.json`.
+method; a metric of a run logged before the namespaces under its name today, `dreamgym.metric_names`);
+trajectory files (`*.jsonl`, `*.parquet`); a dream's `buffer/`; `em_config.json` folders (experience models) and
+their `fidelity.json`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym.metric_names import current_name
 from dreamgym.view.episodes import (DreamSource, EpisodeSource, JsonlSource, ParquetSource, buffer_transitions,
                                     looks_like_trajectories)
 from dreamgym.view.files import file_kind, open_in_run
@@ -309,6 +311,7 @@ def _metrics(run: Run, p: Path) -> None:
         for k, v in row.items():
             y = _num(v)
             if y is not None and k not in ("step", "time"):
-                series.setdefault(k, []).append((step, y))
+                # A run logged before the namespaces shows under today's names, beside runs logged since.
+                series.setdefault(current_name(k), []).append((step, y))
     for k, pts in series.items():
         run.metrics.setdefault(k, []).append(Series(label, pts))

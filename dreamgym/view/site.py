@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from dreamgym.metric_names import current_name
 from dreamgym.view.charts import line_chart
 from dreamgym.view.episodes import EpisodeError, Filter
 from dreamgym.view.replay import Comparison, ModelCache, ReplayMode, recorded, replay_in_env, replay_in_model
@@ -28,8 +29,10 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"view.css": "text/css", "view.js": "text/javascript"}
 """The only files served from disk by name: the stylesheet and the script, from this package."""
-CHART_METRICS = ("success_rate", "mean_reward", "loss", "eval/success_rate", "synthetic_steps", "dream/buffer/size")
-"""Training metrics charted on a run's page when logged (every metric can be charted on the curves page)."""
+CHART_METRICS = ("rollout/success_rate", "rollout/mean_reward", "losses/loss", "eval/success_rate",
+                 "rollout/synthetic_steps", "dream/buffer/size")
+"""Training metrics charted on a run's page when logged (every metric can be charted on the curves page); a run
+logged before the namespaces (`dreamgym.metric_names`) is read under today's names."""
 
 
 class NotFound(Exception):
@@ -222,6 +225,7 @@ class Site:
 
     def curves_page(self, run_ids: list[int], metric: str, links: Links) -> str:
         runs = [self.run(i) for i in run_ids] if run_ids else self.runs()
+        metric = current_name(metric) if metric else ""  # a link saved before the namespaces still charts
         names = sorted({k for r in runs for k in r.metrics})
         chart = self._heldout_chart(runs) if not metric else line_chart(
             [Series(f"{r.name}: {s.label}" if s.label != r.name else r.name, s.points)

@@ -68,8 +68,9 @@ def transitions(env, tasks, plays, limit):
 
 def test_family_surface():
     fam = family("alfworld")
-    for name in ("make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text"):
+    for name in ("make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain"):
         assert hasattr(fam, name)
+    assert "corpus_text" in fam.hooks.defined
     assert set(fam.POLICIES) >= {"oracle", "expert", "noisy", "searcher", "random"}
 
 

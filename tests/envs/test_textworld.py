@@ -49,8 +49,8 @@ def test_pool_is_seeded_and_cached(pool):
     assert [t.goal["seed"] for t in pool] == list(SEEDS)
     assert all(Path(t.goal["game_file"]).exists() and t.instruction for t in pool)
     assert [t.instruction for t in T.tasks("train", n=2)] == [t.instruction for t in pool]  # reused, same text
-    assert {"make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text"} <= \
-        set(dir(family("textworld")))
+    assert {"make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain"} <= \
+        set(dir(family("textworld"))) and "corpus_text" in family("textworld").hooks.defined
 
 
 def test_check_env(env, pool):

@@ -9,8 +9,9 @@ from dreamgym.types import Trajectory, Step
 
 def test_family_surface():
     fam = family("webshop")
-    for name in ("make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text"):
+    for name in ("make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain"):
         assert hasattr(fam, name), name
+    assert "corpus_text" in fam.hooks.defined
     assert {"oracle", "noisy", "random"} <= set(fam.POLICIES)
 
 

@@ -248,7 +248,8 @@ def test_dreamgym_evaluation_runs_unchanged_against_a_served_environment():
     the in-process one: same episodes, same outcome, real steps charged."""
     from dreamgym.evaluate import EvalConfig, evaluate_policy
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.rollout import RealStepBudget, RolloutConfig
+    from dreamgym.budget import RealStepBudget
+    from dreamgym.rollout import RolloutConfig
 
     backend = HFBackend.from_preset("tiny", device="cpu")
     tasks = dial.tasks("test")[:3]
@@ -261,3 +262,33 @@ def test_dreamgym_evaluation_runs_unchanged_against_a_served_environment():
     assert (served.n, served.n_success, served.mean_steps, served.mean_reward) == \
         (local.n, local.n_success, local.mean_steps, local.mean_reward)
     assert budget.used == round(served.mean_steps * served.n) > 0
+
+
+def test_serve_env_takes_a_config_file_then_key_value_then_its_field_options(tmp_path):
+    """`dreamgym serve-env --config FILE key=value` as every command: the file's fields hold unless an override or a
+    field option (`--env`, `--max-batch`, ...) given on the command line sets them; an option not given changes
+    nothing; bad config fails naming the field."""
+    from dreamgym.config import ConfigError
+    from dreamgym.envserve.server import parse_command
+
+    f = tmp_path / "serve.yaml"
+    f.write_text("env: dial\nsplit: test\nmax_sessions: 3\nmax_batch: 7\nmax_body_mb: 0.01\n")
+    cfg, args = parse_command(["--config", str(f), "max_sessions=2", "--port", "0"])
+    assert (cfg.env, cfg.split, cfg.max_sessions, cfg.max_batch, cfg.max_body_mb, cfg.dream) == \
+        ("dial", "test", 2, 7, 0.01, False)
+    assert args.port == 0
+    cfg, _ = parse_command(["--config", str(f), "--max-batch", "1", "--split", "train"])
+    assert (cfg.split, cfg.max_batch, cfg.max_sessions) == ("train", 1, 3)
+    with pytest.raises(ConfigError, match=r"^max_batch: 0 is out of range"):
+        parse_command(["--config", str(f), "--max-batch", "0"])
+    with pytest.raises(ConfigError, match=r"^em: "):
+        parse_command(["--config", str(f), "dream=true", "em=/no/such/checkpoint"])
+    # The served process honours the file: its body limit (0.01 MiB) and the override's session limit (1).
+    with cli_server(["serve-env", "--config", str(f), "max_sessions=1", "--port", "0"]) as (_, url):
+        r = httpx.post(url + "/reset", content=b"{" + b" " * 20_000 + b"}", headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "limit of 10485 bytes" in r.json()["detail"]
+        first = RemoteTextEnv(url)
+        first.reset(seed=1)
+        with pytest.raises(RemoteEnvError, match="CAPACITY_REACHED"):
+            RemoteTextEnv(url).reset(seed=2)
+        first.close()

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -7,7 +8,8 @@ import pytest
 
 from dreamgym.envs.dial import abstract_state
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.format import build_request, format_completion, parse_completion
+from dreamgym.experience.format import (build_request, format_completion, output_constraint, output_regex,
+                                        parse_completion)
 from dreamgym.types import Transition
 from em_helpers import DIAL_TASK, dial_query
 
@@ -47,6 +49,62 @@ def test_parser_is_lenient_about_layout(text):
 def test_parser_rejects_malformed_output_with_a_reason(text, reason):
     p, err = parse_completion(text)
     assert p is None and err == reason
+
+
+# ------------------------------------------------------------------------------------ structured decoding
+
+LENIENT = ["<STATE>[dial] 2</STATE><Reward> 0.0 </Reward><done>False</done>",
+           "junk before <think>x</think><state>\n[dial] 2\n<reward>0<done>no trailing text",
+           "<state>[dial] 2</state>\n<reward>0</reward>\n<done>0</done>"]
+
+
+@pytest.mark.parametrize("cfg, rewards", [(ExperienceModelConfig(), (0.0, 1.0)),
+                                          (ExperienceModelConfig(use_reasoning=False), (0.0, 1.0)),
+                                          (ExperienceModelConfig(binary_reward=False), (0.0, 0.125, 0.5, 1.0))])
+def test_output_regex_accepts_every_answer_its_config_trains_on(cfg, rewards):
+    for r in rewards:
+        for done in (False, True):
+            text = format_completion(abstract_state(4) + "\n(multi-line)", r, done, "The dial moves.",
+                                     use_reasoning=cfg.use_reasoning)
+            assert re.fullmatch(output_regex(cfg), text), text
+            assert parse_completion(text)[0].reward == r
+
+
+@pytest.mark.parametrize("cfg, reward", [(ExperienceModelConfig(), "0.5"), (ExperienceModelConfig(), "2"),
+                                         (ExperienceModelConfig(), "true"),
+                                         (ExperienceModelConfig(binary_reward=False), "1.5"),
+                                         (ExperienceModelConfig(binary_reward=False), "0.1234")])
+def test_output_regex_refuses_a_reward_the_config_does_not_allow(cfg, reward):
+    text = format_completion("[dial] 2", 0.0, False, "why").replace("<reward>0<", f"<reward>{reward}<")
+    assert not re.fullmatch(output_regex(cfg), text)
+    assert not re.fullmatch(output_regex(cfg), format_completion("[dial] 2", 0.0, False, "why") + "\n")
+
+
+@pytest.mark.parametrize("text", LENIENT)
+def test_the_parser_stays_lenient_about_answers_written_without_the_constraint(text):
+    assert not re.fullmatch(output_regex(ExperienceModelConfig()), text)
+    p, err = parse_completion(text)
+    assert err == "" and p.next_state == "[dial] 2"
+
+
+def test_a_reward_outside_the_allowed_set_cannot_be_written_token_by_token():
+    """The constraint as the local backend enforces it, on the dial model's tokenizer: after `<reward>` only a
+    token starting 0 or 1 is allowed, and the tokens of `0.5` are refused once `0` is written."""
+    from dreamgym.experience.checkpoint import load_checkpoint_tokenizer
+    from dreamgym.llm.grammar import Grammars
+    from em_helpers import trained_dial_model
+
+    tok = load_checkpoint_tokenizer(trained_dial_model())
+    grammars = Grammars(tok, len(tok))
+    row = grammars.row(output_constraint(ExperienceModelConfig()), 512)
+    for t in tok("<think>x</think>\n<state>\n[dial] 2</state>\n<reward>", add_special_tokens=False)["input_ids"]:
+        assert row.accept(t)
+    mask = grammars.bitmask(1)
+    row.fill(mask, 0)
+    allowed = [t for t in range(len(tok)) if (int(mask[0, t // 32]) >> (t % 32)) & 1]
+    assert allowed and {tok.decode([t])[0] for t in allowed} == {"0", "1"}
+    zero, point = tok.convert_tokens_to_ids("0"), tok.convert_tokens_to_ids(".")
+    assert row.accept(zero) and not row.accept(point)
 
 
 # ------------------------------------------------------------------------------------------------ prompts

@@ -4,6 +4,7 @@ import pytest
 
 from dreamgym.experience.checkpoint import checkpoint_model_config, read_checkpoint_meta
 from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.trainers.common import ModelConfig
 from dreamgym.experience.model import ExperienceModel
 from dreamgym.experience.train import TrainEMConfig, main, train
 from em_helpers import dial_query, dial_trajectories
@@ -16,11 +17,11 @@ def test_train_em_cli_resumes_from_its_checkpoint(tmp_path):
     write_jsonl(data, dial_trajectories(20))
     out = tmp_path / "em"
     args = ["--env", "dial", "--data", str(data), "--out", str(out), "max_steps=4", "batch_size=4",
-            "model.embedder=hashing", "model.k=1", "save_every=2", "log_every=2"]
+            "em.embedder=hashing", "em.k=1", "save_every=2", "log_every=2"]
     assert main(args) == 0
     s1 = json.loads((out / "train_summary.json").read_text())
     assert s1["steps"] == 4 and (out / "metrics.jsonl").is_file()
-    assert main(args[:-4] + ["max_steps=6", "model.embedder=hashing", "model.k=1"]) == 0
+    assert main(args[:-4] + ["max_steps=6", "em.embedder=hashing", "em.k=1"]) == 0
     meta = json.loads((out / "em_config.json").read_text())
     assert meta["steps"] == 6 and json.loads((out / "train_summary.json").read_text())["steps"] == 6
     assert main(["--env", "dial", "--data", str(data), "nonsense.key=1"]) == 2
@@ -35,8 +36,8 @@ def test_the_dreamgym_command_reaches_train_em():
 
 def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
     out = tmp_path / "lora"
-    cfg = TrainEMConfig(env="dial", data="unused", out=str(out), lora=True, max_steps=2, batch_size=4,
-                        model=ExperienceModelConfig(k=0, use_retrieval=False), log_every=1)
+    cfg = TrainEMConfig(env="dial", data="unused", out=str(out), model=ModelConfig(lora=True), max_steps=2,
+                        batch_size=4, em=ExperienceModelConfig(k=0, use_retrieval=False), log_every=1)
     summary = train(cfg, trajectories=dial_trajectories(6))
     assert summary["lora"] and summary["steps"] == 2
     assert (out / "model" / "adapter_config.json").is_file() and not (out / "model" / "config.json").exists()
@@ -48,10 +49,10 @@ def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
 def test_embedder_spec_is_checked_at_start_up():
     from dreamgym.config import ConfigError, load_config
 
-    assert load_config(TrainEMConfig, None, ["model.embedder=hashing:64+action:2"]).model.embedder.endswith("+action:2")
+    assert load_config(TrainEMConfig, None, ["em.embedder=hashing:64+action:2"]).em.embedder.endswith("+action:2")
     for bad in ("hashing+words", "hashing:x", "word2vec"):
         with pytest.raises(ConfigError, match="embedder"):
-            load_config(TrainEMConfig, None, [f"model.embedder={bad}"])
+            load_config(TrainEMConfig, None, [f"em.embedder={bad}"])
 
 
 def test_checkpoints_from_before_compact_states_read_it_as_off(tmp_path):

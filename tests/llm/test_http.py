@@ -1,6 +1,7 @@
 """The HTTP backend against `dreamgym serve-model` on loopback: same outputs as the local backend, errors, retries."""
 
 import json
+import re
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from dreamgym.llm import SamplingParams, row_seed
+from dreamgym.llm.base import FieldBudget, OutputConstraint
 from dreamgym.llm.load import load_llm
 from dreamgym.llm.hf import HFBackend
 from dreamgym.llm.http import LLMEndpointError, OpenAIHTTPBackend
@@ -84,6 +86,41 @@ def test_n_choices_use_row_seeds_and_models_listing(local, server):
     assert len(data["choices"][0]["logprobs"]["content"]) == 8
     assert httpx.get(server.url + "/models").json()["data"][0]["id"] == "tiny"
     assert OpenAIHTTPBackend(server.url).model == "tiny"  # discovered from /models
+
+
+REGEX = r"<a>[^<]*</a>\n<b>(yes|no)</b>"
+
+
+def test_structured_outputs_regex_is_honoured_on_both_endpoints(local, remote, server):
+    # The untrained tiny model never writes this by itself; through the server every answer matches it.
+    budget = (FieldBudget(after=1, reserve=len(b"</a>\n<b>yes</b>")),)
+    params = SamplingParams(temperature=1.2, max_tokens=32, seed=3, stop=["</b>"],
+                            constraint=OutputConstraint(REGEX, budgets=budget))
+    free = remote.generate(REQS, SamplingParams(temperature=1.2, max_tokens=32, seed=3, stop=["</b>"]))
+    assert not any(re.fullmatch(REGEX, c.text) for c in free)
+    chat = remote.generate(REQS, params)
+    ids = remote.generate_from_ids([local.prompt_ids(r) for r in REQS], params)
+    for c in chat + ids:
+        # The budgets stay here (vLLM's field carries the regex only), so an answer may run out of max_tokens:
+        # whatever was written is a prefix the regex allows.
+        assert re.fullmatch(REGEX, c.text) or c.finish_reason == "length" and "<b>" not in c.text, c.text
+        assert c.text.startswith("<a>")
+    raw = httpx.post(server.url + "/chat/completions", json={
+        "messages": REQS[1], "max_tokens": 8, "seed": 1, "structured_outputs": {"regex": "(yes|no)"}}).json()
+    assert raw["choices"][0]["message"]["content"] in ("yes", "no")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs.json is not supported"),
+    ({"structured_outputs": {}}, "structured_outputs has no regex"),
+    ({"guided_regex": "(yes|no)"}, "guided_regex is not supported"),
+])
+def test_structured_outputs_it_cannot_honour_are_refused(server, extra, message):
+    for path, body in (("/chat/completions", {"messages": REQS[0]}), ("/completions", {"prompt": [1, 2, 3]})):
+        r = httpx.post(server.url + path, json={**body, "max_tokens": 4, **extra})
+        assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
+    assert httpx.get(server.url.removesuffix("/v1") + "/health").status_code == 200
 
 
 def test_rejections_are_isolated_or_reported(remote, server):

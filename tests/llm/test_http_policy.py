@@ -119,8 +119,9 @@ def _learner(backend, model_cfg=None):
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
     common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-3, micro_batch_tokens=16384), agent=DIAL_AGENT,
-                           rollout=DIAL_ROLLOUT, model=model_cfg or ModelConfig(lora=True, lora_r=4))
-    return GRPOTrainer(backend, GRPOConfig(group_size=4, tasks_per_iteration=3), common)
+                           rollout=DIAL_ROLLOUT, model=model_cfg or ModelConfig(lora=True, lora_r=4), group_size=4,
+                           tasks_per_iteration=3)
+    return GRPOTrainer(backend, GRPOConfig(), common)
 
 
 def test_pushed_adapter_logprobs_match_the_learner(served, tiny_preset):  # noqa: F811
@@ -184,6 +185,8 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
     """Real-environment GRPO on the dial with its policy samples from `serve-model` over HTTP: the first iteration
     trains, the adapter is pushed, and the next iteration's samples are the updated policy's (their server log-probs
     are the learner's, and not the pre-update policy's)."""
+    from trainers.iterate import play_and_update
+
     from dreamgym.envs import dial
     from dreamgym.rollout import run_rollouts
 
@@ -194,7 +197,7 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
         with HTTPPolicyBackend(handle.url, warm, tok, max_retries=0) as backend:
             trainer = _learner(backend, ModelConfig(lora=True, lora_r=8))
             tasks = dial.make_tasks("train")[:6]
-            episodes, m = trainer.train_iteration(tasks, dial.DialEnv)
+            episodes, m = play_and_update(trainer, tasks, dial.DialEnv)
             assert backend.pushes == 1 and m["samples"] > 0 and m["optimizer_steps"] == 1
             assert m["clip_frac"] == 0.0 and m["approx_kl"] == pytest.approx(0.0, abs=1e-6)  # old = learner
             nxt = run_rollouts(backend, dial.DialEnv, tasks, group_size=4, seed=1, config=DIAL_ROLLOUT,
@@ -242,7 +245,7 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  
 
         batcher.submit = counting
         rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
-                   f"model.policy_url={url}", "model.lora=true", "grpo.group_size=2", "grpo.tasks_per_iteration=2",
+                   f"model.policy_url={url}", "model.lora=true", "group_size=2", "tasks_per_iteration=2",
                    "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
                    "save_every=0"])
         assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server

@@ -3,6 +3,7 @@ one local backend, a dead server's rows failed over, adapters pushed to every se
 on a server (`dreamgym export-em` + `ExperienceModel.load(url=...)`) predicting exactly what it predicts in process."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -98,6 +99,7 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
     from dreamgym.data import write_jsonl
     from dreamgym.experience import ExperienceModel, checkpoint_buffer
     from dreamgym.experience.config import ExperienceModelConfig
+    from dreamgym.trainers.common import ModelConfig
     from dreamgym.experience.train import TrainEMConfig, train
     from dreamgym.presets import load_preset
 
@@ -105,8 +107,9 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
     data = tmp_path / "dial.jsonl"
     write_jsonl(data, trajs)
     ckpt = tmp_path / "em"
-    train(TrainEMConfig(env="dial", data=str(data), out=str(ckpt), lora=True, max_steps=3, batch_size=4, lr=5e-3,
-                        model=ExperienceModelConfig(k=2, embedder="hashing"), log_every=1), trajectories=trajs)
+    train(TrainEMConfig(env="dial", data=str(data), out=str(ckpt), model=ModelConfig(lora=True), max_steps=3,
+                        batch_size=4, optim=dataclasses.replace(TrainEMConfig().optim, lr=5e-3),
+                        em=ExperienceModelConfig(k=2, embedder="hashing"), log_every=1), trajectories=trajs)
     out = tmp_path / "exported"
     assert cli(["export-em", str(ckpt), str(out)]) == 0
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
@@ -138,8 +141,8 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
         before, run = served.rows, tmp_path / "dream"
         assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={ckpt}", f"run_dir={run}",
                            f"dream.em_url={handle.url}#em", "dream.iterations=1", "dream.curriculum.n_seeds=1", "dream.initial_state=model",
-                           "dream.em_overrides=[max_new_tokens=40]", "grpo.group_size=2",
-                           "grpo.tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "--no-progress",
+                           "dream.em_overrides=[max_new_tokens=40]", "group_size=2",
+                           "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "--no-progress",
                            "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=8", "rollout.max_turns=2"]) == 0
         assert served.rows > before
         assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0

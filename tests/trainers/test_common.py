@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from dreamgym.llm.base import SamplingParams
+from dreamgym.trainers.checkpoint import load_model_weights, save_model_weights
 from dreamgym.trainers.common import (ModelConfig, OptimConfig, micro_batches, model_device, pack, per_token, policy_forward,
-                                      prepare_policy, save_model_weights, load_model_weights)
+                                      prepare_policy)
 
 
 def test_pack_masks_only_completion_tokens():

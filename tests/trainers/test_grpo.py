@@ -1,4 +1,5 @@
-"""GRPO on the real Dial environment: it learns, it resumes exactly, and failures stay inside their episode."""
+"""GRPO on the real Dial environment: it learns, it resumes exactly (with the run loop around it), and failures
+stay inside their episode."""
 
 import copy
 import time
@@ -6,10 +7,14 @@ import time
 import pytest
 import torch
 
+from iterate import play_and_update
+
+from dreamgym.budget import RealStepBudget
 from dreamgym.config import ConfigError, validate_config
-from dreamgym.envs import dial
+from dreamgym.envs import dial, family
 from dreamgym.evaluate import two_proportion_z_test
 from dreamgym.loops import iteration_tasks
+from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
 TIME_KEYS = ("time_s", "tokens_per_s")
@@ -28,13 +33,14 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     be = warm_backend
     tasks = dial.make_tasks("train")
     before = dial_eval(be, 101)
-    tr = GRPOTrainer(be, GRPOConfig(group_size=8, tasks_per_iteration=8, epochs=2, minibatches=2),
-                     dial_common(lr=2e-4))
-    n_episodes = 0
-    for it in range(6):
-        eps, m = tr.train_iteration(iteration_tasks(tasks, 8, 0, it), dial.DialEnv)
-        n_episodes += len(eps)
-        assert m["samples"] > 0 and m["optimizer_steps"] == 4 and m["real_steps_used"] > 0
+    cfg, common = GRPOConfig(epochs=2, minibatches=2), dial_common(lr=2e-4, group_size=8, tasks_per_iteration=8)
+    tr = GRPOTrainer(be, cfg, common)
+    end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+                LoopSettings.of(common, progress=False))
+    n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
+    assert len(end.history) == 6
+    for m in end.history:
+        assert m["losses/samples"] > 0 and m["losses/optimizer_steps"] == 4 and m["rollout/real_steps_used"] > 0
     after = dial_eval(be, 202)
     z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
     learning_report("grpo", before, after, n_episodes, z, p, time.perf_counter() - t0)
@@ -42,31 +48,34 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
 
 
 def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
-    """Interrupted after 2 iterations, saved, loaded into a fresh trainer, 1 more == 3 uninterrupted."""
+    """Interrupted after 2 iterations of the run loop, saved with the run's state, loaded into a fresh trainer and
+    state, 1 more == 3 uninterrupted (the same task draws, rollouts, updates and real-step count)."""
     from dreamgym.llm.hf import HFBackend
 
     model, tok = warm_preset
-    tasks = dial.make_tasks("train")
-    cfg = GRPOConfig(group_size=4, tasks_per_iteration=4, kl_coef=0.05, epochs=2, minibatches=2)
+    cfg, common = GRPOConfig(kl_coef=0.05, epochs=2, minibatches=2), \
+        dial_common(seed=5, lr=1e-3, group_size=4, tasks_per_iteration=4)
 
     def fresh():
         m = copy.deepcopy(model)
-        return GRPOTrainer(HFBackend(m, tok), cfg, dial_common(seed=5, lr=1e-3))
+        return GRPOTrainer(HFBackend(m, tok), cfg, common), RunState(RealStepBudget(500))
 
-    def run(tr, its):
-        return [_stable(tr.train_iteration(iteration_tasks(tasks, 4, 5, tr.iteration), dial.DialEnv)[1])
-                for _ in range(its)]
+    def run(tr, state, until):
+        end = train(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common,
+                                                                                             progress=False))
+        return [_stable(m) for m in end.history]
 
-    full = fresh()
-    straight = run(full, 3)
-    assert sum(m["optimizer_steps"] for m in straight) >= 4 and any(m["kl"] > 0 for m in straight)
-    first = fresh()
-    resumed = run(first, 2)
-    first.save(tmp_path / "ck")
-    second = fresh()
-    second.load(tmp_path / "ck")
-    resumed += run(second, 1)
-    assert resumed == straight
+    full, full_state = fresh()
+    straight = run(full, full_state, 3)
+    assert sum(m["losses/optimizer_steps"] for m in straight) >= 4 and any(m["losses/kl"] > 0 for m in straight)
+    first, state = fresh()
+    resumed = run(first, state, 2)
+    first.save(tmp_path / "ck", state.state_dict())
+    second, state = fresh()
+    state.load_state_dict(second.load(tmp_path / "ck"))
+    assert state.iteration == 2 and state.budget.used == resumed[-1]["rollout/real_steps_used"]
+    resumed += run(second, state, 3)
+    assert resumed == straight and state.budget.used == full_state.budget.used
     ref = full.model.state_dict()
     assert all(torch.equal(ref[k], v) for k, v in second.model.state_dict().items())
 
@@ -81,9 +90,9 @@ class CrashOnTarget7(dial.DialEnv):
 def test_crashing_env_leaves_the_iteration_intact(warm_backend, dial_common):
     tasks = [t for t in dial.make_tasks("train") if t.goal["target"] in (2, 7)][:4]
     assert {t.goal["target"] for t in tasks} == {2, 7}
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4), dial_common())
+    tr = GRPOTrainer(warm_backend, GRPOConfig(), dial_common(group_size=4))
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    eps, m = tr.train_iteration(tasks, CrashOnTarget7)
+    eps, m = play_and_update(tr, tasks, CrashOnTarget7)
     crashed = [e for e in eps if e.task.goal["target"] == 7]
     assert crashed and all(e.end_reason == "env_error" and "simulated" in e.error for e in crashed)
     assert m["end_env_error"] == len(crashed) and m["episodes_trainable"] == len(eps) - len(crashed)
@@ -93,8 +102,8 @@ def test_crashing_env_leaves_the_iteration_intact(warm_backend, dial_common):
 
 def test_equal_reward_groups_are_counted_and_skipped(tiny_backend, dial_common):
     """The random-init model never writes a valid action: every reward is 0, so no group carries signal."""
-    tr = GRPOTrainer(tiny_backend, GRPOConfig(group_size=3), dial_common())
-    eps, m = tr.train_iteration(dial.make_tasks("train")[:2], dial.DialEnv)
+    tr = GRPOTrainer(tiny_backend, GRPOConfig(), dial_common(group_size=3))
+    eps, m = play_and_update(tr, dial.make_tasks("train")[:2], dial.DialEnv)
     assert all(e.end_reason == "invalid_action" and e.reward == 0 for e in eps)
     assert m["groups"] == 2 and m["zero_variance_groups"] == 2 and m["samples"] == 0 and m["optimizer_steps"] == 0
 
@@ -103,12 +112,12 @@ def test_lora_grpo_iteration_with_kl_and_adapter_checkpoint(warm_backend, dial_c
     """LoRA (the path real presets take): only adapters train, the reference is the adapter-free base."""
     from dreamgym.trainers.common import ModelConfig
 
-    common = dial_common(lr=1e-3, model=ModelConfig(preset="tiny", lora=True, lora_r=8))
+    common = dial_common(lr=1e-3, model=ModelConfig(preset="tiny", lora=True, lora_r=8), group_size=4)
     tasks = dial.make_tasks("train")[10:13]
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, kl_coef=0.1), common)
+    tr = GRPOTrainer(warm_backend, GRPOConfig(kl_coef=0.1), common)
     base = {n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora_" not in n}
-    _, m1 = tr.train_iteration(tasks, dial.DialEnv)
-    _, m2 = tr.train_iteration(tasks, dial.DialEnv)
+    _, m1 = play_and_update(tr, tasks, dial.DialEnv, 0)
+    _, m2 = play_and_update(tr, tasks, dial.DialEnv, 1)
     assert m1["samples"] + m2["samples"] > 0 and m2["kl"] >= 0.0
     assert all(torch.equal(base[n], p) for n, p in tr.model.named_parameters() if "lora_" not in n)
     tr.save(tmp_path / "ck")
@@ -127,7 +136,7 @@ def _ratio_one_samples(backend, lengths, advantages, loss_agg):
     """Turn samples of hand-made episodes whose old log-probs are the model's own (importance ratio exactly 1).
 
     lengths[e] lists the completion lengths of episode e's turns."""
-    from dreamgym.rollout import Episode, Turn
+    from dreamgym.episode import Episode, Turn
     from dreamgym.trainers.common import pack, policy_forward
     from dreamgym.trainers.grpo import episode_samples
 
@@ -158,7 +167,7 @@ def test_loss_aggregation_weights_match_the_formula(tiny_backend, dial_common, l
     weights = {s.episode: s.weight for s in samples}
     assert weights == ({0: 1.0, 1: 1.0} if loss_agg == "token" else {0: 0.25, 1: 1 / 12})
     tr = GRPOTrainer(tiny_backend, GRPOConfig(loss_agg=loss_agg), dial_common(lr=1e-4))
-    m = tr.update(samples)
+    m = tr.optimize(samples)
     expected = -(1 * 4 - 1 * 12) / 16 if loss_agg == "token" else 0.0
     assert m["policy_loss"] == pytest.approx(expected, abs=1e-5)
     assert m["approx_kl"] == pytest.approx(0.0, abs=1e-5) and m["optimizer_steps"] == 1
@@ -173,9 +182,9 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     """With `min_groups` an iteration with too few informative groups keeps its samples and leaves the weights
     alone; the first iteration that brings the count up trains on the kept samples and its own together."""
     tasks = dial.make_tasks("train")[:6]
-    tr = GRPOTrainer(warm_backend, GRPOConfig(group_size=4, min_groups=10**6), dial_common())
+    tr = GRPOTrainer(warm_backend, GRPOConfig(min_groups=10**6), dial_common(group_size=4))
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    _, m1 = tr.train_iteration(tasks[:3], dial.DialEnv)
+    _, m1 = play_and_update(tr, tasks[:3], dial.DialEnv, 0)
     informative = m1["groups"] - m1["zero_variance_groups"]
     assert informative >= 1, "the warm policy should win some dial episodes"
     assert m1["update_deferred"] == 1 and m1["kept_groups"] == informative
@@ -183,7 +192,7 @@ def test_min_groups_defers_the_update_until_enough_groups_carry_signal(warm_back
     assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
     kept = len(tr._kept)
     tr.config.min_groups = 1
-    _, m2 = tr.train_iteration(tasks[3:], dial.DialEnv)
+    _, m2 = play_and_update(tr, tasks[3:], dial.DialEnv, 1)
     # The update trains on the kept samples (and any new ones).
     assert m2["update_deferred"] == 0 and m2["optimizer_steps"] == 1 and m2["samples"] >= kept > 0
     assert tr._kept == [] and tr._kept_groups == 0
@@ -220,8 +229,8 @@ def test_success_reward_trains_on_wins_not_partial_credit(warm_preset, dial_comm
     runs = {}
     for reward in ("env", "success"):
         m = copy.deepcopy(model)
-        tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(group_size=4, reward=reward), dial_common())
-        runs[reward] = tr.train_iteration(tasks, PartialCreditDial)
+        tr = GRPOTrainer(HFBackend(m, tok, batch_size=128), GRPOConfig(reward=reward), dial_common(group_size=4))
+        runs[reward] = play_and_update(tr, tasks, PartialCreditDial)
     (eps, m_env), (eps_s, m_success) = runs["env"], runs["success"]
     assert [(e.reward, e.won) for e in eps] == [(e.reward, e.won) for e in eps_s]
     assert any(e.reward == 0.5 for e in eps)  # near-misses were played, so the two rules can differ
@@ -244,12 +253,12 @@ def test_first_update_ratio_is_one_when_sampler_and_learner_numerics_differ(sepa
     (the control) starts the ratio away from 1. A backend sampling with the trained model itself on CPU keeps its
     own log-probs (no extra forward pass)."""
     assert GRPOTrainer(tiny_backend, GRPOConfig(), dial_common()).sampler_matches_learner()
-    tr = GRPOTrainer(separate_sampler, GRPOConfig(group_size=8, tasks_per_iteration=4),
-                     dial_common(seed=3, lr=1e-3))
+    tr = GRPOTrainer(separate_sampler, GRPOConfig(),
+                     dial_common(seed=3, lr=1e-3, group_size=8, tasks_per_iteration=4))
     assert not tr.sampler_matches_learner()
     if not recompute:
         monkeypatch.setattr(tr, "sampler_matches_learner", lambda: True)
-    _, metrics = tr.train_iteration(iteration_tasks(dial.make_tasks("train"), 4, 3, 0), dial.DialEnv)
+    _, metrics = play_and_update(tr, iteration_tasks(dial.make_tasks("train"), 4, 3, 0), dial.DialEnv)
     assert metrics["samples"] > 0
     if recompute:
         assert abs(metrics["approx_kl"]) < 1e-7 and metrics["clip_frac"] == 0.0

@@ -6,9 +6,12 @@ import time
 import pytest
 import torch
 
-from dreamgym.envs import dial
+from iterate import play_and_update
+
+from dreamgym.budget import RealStepBudget
+from dreamgym.envs import dial, family
 from dreamgym.evaluate import two_proportion_z_test
-from dreamgym.loops import iteration_tasks
+from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
 from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
 
 
@@ -20,15 +23,16 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     be = warm_backend
     tasks = dial.make_tasks("train")
     before = dial_eval(be, 303)
-    tr = PPOTrainer(be, PPOConfig(tasks_per_iteration=12, episodes_per_task=4, epochs=2, minibatches=2,
-                                  gamma=1.0, lam=0.95), dial_common(lr=2e-4))
-    n_episodes = 0
-    gaps = []
-    for it in range(6):
-        eps, m = tr.train_iteration(iteration_tasks(tasks, 12, 0, it), dial.DialEnv)
-        n_episodes += len(eps)
-        gaps.append(abs(m["value_mean"] - m["return_mean"]))
-        assert m["optimizer_steps"] == 4 and m["samples"] > 0
+    cfg = PPOConfig(epochs=2, minibatches=2, gamma=1.0, lam=0.95)
+    common = dial_common(lr=2e-4, tasks_per_iteration=12, group_size=4)
+    tr = PPOTrainer(be, cfg, common)
+    end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+                LoopSettings.of(common, progress=False))
+    n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
+    gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
+    assert len(end.history) == 6
+    for m in end.history:
+        assert m["losses/optimizer_steps"] == 4 and m["losses/samples"] > 0
     after = dial_eval(be, 404)
     z, p = two_proportion_z_test(before.n_success, before.n, after.n_success, after.n)
     learning_report("ppo", before, after, n_episodes, z, p, time.perf_counter() - t0)
@@ -38,27 +42,27 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
 
 def test_separate_critic_trains_and_checkpoints(warm_backend, dial_common, tmp_path):
     tasks = dial.make_tasks("train")[:4]
-    tr = PPOTrainer(warm_backend, PPOConfig(critic="separate", epochs=2, minibatches=1, episodes_per_task=2),
-                    dial_common(lr=1e-4))
+    tr = PPOTrainer(warm_backend, PPOConfig(critic="separate", epochs=2, minibatches=1),
+                    dial_common(lr=1e-4, group_size=2))
     assert tr.critic is not None and tr.critic is not tr.model
     head0 = tr.value_head.proj.weight.detach().clone()
-    _, m1 = tr.train_iteration(tasks, dial.DialEnv)
-    _, m2 = tr.train_iteration(tasks, dial.DialEnv)
+    _, m1 = play_and_update(tr, tasks, dial.DialEnv, 0)
+    _, m2 = play_and_update(tr, tasks, dial.DialEnv, 1)
     assert m1["value_mean"] == 0.0  # the head starts at zero ...
     assert not torch.equal(head0, tr.value_head.proj.weight) and m2["value_mean"] != 0.0  # ... and learns
     assert {"value_loss", "explained_variance", "clip_frac", "entropy", "approx_kl"} <= set(m2)
-    tr.save(tmp_path / "ck")
+    tr.save(tmp_path / "ck", {"iteration": 2})
     other = PPOTrainer(warm_backend, tr.config, dial_common(lr=1e-4))
-    other.load(tmp_path / "ck")
+    assert other.load(tmp_path / "ck") == {"iteration": 2}
     a, b = tr.critic.state_dict(), other.critic.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert torch.equal(tr.value_head.proj.weight, other.value_head.proj.weight) and other.iteration == 2
+    assert torch.equal(tr.value_head.proj.weight, other.value_head.proj.weight) and other.updates == 2
 
 
 def test_ppo_recomputes_old_logprobs_when_the_sampler_numerics_differ(separate_sampler, dial_common):
     """As GRPO: with a sampler whose log-probs are not the learner's, the first step's ratio is exactly 1."""
-    tr = PPOTrainer(separate_sampler, PPOConfig(tasks_per_iteration=4, episodes_per_task=2, epochs=1, minibatches=1),
-                    dial_common(seed=3, lr=1e-4))
+    tr = PPOTrainer(separate_sampler, PPOConfig(epochs=1, minibatches=1),
+                    dial_common(seed=3, lr=1e-4, tasks_per_iteration=4, group_size=2))
     assert not tr.sampler_matches_learner()
-    _, metrics = tr.train_iteration(dial.make_tasks("train")[:4], dial.DialEnv)
+    _, metrics = play_and_update(tr, dial.make_tasks("train")[:4], dial.DialEnv)
     assert metrics["optimizer_steps"] == 1 and abs(metrics["approx_kl"]) < 1e-7 and metrics["clip_frac"] == 0.0

@@ -18,6 +18,7 @@ from typing import Any
 
 from dreamgym.envs.alfworld import games
 from dreamgym.envs.alfworld.corpus import corpus_text
+from dreamgym.envs.alfworld.env import MAX_STEPS
 from dreamgym.envs.alfworld.games import tasks
 from dreamgym.envs.alfworld.goals import explain, goal_reached, grounded_outcome, parse_goal
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, ALFWorldMissing
@@ -35,7 +36,8 @@ def make_env(split: str = "train", **kwargs: Any):
     return ALFWorldEnv(split=split, **kwargs)
 
 
-__all__ = ["ALFWorldMissing", "ExpertPolicy", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS", "TASK_TYPES",
+__all__ = ["ALFWorldMissing", "ExpertPolicy", "MAX_STEPS", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS",
+           "TASK_TYPES",
            "admissible_from_state", "canonical_state", "complete_state", "corpus_text", "determined_outcome", "explain",
            "goal_reached", "grounded_outcome", "hidden_outcome_key", "make_env", "model_observation", "model_state",
            "noop_state", "outcome_contradiction", "parse_goal", "state_after", "tasks"]

@@ -30,7 +30,8 @@ from dreamgym.types import Task
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_STEPS = 50
+MAX_STEPS = 50
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
 
 
 class ALFWorldEnv(TextEnv):
@@ -40,7 +41,7 @@ class ALFWorldEnv(TextEnv):
     env_family = "alfworld"
     thread_safe = False  # the engine is not (engine.ENGINE_LOCK); the rollout engine steps these one at a time
 
-    def __init__(self, split: str = "train", max_steps: int = DEFAULT_MAX_STEPS, n: int | None = None,
+    def __init__(self, split: str = "train", max_steps: int = MAX_STEPS, n: int | None = None,
                  seed: int = 0, tasks: list[Task] | None = None):
         super().__init__()
         self.split = split

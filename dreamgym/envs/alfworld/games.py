@@ -5,7 +5,8 @@ Owns: the game specification (floor plan, receptacles, object placement, goal), 
 file (`game.tw-pddl`: JSON `{pddl_domain, grammar, pddl_problem, solvable, walkthrough}`), the splits
 (train / valid_seen / valid_unseen and their sizes) and their tasks (`tasks`; "test" is both valid splits),
 the solvability check (the planner's plan replayed in the engine until `won`), the cache layout and manifests,
-loading the official files when `ALFWORLD_DATA` is set, and `dreamgym alfworld generate`.
+and `dreamgym alfworld generate`; a split's tasks come from the official files instead when `ALFWORLD_DATA` is
+set (`dreamgym.envs.alfworld.official` reads them).
 Must not know: the TextEnv contract, abstract states, policies, models, torch.
 
 How a game is made (deterministic in (split, index, seed)):
@@ -53,6 +54,7 @@ from collections.abc import Iterable
 
 from dreamgym.envs.alfworld.engine import make_engine
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, require, scene_type, tables
+from dreamgym.envs.alfworld.official import official_root, official_rows
 from dreamgym.paths import atomic_write_text, cache_dir
 from dreamgym.types import Task
 
@@ -624,69 +626,6 @@ def tasks(split: str = "train", n: int | None = None, seed: int = 0) -> list[Tas
         rows = list(split_rows(split, n, seed))
     return [Task(id=f"alfworld-{r['game_id']}", env="alfworld", instruction=r["instruction"], goal=dict(r["goal"]),
                  split=split) for r in rows]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Official data (ALFWORLD_DATA)
-
-OFFICIAL_SPLIT_DIRS = {"train": "train", "valid_seen": "valid_seen", "valid_unseen": "valid_unseen"}
-
-
-def official_root() -> Path | None:
-    """`$ALFWORLD_DATA/json_2.1.1` when ALFWORLD_DATA is set; raises with a clear message when it is unusable."""
-    root = os.environ.get("ALFWORLD_DATA")
-    if not root:
-        return None
-    base = Path(root).expanduser() / "json_2.1.1"
-    # Importing `alfworld` sets ALFWORLD_DATA to ~/.cache/alfworld when it is unset: that default without data in
-    # it means "no official data", not a misconfiguration.
-    if not base.is_dir() and Path(root).expanduser() == Path("~/.cache/alfworld").expanduser():
-        return None
-    if not base.is_dir():
-        raise FileNotFoundError(
-            f"ALFWORLD_DATA={root!r} but {base} does not exist. Run `alfworld-download` (from the alfworld package) "
-            f"with ALFWORLD_DATA pointing at the download directory, or unset ALFWORLD_DATA to use generated games.")
-    return base
-
-
-def official_rows(split: str) -> list[dict[str, Any]]:
-    """Manifest rows for the official game files of a split (solvable ones, movable/sliced tasks excluded as
-    ALFWorld does)."""
-    base = official_root()
-    assert base is not None
-    d = base / OFFICIAL_SPLIT_DIRS[split]
-    if not d.is_dir():
-        raise FileNotFoundError(f"ALFWorld official split directory missing: {d}")
-    rows: list[dict[str, Any]] = []
-    for game in sorted(d.rglob("game.tw-pddl")):
-        if "movable" in str(game) or "Sliced" in str(game):
-            continue
-        traj = game.parent / "traj_data.json"
-        try:
-            data = json.loads(game.read_text())
-            meta = json.loads(traj.read_text()) if traj.exists() else {}
-        except (OSError, ValueError) as e:
-            log.warning("alfworld: skipping unreadable official game %s: %s", game, e)
-            continue
-        if not data.get("solvable", False) or meta.get("task_type") not in TASK_TYPES:
-            continue
-        instruction = _instruction_from_grammar(data.get("grammar", ""))
-        params = meta.get("pddl_params", {})
-        game_id = str(game.parent.relative_to(d))
-        rows.append({"index": len(rows), "game_id": game_id, "status": "ok", "reason": "", "instruction": instruction,
-                     "goal": {"task_type": meta["task_type"], "object": params.get("object_target", "").lower(),
-                              "receptacle": params.get("parent_target", "").lower() or None,
-                              "toggle": params.get("toggle_target", "").lower() or None, "split": split,
-                              "game_id": game_id, "game_file": str(game), "generator": "official"}})
-    return rows
-
-
-def _instruction_from_grammar(grammar: str) -> str:
-    marker = "Your task is to: "
-    i = grammar.find(marker)
-    if i < 0:
-        return ""
-    return grammar[i + len(marker):].split('"', 1)[0].strip().rstrip(".")
 
 
 # ----------------------------------------------------------------------------------------------------------

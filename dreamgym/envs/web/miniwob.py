@@ -9,7 +9,9 @@ Must not know: models, torch, trainers.
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
 actions), `miniwob_policies` (oracle / noisy / random), `explain` (reasoning traces), `browser` (the pool).
 `make_env` takes `browsers` (the size of the process-wide pool its environments share, default 2), `pool` (a
-`BrowserPool` of your own), `max_steps` (10) and `n_seeds` (the size of the split's pool, see `tasks`).
+`BrowserPool` of your own), `max_steps` (10) and `n_seeds` (the size of the split's pool, see `tasks`). The split
+chooses the tasks: the 18 of the default set, or any the `miniwob` package ships (`train:all`,
+`test:click-checkboxes-large,enter-date`; see `miniwob_tasks`).
 """
 
 from __future__ import annotations
@@ -27,51 +29,68 @@ from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
 from dreamgym.types import Task
 
-__all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "GOAL_PATTERNS"]
+__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
+           "GOAL_FORMS"]
 
-GOAL_PATTERNS: dict[str, str] = {
-    "click-test": r"Click the button\.",
-    "click-test-2": r"Click button (ONE|TWO)\.",
-    "click-button": r'Click on the "(.+)" button\.',
-    "click-link": r'Click on the link "(.+)"\.',
-    "click-dialog": r'Close the dialog box by clicking the "x"\.',
-    "click-dialog-2": r'Click the button in the dialog box labeled "(.+)"\.',
-    "click-checkboxes": r"Select (.+) and click Submit\.",
-    "click-option": r"Select (\S+) and click Submit\.",
-    "enter-text": r'Enter "(.+)" into the text field and press Submit\.',
-    "enter-password": r'Enter the password "(.+)" into both text fields and press submit\.',
-    "login-user": r'Enter the username "(.+)" and the password "(.+)" into the text fields and press login\.',
-    "focus-text": r"Focus into the textbox\.",
-    "focus-text-2": r"Focus into the (\w+) input textbox\.",
-    "choose-list": r"Select (.+) from the list and click Submit\.",
-    "click-tab": r"Click on Tab #(\d+)\.",
-    "click-button-sequence": r"Click button ONE, then click button TWO\.",
-    "enter-text-2": r'Type "(.+)" in all (upper|lower) case letters in the text input and press Submit\.',
-    "click-collapsible": r"Expand the section below and click submit\.",
-}
-"""Each task's instruction, as a pattern; `parse_goal` returns the task and the pattern's groups."""
+GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"Click the button\.", ("click-test",)),
+    (r"Click button (ONE|TWO)\.", ("click-test-2", "click-test-transfer")),
+    (r'Click on the "(.+)" button\.', ("click-button", "unicode-test")),
+    (r'Click on the link "(.+)"\.', ("click-link",)),
+    (r'Close the dialog box by clicking the "x"\.', ("click-dialog",)),
+    (r'Click the button in the dialog box labeled "(.+)"\.', ("click-dialog-2",)),
+    # Before the checkboxes' form, which their instructions would match too.
+    (r"Select (.+) from the list and click Submit\.", ("choose-list",)),
+    (r"Select (.+) from the scroll list and click Submit\.", ("click-scroll-list",)),
+    (r"Select (.+) and click Submit\.",
+     ("click-checkboxes", "click-checkboxes-large", "click-checkboxes-soft", "click-checkboxes-transfer",
+      "click-option")),
+    (r'Enter "(.+)" into the text field and press Submit\.', ("enter-text", "enter-text-dynamic")),
+    (r'Enter the password "(.+)" into both text fields and press submit\.', ("enter-password",)),
+    (r'Enter the username "(.+)" and the password "(.+)" into the text fields and press login\.',
+     ("login-user", "login-user-popup")),
+    (r"Focus into the textbox\.", ("focus-text",)),
+    (r"Focus into the (\w+) input textbox\.", ("focus-text-2",)),
+    (r"Click on Tab #(\d+)\.", ("click-tab",)),
+    (r"Click button ONE, then click button TWO\.", ("click-button-sequence",)),
+    (r'Type "(.+)" in all (upper|lower) case letters in the text input and press Submit\.', ("enter-text-2",)),
+    (r"Expand the section below and click submit\.", ("click-collapsible", "click-collapsible-nodelay")),
+    (r'Switch between the tabs to find and click on the link "(.+)"\.',
+     ("click-tab-2", "click-tab-2-easy", "click-tab-2-hard", "click-tab-2-medium")),
+    (r'Expand the sections below, to find and click on the link "(.+)"\.',
+     ("click-collapsible-2", "click-collapsible-2-nodelay")),
+)
+"""Instruction forms the family knows (the first that matches counts), each with every task the `miniwob` package
+ships whose instructions take that form: an instruction alone cannot tell `click-checkboxes` from
+`click-checkboxes-large`, so `parse_goal` names them all, never one of them for another
+(`tests/envs/web/test_web_miniwob.py` checks it on every shipped task)."""
+
+MAX_STEPS = 10
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
 
 
 def make_env(split: str = "train", *, browsers: int = DEFAULT_BROWSERS, pool: BrowserPool | None = None,
-             max_steps: int = 10, n_seeds: int | None = None) -> WebEnv:
+             max_steps: int = MAX_STEPS, n_seeds: int | None = None) -> WebEnv:
     """A `WebEnv` on a split's MiniWoB++ tasks, in a browser of `pool` (default: the shared pool of `browsers`)."""
     return WebEnv(MiniWoBSource(), _tasks(split, n_seeds), pool=pool or shared_pool(browsers), max_steps=max_steps)
 
 
 def tasks(split: str = "train", n_seeds: int | None = None, **_: Any) -> list[Task]:
     """The tasks of a split: "train" (the train tasks at seeds 0..19) or "test" (every task at 5 held-out seeds,
-    three tasks never trained on); `n_seeds` changes the seeds per task."""
+    three tasks never trained on); "train:all" / "test:all" the same seeds of every task the `miniwob` package
+    ships, "train:NAME,NAME" of the tasks named (an unknown name raises `UnknownTaskError` listing the shipped
+    ones); `n_seeds` changes the seeds per task."""
     return _tasks(split, n_seeds)
 
 
 def parse_goal(instruction: str) -> dict[str, Any] | None:
-    """{"subdomain", "values"} of a MiniWoB++ instruction of a task the family plays; None for anything else."""
+    """{"tasks", "values"} of a MiniWoB++ instruction of a known form (`GOAL_FORMS`): every task whose instructions
+    take that form, and the form's values (the quoted text, the tab number, ...); None for any other text."""
     text = " ".join(instruction.split())
-    for sub, pattern in GOAL_PATTERNS.items():
+    for pattern, names in GOAL_FORMS:
         m = re.fullmatch(pattern, text)
         if m:
-            return {"subdomain": sub, "values": list(m.groups())}
+            return {"tasks": list(names), "values": list(m.groups())}
     return None
 
 

@@ -1,14 +1,20 @@
 """MiniWoB++ as a `WebTaskSource`: the task pages the `miniwob` package ships as local HTML, opened from disk.
 
-Owns: which MiniWoB++ tasks the family plays and their train/test split (tasks and seeds), a task's start (seed
-the page's random numbers, start the episode, hide the benchmark's own display), its reward and end (the page's
-`WOB_*` globals), and the instructions of a split (each seed's utterance, read from the page once and cached on
-disk).
+Owns: which MiniWoB++ tasks the family plays (the 18 of the default set, or any the `miniwob` package ships) and
+their train/test split (tasks and seeds), a task's start (seed the page's random numbers, start the episode, hide
+the benchmark's own display), its reward and end (the page's `WOB_*` globals), and the instructions of a split
+(each seed's utterance, read from the page once and cached on disk).
 Must not know: Chromium processes, observations, scripted policies, DreamGym's trainers.
 
 Split: the train tasks with seeds 0..`n_seeds`-1 are "train"; "test" holds every train task at held-out seeds
 (from 10,000 on) and three tasks never trained on (`TEST_ONLY`), so a test score mixes new instances of known
 tasks with new tasks. A reward counts as 1 when MiniWoB's raw reward is positive (as BrowserGym scores it).
+
+Other tasks are chosen in the split's name, which every command passes through (`--split`, `eval_split`, a served
+environment's split): `train:all` / `test:all` are every task the installed package ships (`shipped_tasks`),
+`train:NAME,NAME,...` the tasks named; "train" gives each of them seeds 0..19, "test" the held-out seeds
+(no task is held out: the names are the set). A name the package does not ship is refused with the list
+(`UnknownTaskError`, a ValueError, so commands refuse it before the first episode).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ TRAIN_TASKS = ("click-test", "click-test-2", "click-button", "click-link", "clic
 TEST_ONLY = ("click-button-sequence", "enter-text-2", "click-collapsible")
 """Held out entirely: test tasks whose kind of step (a sequence, a case change, expanding a section) the train
 tasks teach but whose pages the agent never saw."""
+DEFAULT_TASKS = (*TRAIN_TASKS, *TEST_ONLY)
+"""The default set: what "train" and "test" play."""
+TASK_SETS = ("default", "all")
+"""Named sets a split may choose (`train:all`); any other choice is a comma-separated list of task names."""
 TEST_SEED_BASE = 10_000
 CACHE_VERSION = 1
 _HIDE = ("reward-display", "click-canvas", "sync-task-cover", "query")
@@ -47,16 +57,53 @@ def task_url(subdomain: str) -> str:
     return (html_dir() / f"{subdomain}.html").as_uri()
 
 
+class UnknownTaskError(ValueError):
+    """A split names a task the installed `miniwob` package does not ship; the message lists the ones it does."""
+
+
+@lru_cache(maxsize=1)
+def shipped_tasks() -> tuple[str, ...]:
+    """Every task the installed `miniwob` package ships as a page, sorted (the `all` set)."""
+    return tuple(sorted(p.stem for p in html_dir().glob("*.html")))
+
+
+def choose(chosen: str) -> tuple[str, ...]:
+    """The tasks a split's choice names: "default", "all" or comma-separated names (`UnknownTaskError` for a name
+    the package does not ship, naming the close ones and listing them all)."""
+    if chosen == "default":
+        return DEFAULT_TASKS
+    shipped = shipped_tasks()
+    if chosen == "all":
+        return shipped
+    names = tuple(dict.fromkeys(n.strip() for n in chosen.split(",") if n.strip()))
+    unknown = [n for n in names if n not in shipped]
+    if unknown or not names:
+        import difflib
+
+        import miniwob
+
+        close = list(dict.fromkeys(c for n in unknown for c in difflib.get_close_matches(n, shipped, n=3)))
+        hint = f" (close: {', '.join(close)})" if close else ""
+        what = f"unknown MiniWoB++ task {', '.join(map(repr, unknown))}{hint}" if unknown else "no task named"
+        raise UnknownTaskError(f"{what}; choose {' or '.join(TASK_SETS)} or names from the {len(shipped)} tasks "
+                               f"miniwob {getattr(miniwob, '__version__', '')} ships: {', '.join(shipped)}")
+    return names
+
+
 def split_specs(split: str, n_seeds: int | None = None) -> list[tuple[str, int]]:
     """(task name, seed) pairs of a split: "train" (20 seeds per train task by default), "test" (5 held-out seeds
-    of every train and test-only task)."""
-    if split == "train":
+    of every train and test-only task); "train:CHOICE" and "test:CHOICE" the same seeds of the tasks `choose`
+    finds in CHOICE."""
+    base, sep, chosen = split.partition(":")
+    if base not in ("train", "test"):
+        raise ValueError(f"miniwob has the splits 'train' and 'test' (optionally 'train:all', "
+                         f"'test:TASK,TASK,...'), not {split!r}")
+    default = not sep or chosen == "default"
+    if base == "train":
         n = 20 if n_seeds is None else n_seeds
-        return [(t, s) for t in TRAIN_TASKS for s in range(n)]
-    if split == "test":
-        n = 5 if n_seeds is None else n_seeds
-        return [(t, TEST_SEED_BASE + s) for t in (*TRAIN_TASKS, *TEST_ONLY) for s in range(n)]
-    raise ValueError(f"miniwob has the splits 'train' and 'test', not {split!r}")
+        return [(t, s) for t in (TRAIN_TASKS if default else choose(chosen)) for s in range(n)]
+    n = 5 if n_seeds is None else n_seeds
+    return [(t, TEST_SEED_BASE + s) for t in (DEFAULT_TASKS if default else choose(chosen)) for s in range(n)]
 
 
 class MiniWoBSource:
@@ -123,21 +170,31 @@ def utterances(specs: list[tuple[str, int]], worker: Any) -> dict[tuple[str, int
             if f"{sub}:{seed}" not in cached:
                 missing.setdefault(sub, []).append(seed)
         if missing:
-            def read(browser: Any) -> dict[str, str]:
+            def read(browser: Any) -> tuple[dict[str, str], dict[str, str]]:
                 out: dict[str, str] = {}
+                failed: dict[str, str] = {}
                 context = browser.new_context(viewport=MiniWoBSource.viewport)
                 try:
                     page = context.new_page()
                     for sub, seeds in missing.items():
-                        page.goto(task_url(sub))
-                        texts = page.evaluate(_UTTERANCE_JS, [[str(s) for s in seeds]])
+                        try:
+                            page.goto(task_url(sub))
+                            texts = page.evaluate(_UTTERANCE_JS, [[str(s) for s in seeds]])
+                        except Exception as e:  # noqa: BLE001 - a page that does not start is named, the rest kept
+                            failed[sub] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                            continue
                         out.update({f"{sub}:{s}": str(t) for s, t in zip(seeds, texts)})
                 finally:
                     context.close()
-                return out
+                return out, failed
 
-            cached.update(worker.call(read, timeout_s=120.0))
+            # One page load per task, every seed started on it: about half a second a task.
+            read_now, failed = worker.call(read, timeout_s=60.0 + 2.0 * len(missing))
+            cached.update(read_now)
             atomic_write_text(path, json.dumps(cached, indent=0, sort_keys=True))
+            if failed:
+                raise ValueError(f"miniwob: {len(failed)} task page(s) gave no instruction: "
+                                 + "; ".join(f"{k}: {v}" for k, v in failed.items()))
         return {(sub, seed): cached[f"{sub}:{seed}"] for sub, seed in specs}
 
 
@@ -147,8 +204,9 @@ def _tasks(split: str, n_seeds: int | None) -> tuple[Task, ...]:
 
     specs = split_specs(split, n_seeds)
     texts = utterances(specs, shared_pool(DEFAULT_BROWSERS).worker())
+    base = split.partition(":")[0]  # a task's split is "train" or "test", whichever set chose it
     return tuple(Task(id=f"miniwob-{sub}-{seed}", env=NAME, instruction=texts[(sub, seed)],
-                      goal={"subdomain": sub, "seed": seed}, split=split) for sub, seed in specs)
+                      goal={"subdomain": sub, "seed": seed}, split=base) for sub, seed in specs)
 
 
 def tasks(split: str = "train", n_seeds: int | None = None) -> list[Task]:

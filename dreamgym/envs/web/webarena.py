@@ -27,11 +27,14 @@ from dreamgym.envs.web.webarena_tasks import WebArenaLiteSource, load_configs
 from dreamgym.envs.web.webarena_tasks import tasks as _tasks
 from dreamgym.types import Task
 
-__all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "noop_state"]
+__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state"]
+
+MAX_STEPS = 30
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
 
 
 def make_env(split: str = "all", *, browsers: int = DEFAULT_BROWSERS, pool: BrowserPool | None = None,
-             max_steps: int = 30, judge: Judge = strict_judge, environ: dict[str, str] | None = None) -> WebEnv:
+             max_steps: int = MAX_STEPS, judge: Judge = strict_judge, environ: dict[str, str] | None = None) -> WebEnv:
     """A `WebEnv` on a split's WebArena-Lite tasks; `judge` scores fuzzy matches (default: strict containment),
     `environ` replaces `os.environ` for the `WA_*` site variables."""
     return WebEnv(WebArenaLiteSource(judge, environ), _tasks(split), pool=pool or shared_pool(browsers),

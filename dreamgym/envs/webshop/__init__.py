@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from dreamgym.envs.webshop.catalog import get_catalog
-from dreamgym.envs.webshop.env import WebShopEnv, catalog_tasks, grounded_outcome
+from dreamgym.envs.webshop.env import MAX_STEPS, WebShopEnv, catalog_tasks, grounded_outcome
 from dreamgym.envs.webshop.explain import explain
 from dreamgym.envs.webshop.goals import parse_goal
 from dreamgym.envs.webshop.outcomes import (determined_outcome, hidden_outcome_key, model_observation, noop_state,
@@ -34,8 +34,8 @@ from dreamgym.types import Task
 
 _CATALOG_KW = ("n_products", "seed", "official_dir", "catalog_key")
 
-__all__ = ["make_env", "tasks", "POLICIES", "admissible_from_state", "parse_goal", "explain", "corpus_text",
-           "grounded_outcome", "model_observation", "noop_state", "state_after", "hidden_outcome_key",
+__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain",
+           "corpus_text", "grounded_outcome", "model_observation", "noop_state", "state_after", "hidden_outcome_key",
            "determined_outcome", "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
 
 

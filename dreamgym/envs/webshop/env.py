@@ -93,12 +93,16 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tu
     return float(reward), True
 
 
+MAX_STEPS = 15
+"""The step limit of the family (`EnvFamily.MAX_STEPS`): `make_env`'s episodes are truncated after as many steps."""
+
+
 class WebShopEnv(TextEnv):
     """One shopping session. Many envs share one catalog (built once per process, see `get_catalog`)."""
 
     env_family = "webshop"
 
-    def __init__(self, split: str = "train", obs_mode: str = "text", max_steps: int = 15,
+    def __init__(self, split: str = "train", obs_mode: str = "text", max_steps: int = MAX_STEPS,
                  n_products: int = DEFAULT_N_PRODUCTS, seed: int = DEFAULT_SEED,
                  official_dir: str | Path | None = None, catalog_key: str | None = None):
         super().__init__()

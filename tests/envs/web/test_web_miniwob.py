@@ -163,3 +163,37 @@ def test_a_browser_dies_with_a_process_ended_without_its_exit_handlers(tmp_path)
             pytest.fail("the browser outlived the process that started it")
     finally:
         owner.kill()
+
+
+def test_the_goal_parser_never_names_a_task_for_another_on_any_shipped_task():
+    """Every task the package ships, at two held-out seeds: the instruction parses to None or to a set of tasks that
+    holds the task it came from (`click-checkboxes-large` is not taken for `click-checkboxes`)."""
+    fam = family("miniwob")
+    wrong, parsed = [], set()
+    for task in fam.tasks("test:all", n_seeds=2):
+        goal = fam.parse_goal(task.instruction)
+        if goal is not None:
+            parsed.add(task.goal["subdomain"])
+            if task.goal["subdomain"] not in goal["tasks"]:
+                wrong.append((task.goal["subdomain"], task.instruction, goal["tasks"]))
+    assert not wrong
+    assert {"click-checkboxes-large", "click-checkboxes-transfer", "enter-text-dynamic", "unicode-test"} <= parsed
+
+
+def test_collect_plays_three_tasks_outside_the_default_set_chosen_on_the_command_line(tmp_path, capsys):
+    from dreamgym.cli import main as cli
+    from dreamgym.data import load_trajectories
+    from dreamgym.envs.web.miniwob_tasks import DEFAULT_TASKS
+
+    chosen = ("click-checkboxes-transfer", "enter-text-dynamic", "unicode-test")
+    assert not set(chosen) & set(DEFAULT_TASKS)
+    out = tmp_path / "mw.jsonl"
+    # test:<tasks> gives each 5 held-out seeds: 15 episodes play every one of them once.
+    assert cli(["collect", "--env", "miniwob", "--split", f"test:{','.join(chosen)}", "--policy", "oracle:2,random:1",
+                "--episodes", "15", "--no-progress", "--out", str(out)]) == 0
+    episodes = load_trajectories(str(out))
+    played = {e.task.goal["subdomain"] for e in episodes}
+    assert played == set(chosen) and {e.task.split for e in episodes} == {"test"}
+    assert {e.policy for e in episodes} == {"oracle", "random"} and len(episodes) >= 12  # a hung page may fail one
+    oracle = [e for e in episodes if e.policy == "oracle"]
+    assert sum(e.won for e in oracle) >= len(oracle) // 2, [(e.task.id, e.won) for e in oracle]

@@ -35,15 +35,15 @@ def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  #
     assert all(t.task.env == "miniwob" and t.steps[0].state.startswith("[goal] ") for t in trajs)
 
     assert cli(["train-em", "--env", "miniwob", "--data", str(data), "--out", str(em), "max_steps=2",
-                "batch_size=2", "warmup_steps=0", "threads=1", "model.embedder=hashing+action"]) == 0
+                "batch_size=2", "optim.warmup_steps=0", "threads=1", "em.embedder=hashing+action"]) == 0
     assert (em / "train_summary.json").is_file()
 
     # The experience model, two steps in, writes mostly malformed text: a short generation budget and no retries
     # keep the iteration fast. What is checked is the loop, not the models.
     assert cli(["train", "--algo", "grpo", "--env", "miniwob", "--no-progress", "mode=dream", f"dream.em={em}",
                 "dream.iterations=1", "dream.curriculum.enabled=false", "dream.max_steps=2",
-                "dream.em_overrides=[max_new_tokens=48,retries=0]", "grpo.tasks_per_iteration=2",
-                "grpo.group_size=2", f"init={policy}", "agent.history=0", "agent.show_admissible=false",
+                "dream.em_overrides=[max_new_tokens=48,retries=0]", "tasks_per_iteration=2",
+                "group_size=2", f"init={policy}", "agent.history=0", "agent.show_admissible=false",
                 "agent.system_prompt=You are an agent.", "rollout.max_new_tokens=12", "rollout.max_turns=2",
                 "rollout.ground_actions=0.01", "rollout.on_invalid_action=pass",
                 "eval_at_start=false", "eval_max_tasks=2", "save_every=0", "tensorboard=false",
@@ -52,14 +52,15 @@ def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  #
     assert summary["real_steps_used"] == 0 and summary["iterations"] == 1
     assert summary["final"]["n"] + summary["final"]["n_failed"] == 2  # evaluated on real test pages
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    it = next(r for r in rows if "synthetic_steps" in r)
-    assert it["real_steps_used"] == 0 and it["episodes"] == 4 and it.get("end_invalid_action", 0) == 0, it
-    assert it["synthetic_steps"] == it["turns"] >= 4, it  # every turn of every episode was a step in the dream
+    it = next(r for r in rows if "rollout/synthetic_steps" in r)
+    assert it["rollout/real_steps_used"] == 0 and it["rollout/episodes"] == 4, it
+    assert it.get("rollout/end_invalid_action", 0) == 0, it
+    assert it["rollout/synthetic_steps"] == it["rollout/turns"] >= 4, it  # every turn of every episode was a step in the dream
     dream = next(r for r in rows if "dream/buffer/size" in r)
     # Actions the page offers (as written or grounded) are the experience model's to answer; the rest get the
     # dream's no-op answer without a model call.
-    noops = round(it["noop_step_rate"] * it["turns"])
-    assert dream["dream/em/predictions"] + noops == it["synthetic_steps"], (it, dream)
+    noops = round(it["rollout/noop_step_rate"] * it["rollout/turns"])
+    assert dream["dream/em/predictions"] + noops == it["rollout/synthetic_steps"], (it, dream)
     seeded = sum(len(t.steps) for t in trajs)
     # The real transitions seed the buffer and every well-formed prediction joined them.
     assert dream["dream/buffer/size"] >= seeded + dream["dream/em/predictions"] - dream["dream/em/failures"]

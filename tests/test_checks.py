@@ -1,0 +1,181 @@
+"""Start-up checks (`dreamgym.checks`, `dreamgym.filecheck`, `collect.check_env_kwargs` and the commands' use of
+them): bad input is refused in one line (exit 2) before any model loads, anything runs or anything is written:
+every record of the data, whole weights, paths of the right kind under a folder, the environment's keywords,
+serve-env's split."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from model_fixtures import em_checkpoint
+
+from dreamgym import filecheck
+from dreamgym.cli import main as cli
+from dreamgym.collect import check_env_kwargs, collect, parse_mix
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--no-progress", "tensorboard=false", "eval_max_tasks=1", "agent.history=0", "agent.show_admissible=false",
+        "rollout.max_new_tokens=4", "rollout.max_turns=2"]
+
+
+def refused(capsys, argv: list[str], *words: str) -> str:
+    """Run a command in this process: it must exit 2 with one line on stderr that holds every word."""
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dreamgym {argv[0]}: ") and "\n" not in err and "Traceback" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def dial_data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "dial.jsonl"
+    collect("dial", parse_mix("oracle:0.5,random:0.5"), 8, out, progress=False)
+    return out
+
+
+def _with_line(src: Path, dst: Path, lineno: int, line: str | None = None, change=None) -> Path:
+    lines = src.read_text().splitlines()
+    if change is not None:
+        rec = json.loads(lines[lineno - 1])
+        change(rec)
+        line = json.dumps(rec)
+    lines[lineno - 1] = line
+    dst.write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def _set_action(rec):
+    rec["steps"][0]["action"] = 123
+
+
+def _drop_task(rec):
+    del rec["task"]
+
+
+@pytest.mark.parametrize("algo", ["sft", "dpo"])
+@pytest.mark.parametrize("damage, where", [
+    ("torn", ":8: truncated record"),
+    ("garbage", ":6: not valid JSON"),
+    ("schema", ":6: not a trajectory record: missing field 'task'"),
+    ("types", ":6: not a trajectory record: TypeError: field 'action' must be of type str, got int"),
+])
+def test_offline_training_reads_every_record_before_the_model_loads(algo, damage, where, dial_data, tmp_path,
+                                                                    capsys):
+    bad = tmp_path / "bad.jsonl"
+    if damage == "torn":
+        bad.write_bytes(dial_data.read_bytes()[:-40])
+    elif damage == "garbage":
+        _with_line(dial_data, bad, 6, "garbage{")
+    else:
+        _with_line(dial_data, bad, 6, change=_drop_task if damage == "schema" else _set_action)
+    refused(capsys, ["train", "--algo", algo, "--env", "dial", f"data={bad}", f"run_dir={tmp_path / 'r'}", *TINY],
+            f"{bad}{where}")
+    assert not (tmp_path / "r").exists()  # refused before the run folder (and any model)
+
+
+def _truncated_em(tmp_path: Path) -> Path:
+    em = tmp_path / "em"
+    shutil.copytree(em_checkpoint(), em)
+    weights = em / "model" / "model.safetensors"
+    with open(weights, "r+b") as fh:
+        fh.truncate(weights.stat().st_size // 2)
+    return em
+
+
+def test_a_truncated_experience_model_is_refused_before_it_loads(dial_data, tmp_path, capsys):
+    em = _truncated_em(tmp_path)
+    weights = em / "model" / "model.safetensors"
+    refused(capsys, ["eval-em", "--env", "dial", "--model", str(em), "--data", str(dial_data)], f"{weights}: truncated")
+    refused(capsys, ["export-em", str(em), str(tmp_path / "out")], f"{weights}: truncated")
+    assert not (tmp_path / "out").exists()
+    weights.unlink()
+    refused(capsys, ["export-em", str(em), str(tmp_path / "out")], "holds no weights")
+
+
+def test_a_truncated_policy_is_refused_on_resume_and_as_init(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "iterations=1", "grpo.group_size=2",
+                "grpo.tasks_per_iteration=1", "eval_at_start=false", *TINY]) == 0
+    capsys.readouterr()
+    weights = run / "checkpoint" / "model" / "model.safetensors"
+    with open(weights, "r+b") as fh:
+        fh.truncate(weights.stat().st_size - 100)
+    refused(capsys, ["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "--resume", *TINY],
+            f"cannot resume from {run / 'checkpoint'}", "truncated")
+    refused(capsys, ["train", "--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'r2'}",
+                     f"init={run / 'checkpoint'}", *TINY], "init:", "truncated")
+    model = tmp_path / "model"  # a plain model folder whose weights are missing
+    shutil.copytree(run / "final" / "model", model)
+    (model / "model.safetensors").unlink()
+    refused(capsys, ["train", "--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'r2'}", f"init={model}",
+                     *TINY], "init:", "holds no weights")
+    assert not (tmp_path / "r2").exists()
+
+
+def test_model_weights_accepts_whole_files_and_names_the_damage(tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(Path(em_checkpoint()) / "model", folder)
+    filecheck.model_weights(folder)
+    f = folder / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data + b"\0")
+    with pytest.raises(ValueError, match="damaged: 1 bytes after its last tensor"):
+        filecheck.model_weights(folder)
+    f.write_bytes(data[:5])
+    with pytest.raises(ValueError, match="truncated"):
+        filecheck.model_weights(folder)
+    f.write_bytes(len(b"{oops").to_bytes(8, "little") + b"{oops")
+    with pytest.raises(ValueError, match="header is not JSON"):
+        filecheck.model_weights(folder)
+
+
+def test_collect_refuses_a_keyword_the_environment_does_not_take_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    refused(capsys, ["collect", "--env", "dial", "--episodes", "2", "--out", str(out), "--env-kw", "bogus=1"],
+            "'bogus': not a keyword of the dial environment", "max_steps")
+    assert list(tmp_path.iterdir()) == []
+    # MiniWoB++ tasks are chosen by the split (train:NAME,...), not by a keyword
+    refused(capsys, ["collect", "--env", "miniwob", "--episodes", "2", "--out", str(out), "--env-kw",
+                     "tasks=click-button"], "'tasks': not a keyword of the miniwob environment")
+    assert list(tmp_path.iterdir()) == []
+    assert cli(["collect", "--env", "dial", "--episodes", "2", "--out", str(out), "--env-kw", "max_steps=3",
+                "--no-progress"]) == 0
+
+
+def test_env_kwargs_follows_make_env_to_the_environment_class():
+    check_env_kwargs("webshop", {"max_steps": 3, "n_products": 50})
+    with pytest.raises(ValueError, match="'colour': not a keyword of the webshop environment .*n_products"):
+        check_env_kwargs("webshop", {"colour": 1})
+
+
+def test_paths_of_the_wrong_kind_or_under_a_file_are_refused(tmp_path, capsys):
+    (tmp_path / "d.jsonl").mkdir()
+    (tmp_path / "file").write_text("x")
+    refused(capsys, ["collect", "--env", "dial", "--episodes", "1", "--out", str(tmp_path / "d.jsonl"),
+                     "--overwrite"], f"{tmp_path / 'd.jsonl'} is a folder, not a file")
+    assert "Exception ignored" not in capsys.readouterr().err
+    refused(capsys, ["collect", "--env", "dial", "--episodes", "1", "--out", str(tmp_path / "file" / "x.parquet")],
+            f"its parent {tmp_path / 'file'} is a file, not a folder")
+    run = tmp_path / "run"
+    run.mkdir()
+    refused(capsys, ["view", str(run), "--export", str(tmp_path / "file" / "site")],
+            f"its parent {tmp_path / 'file'} is a file")
+    refused(capsys, ["train", "--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'file'}", *TINY],
+            "is a file, not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "file", "run"]
+
+
+@pytest.mark.parametrize("env", ["dial", "webshop"])
+def test_serve_env_refuses_a_split_without_tasks_before_it_binds(env):
+    p = subprocess.run([sys.executable, "-m", "dreamgym.cli", "serve-env", "--env", env, "--split", "nosuch",
+                        "--port", "0"], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "serving" not in p.stdout
+    assert p.stderr.strip().splitlines()[-1].startswith("dreamgym serve-env: split: 'nosuch': ")
