@@ -5,7 +5,7 @@ experience model does: real only, other trajectories, twins kept) and count the 
 exactly the true next state, or whose first line (the page or location heading) is the true one. The model
 can only copy what retrieval shows it, so this bounds what better training alone can buy.
 
-`--observation` compares what a `model.write_observation=true` model writes (the family's observation of the
+`--observation` compares what a `em.write_observation=true` model writes (the family's observation of the
 next state) instead of the whole next state, and adds the share of queries with an example from the query's own
 task (another play of the same game: what the dream retrieves on a game the offline data played), e.g. on data
 collected with `dreamgym collect --episodes-per-task 3`, holding out each task's last play:
@@ -41,7 +41,7 @@ def main() -> None:
     p.add_argument("--heldout-last-play", action="store_true",
                    help="no --heldout: each task's last trajectory in --data is the query, the rest the buffer")
     p.add_argument("--observation", action="store_true",
-                   help="compare written observations (model.write_observation) and count same-task examples")
+                   help="compare written observations (em.write_observation) and count same-task examples")
     p.add_argument("--embedder", action="append", required=True, help="embedder spec (repeatable)")
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--history", type=int, default=3)

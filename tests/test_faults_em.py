@@ -18,7 +18,7 @@ from dreamgym.experience.checkpoint import is_trained
 TRAIN_EM = "import sys\nfrom dreamgym.experience.train import main\nsys.exit(main(sys.argv[1:]))"
 # 6 steps, a resumable checkpoint after steps 2 and 4 (write_checkpoint's points are passed once per save), then the
 # final state (the third save) and the export of model/ (the fourth atomic_dir).
-SETTINGS = ["max_steps=6", "batch_size=4", "save_every=2", "log_every=1", "model.embedder=hashing", "model.k=1",
+SETTINGS = ["max_steps=6", "batch_size=4", "save_every=2", "log_every=1", "em.embedder=hashing", "em.k=1",
             "task_writing=0", "threads=1"]
 
 

@@ -213,7 +213,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     backend = HFBackend(model, tokenizer)
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if max_pos and mcfg.max_prompt_tokens + mcfg.max_new_tokens > max_pos:
-        raise ConfigError(f"model.max_prompt_tokens + model.max_new_tokens = "
+        raise ConfigError(f"em.max_prompt_tokens + em.max_new_tokens = "
                           f"{mcfg.max_prompt_tokens + mcfg.max_new_tokens} exceeds the model's {max_pos} positions")
 
     stats: Counter[str] = Counter()
