@@ -101,8 +101,8 @@ def test_a_truncated_experience_model_is_refused_before_it_loads(dial_data, tmp_
 
 def test_a_truncated_policy_is_refused_on_resume_and_as_init(tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli(["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "iterations=1", "grpo.group_size=2",
-                "grpo.tasks_per_iteration=1", "eval_at_start=false", *TINY]) == 0
+    assert cli(["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "iterations=1", "group_size=2",
+                "tasks_per_iteration=1", "eval_at_start=false", *TINY]) == 0
     capsys.readouterr()
     weights = run / "checkpoint" / "model" / "model.safetensors"
     with open(weights, "r+b") as fh:

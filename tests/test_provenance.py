@@ -56,8 +56,8 @@ def dial_data(tmp_path_factory) -> Path:
 def grpo_run(tmp_path_factory) -> Path:
     """A real GRPO run on the dial: one iteration, its config.yaml, metrics and checkpoint."""
     run = tmp_path_factory.mktemp("runs") / "grpo"
-    assert cli(["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "iterations=1", "grpo.group_size=2",
-                "grpo.tasks_per_iteration=1", "eval_at_start=false", *TINY]) == 0
+    assert cli(["train", "--algo", "grpo", "--env", "dial", f"run_dir={run}", "iterations=1", "group_size=2",
+                "tasks_per_iteration=1", "eval_at_start=false", *TINY]) == 0
     return run
 
 
