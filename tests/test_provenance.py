@@ -11,25 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import refusals
 from model_fixtures import em_checkpoint
+from refusals import TINY, refused
 
 from dreamgym.cli import main as cli
-from dreamgym.collect import collect, parse_mix
 from dreamgym.provenance import Provenance, ProvenanceError, of_em_checkpoint, of_run_dir, require
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--no-progress", "tensorboard=false", "eval_max_tasks=1", "agent.history=0", "agent.show_admissible=false",
-        "rollout.max_new_tokens=4", "rollout.max_turns=2"]
-
-
-def refused(capsys, argv: list[str], *words: str) -> str:
-    """Run a command in this process: it must exit 2 with one line on stderr that holds every word."""
-    assert cli(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"dreamgym {argv[0]}: ") and "\n" not in err and "Traceback" not in err, err
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 def relabelled(src: Path, dst: Path, env: str, records: set[int] | None = None) -> Path:
@@ -47,9 +36,7 @@ def relabelled(src: Path, dst: Path, env: str, records: set[int] | None = None) 
 
 @pytest.fixture(scope="module")
 def dial_data(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "dial.jsonl"
-    collect("dial", parse_mix("oracle:0.5,random:0.5"), 8, out, progress=False)
-    return out
+    return refusals.dial_data(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
