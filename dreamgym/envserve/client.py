@@ -157,7 +157,7 @@ class RemoteBuffer:
         except httpx.HTTPError as e:
             raise ServerGone(self.url, f"{type(e).__name__}: {e}") from e
         if r.status_code != 200:
-            detail = r.json().get("detail", r.text) if r.headers.get("content-type") == "application/json" else r.text
+            detail = r.json().get("message", r.text) if r.headers.get("content-type") == "application/json" else r.text
             raise RemoteEnvError(self.url, f"HTTP {r.status_code}", str(detail)[:500])
         return r.json()
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import hmac
 import json
@@ -51,12 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
-from pydantic import BaseModel, Field
+from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
+from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, SchemaResponse
+from pydantic import BaseModel, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dreamgym import provenance, serving
@@ -77,9 +81,19 @@ OPEN_PATHS = frozenset({"/health"})
 """Paths answered without the token: a load balancer's or a client pool's health check."""
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """FastAPI's (and so OpenEnv's) error shape, with the status."""
-    return {"detail": message, "status": status}
+ERROR_TYPES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "too_large",
+               422: "validation_error", 429: "too_many_requests", 500: "internal_error", 503: "unavailable"}
+"""The `type` of an error that is not a validation error, by status (FastAPI's validation errors bring their own)."""
+RESET_FIELDS = ("seed", "episode_id", "task", "task_id")
+"""The fields a reset takes; any other is dropped (OpenEnv's convention), counted and reported (see ServedEnv)."""
+
+
+def error_body(status: int, message: str, errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """FastAPI's (and so OpenEnv's) error shape: `detail` a list of {type, loc, msg} (a request's validation errors
+    as FastAPI lists them, else one entry), plus the status and the problem in one line (`message`)."""
+    detail = errors if errors is not None else [{"type": ERROR_TYPES.get(status, "http_error"), "loc": [],
+                                                 "msg": message}]
+    return {"detail": detail, "message": message, "status": status}
 
 
 def _usable_checkpoint(path: str) -> None:
@@ -168,6 +182,7 @@ class EnvHost:
         self._one_at_a_time = threading.Lock()
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.ignored_fields: Counter[str] = Counter()
 
     def make_env(self) -> TextEnv:
         if not self.config.dream:
@@ -198,6 +213,16 @@ class EnvHost:
         with self._lock:
             self.counts[key] += n
 
+    def ignored_reset_fields(self, names: list[str]) -> None:
+        """Count a reset's dropped fields (`/stats`' `ignored_reset_fields`) and log each name the first time."""
+        with self._lock:
+            new = [n for n in names if n not in self.ignored_fields]
+            self.ignored_fields.update(names)
+            self.counts["resets_with_ignored_fields"] += 1
+        if new:
+            log.warning("serve-env: a reset named field(s) %s, which are not reset fields (%s); they were ignored "
+                        "(counted in /stats, named in the answer's info)", ", ".join(new), ", ".join(RESET_FIELDS))
+
     def run(self, env: TextEnv, fn: Callable[[], Any]) -> Future:
         """Run `fn` (a reset, a close) where `env` may be used: the gatherer's thread for a dream, else a worker."""
         if self.config.dream:
@@ -218,7 +243,8 @@ class EnvHost:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             counts = dict(self.counts)
-        out: dict[str, Any] = {"provenance": self.provenance.to_dict(), **counts,
+            ignored = dict(self.ignored_fields)
+        out: dict[str, Any] = {"provenance": self.provenance.to_dict(), **counts, "ignored_reset_fields": ignored,
                                "gatherer": self.gatherer.stats}
         if self.batcher is not None:
             out["experience_model_batches"] = dict(self.batcher.stats)
@@ -265,9 +291,11 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
 
     def _reset_future(self, seed: Any, episode_id: str | None, task: Any, task_id: str | None,
                       extra: dict[str, Any]) -> Future:
-        if extra:
-            raise HTTPException(400, f"reset: unknown field(s) {', '.join(sorted(extra))} (allowed: seed, "
-                                     "episode_id, task, task_id)")
+        # OpenEnv passes a reset's unknown fields on and drops what an environment does not take; dropped silently,
+        # a typo (`sead`) would play a random episode, so they are counted, logged and named in the answer.
+        ignored = sorted(extra)
+        if ignored:
+            self.host.ignored_reset_fields(ignored)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise HTTPException(400, f"reset: seed must be an integer, got {seed!r}")
         chosen = self._task(task, task_id)
@@ -280,6 +308,8 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
             self.episode = {"episode_id": episode_id or uuid.uuid4().hex, "task": info["task"].to_dict(),
                             "seed": seed, "provenance": self.host.provenance.to_dict()}
             self.host.count("episodes")
+            if ignored:
+                info = {**info, "ignored_reset_fields": ignored}
             return TextObservation(text=obs, info=info_to_json(info), episode=self.episode)
         return self.host.run(env, run)
 
@@ -306,19 +336,19 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
                                      f"{self.host.config.env!r}")
         return t
 
+    # A step with no episode is taken on a fresh one, as a reset with no fields starts it: OpenEnv's stateless HTTP
+    # /step (a fresh environment per request) and a session's first message alike. Its answer's `episode` names it.
     async def step_async(self, action: TextAction, timeout_s: float | None = None,
                          **kwargs: Any) -> TextObservation:
-        fut = self._step_future(action)
+        if not self.episode:
+            await self.reset_async()
+        fut = self.host.step(self._open(), action.action)
         return self._observation(*(await asyncio.wrap_future(fut)))
 
     def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
-        return self._observation(*self._step_future(action).result())
-
-    def _step_future(self, action: TextAction) -> Future:
         if not self.episode:
-            raise HTTPException(409, "step: this session has no episode; send reset first (OpenEnv's HTTP /step is "
-                                     "stateless: multi-step episodes use the WebSocket session at /ws)")
-        return self.host.step(self._open(), action.action)
+            self.reset()
+        return self._observation(*self.host.step(self._open(), action.action).result())
 
     def _observation(self, obs: str, reward: float, terminated: bool, truncated: bool,
                      info: dict[str, Any]) -> TextObservation:
@@ -386,6 +416,22 @@ def message_problem(message: Message) -> tuple[str, str] | None:
     return None
 
 
+def presented_token(authorization: str) -> str:
+    """The token an Authorization header carries: `Bearer TOKEN`, or Basic credentials whose password is the token
+    (any user name). Basic is what a stock client sends for a URL with credentials in it
+    (`http://token:TOKEN@host:port`: OpenEnv's `EnvClient` connects with `websockets`, and `requests` and `httpx`
+    do the same), since those clients take no headers. "" when there is none."""
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
 class _Guard:
     """The bearer token on every request (but `OPEN_PATHS`), a size limit on WebSocket messages, and the messages
     OpenEnv's session loop cannot take (`message_problem`).
@@ -402,11 +448,12 @@ class _Guard:
         if not self.token or scope.get("path") in OPEN_PATHS:
             return True
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
-        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        return hmac.compare_digest(presented_token(given).encode(), self.token.encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._authorized(scope):
-            data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token>")).encode()
+            data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token> (or the token as "
+                                              "the password of the URL: http://token:<token>@host:port)")).encode()
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})
@@ -478,21 +525,59 @@ def create_env_app(host: EnvHost, *, token: str | None = None, limits: serving.L
     # OpenEnv's MCP routes (POST /mcp, WS /mcp) serve MCP tools, which these environments have none of; its HTTP
     # form also creates sessions no connection holds, which would take the session slots until the idle timeout.
     # Sessions are what this server documents: WebSocket connections at /ws.
+    # OpenEnv's /schema and HTTP /state answer with its base `State` (episode_id, step_count): replaced below by
+    # ones that carry what `ServedEnv.state` returns (task, seed, provenance, how the episode ended).
     app.router.routes = [r for r in app.router.routes
-                         if not (isinstance(r, (APIRoute, APIWebSocketRoute)) and r.path == "/mcp")]
+                         if not (isinstance(r, (APIRoute, APIWebSocketRoute)) and r.path in ("/mcp", "/schema"))
+                         and not (isinstance(r, APIRoute) and r.path == "/state")]
     serving.install(app, limits, error_body)
     app.state.host = host
 
-    @app.api_route("/mcp", methods=["GET", "POST"])
-    def no_mcp() -> None:
-        raise HTTPException(404, "this server has no MCP tools; an environment session is a WebSocket connection at "
-                                 "/ws (see GET /schema for its messages)")
+    @app.post("/mcp")
+    async def mcp(request: Request) -> dict[str, Any]:
+        """MCP's JSON-RPC endpoint, as OpenEnv's tools probe it: no tools, and no sessions (those are /ws)."""
+        try:
+            call = JsonRpcRequest.model_validate_json(await request.body())
+        except ValidationError as e:
+            problem = serving.validation_message(e.errors(), drop=0)
+            return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_REQUEST,
+                                                  f"not a JSON-RPC 2.0 request: {problem}").model_dump()
+        if call.method == "tools/list":
+            return JsonRpcResponse.success({"tools": []}, request_id=call.id).model_dump()
+        return JsonRpcResponse.error_response(JsonRpcErrorCode.METHOD_NOT_FOUND, (
+            f"{call.method}: this server has no MCP tools; an environment session is a WebSocket connection at /ws "
+            "(see GET /schema for its messages)"), request_id=call.id).model_dump()
+
+    @app.get("/schema", response_model=SchemaResponse, tags=["Schema"])
+    def schema() -> SchemaResponse:
+        return SchemaResponse(action=TextAction.model_json_schema(), observation=TextObservation.model_json_schema(),
+                              state=EpisodeState.model_json_schema())
+
+    @app.get("/state", response_model=EpisodeState, tags=["State Management"])
+    def fresh_state() -> EpisodeState:
+        """OpenEnv's stateless form: the state of a fresh environment (a session's is its `state` message)."""
+        env = ServedEnv(host)
+        try:
+            return env.state
+        finally:
+            env.close()
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, e: HTTPException) -> JSONResponse:
-        # OpenEnv answers an invalid action with pydantic's error list as the detail: say it in one line.
-        message = serving.validation_message(e.detail, drop=0) if isinstance(e.detail, list) else str(e.detail)
-        return JSONResponse(error_body(e.status_code, message), status_code=e.status_code, headers=e.headers)
+        # OpenEnv answers an invalid action with pydantic's error list as the detail: kept as the list, and said
+        # in one line as the message.
+        if isinstance(e.detail, list):
+            body = error_body(e.status_code, serving.validation_message(e.detail, drop=0),
+                              jsonable_encoder(e.detail))
+        else:
+            body = error_body(e.status_code, str(e.detail))
+        return JSONResponse(body, status_code=e.status_code, headers=e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        # FastAPI's (and OpenEnv's) status and list for a request that does not validate.
+        return JSONResponse(error_body(422, serving.validation_message(e.errors()), jsonable_encoder(e.errors())),
+                            status_code=422)
 
     @app.get("/stats")
     def stats() -> dict[str, Any]:

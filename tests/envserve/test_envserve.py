@@ -5,6 +5,7 @@ SIGKILL, and a client pool failing over from a dead server."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from openenv.cli._validation import validate_running_environment
 from websockets.sync.client import connect
 
 from dreamgym.buffer import ReplayBuffer
@@ -63,6 +65,11 @@ def test_served_real_family_passes_check_env_and_speaks_openenv():
             _play(dial.make_env("train"), 7, ["turn up", "turn up", "submit"])
         schema = httpx.get(srv.url + "/schema").json()
         assert "action" in schema["action"]["properties"] and "text" in schema["observation"]["properties"]
+        # The state's schema lists what `state` returns beyond OpenEnv's base fields, and HTTP /state returns them.
+        assert {"episode_id", "step_count", "task", "seed", "provenance", "terminated", "truncated"} <= \
+            set(schema["state"]["properties"])
+        state = httpx.get(srv.url + "/state").json()
+        assert state["step_count"] == 0 and state["task"] is None and state["provenance"]["env"] == "dial"
         with GenericEnvClient(base_url=srv.url).sync() as client:  # OpenEnv's own client, unchanged
             first = client.reset(seed=7)
             assert first.observation["text"] == dial.make_env("train").reset(seed=7)[0] and not first.done
@@ -75,8 +82,30 @@ def test_served_real_family_passes_check_env_and_speaks_openenv():
         # OpenEnv's stateless HTTP forms.
         r = httpx.post(srv.url + "/reset", json={"seed": 7, "task_id": "dial-4-2"})
         assert r.status_code == 200 and r.json()["observation"]["episode"]["task"]["id"] == "dial-4-2"
+        # A stateless /step is taken on a fresh environment, as OpenEnv's HTTP /step is: the episode a reset with no
+        # fields starts, named in the answer.
         r = httpx.post(srv.url + "/step", json={"action": {"action": "submit"}})
-        assert r.status_code == 409 and "reset first" in r.json()["detail"]
+        assert r.status_code == 200 and r.json()["done"], r.text
+        episode = r.json()["observation"]["episode"]
+        assert episode["task"]["env"] == "dial" and episode["seed"] is None
+        # OpenEnv's runtime checks, as `openenv validate --url` runs them.
+        report = validate_running_environment(srv.url)
+        assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
+
+
+def test_unknown_reset_fields_are_dropped_counted_and_named(caplog):
+    """OpenEnv drops reset fields an environment does not take; a typo must not pass unnoticed, though."""
+    with start_env_server(EnvServerConfig(env="dial")) as srv:
+        caplog.set_level(logging.WARNING)
+        for _ in range(2):
+            r = httpx.post(srv.url + "/reset", json={"sead": 7, "colour": "red"})
+            assert r.status_code == 200 and r.json()["observation"]["info"]["ignored_reset_fields"] == ["colour", "sead"]
+        r = httpx.post(srv.url + "/reset", json={"seed": 7})
+        assert "ignored_reset_fields" not in r.json()["observation"]["info"]
+        stats = httpx.get(srv.url + "/stats").json()
+        assert stats["ignored_reset_fields"] == {"colour": 2, "sead": 2} and stats["resets_with_ignored_fields"] == 2
+    warned = [r.getMessage() for r in caplog.records if "not reset fields" in r.getMessage()]
+    assert len(warned) == 1 and "colour, sead" in warned[0], warned  # once per name, not once per reset
 
 
 def test_bad_requests_get_4xx_naming_the_problem_and_the_server_stays_up():
@@ -85,29 +114,43 @@ def test_bad_requests_get_4xx_naming_the_problem_and_the_server_stays_up():
         auth = {"Authorization": "Bearer s3cret"}
         assert httpx.get(srv.url + "/health").status_code == 200  # health checks need no token
         r = httpx.post(srv.url + "/reset", json={})
-        assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+        assert r.status_code == 401 and "Bearer" in r.json()["message"]
+        assert r.json()["detail"] == [{"type": "unauthorized", "loc": [], "msg": r.json()["message"]}]
         with pytest.raises(Exception, match="403"), connect(_ws(srv.url)):
             pass
+        # FastAPI's (and OpenEnv's) error shape: `detail` a list of {type, loc, msg}, validation errors at 422.
         r = httpx.post(srv.url + "/reset", content=b'{"seed": ', headers={**auth, "content-type": "application/json"})
-        assert r.status_code == 400 and "JSON" in r.json()["detail"]
+        assert r.status_code == 422 and "JSON" in r.json()["message"] and r.json()["detail"][0]["type"] == "json_invalid"
         r = httpx.post(srv.url + "/step", json={"action": {"action": "x" * 20_000}}, headers=auth)
-        assert r.status_code == 413 and "limit of 10485 bytes" in r.json()["detail"]
+        assert r.status_code == 413 and "limit of 10485 bytes" in r.json()["detail"][0]["msg"]
         r = httpx.post(srv.url + "/step", json={"action": {"move": "up"}}, headers=auth)
-        assert r.status_code == 422 and "action: Field required" in r.json()["detail"]
+        assert r.status_code == 422 and "action: Field required" in r.json()["message"]
+        assert {(e["type"], tuple(e["loc"])) for e in r.json()["detail"]} >= {("missing", ("action",))}
         r = httpx.post(srv.url + "/reset", json={"seed": "x"}, headers=auth)
-        assert r.status_code == 400 and "seed: Input should be a valid integer" in r.json()["detail"]
+        assert r.status_code == 422 and "seed: Input should be a valid integer" in r.json()["message"]
+        assert r.json()["detail"][0]["loc"] == ["body", "seed"] and r.json()["detail"][0]["input"] == "x"
         r = httpx.post(srv.url + "/reset", json={"task_id": "nope"}, headers=auth)
-        assert r.status_code == 400 and "'nope' is not a task of dial/train" in r.json()["detail"]
+        assert r.status_code == 400 and "'nope' is not a task of dial/train" in r.json()["detail"][0]["msg"]
+        # A stock client takes no headers: the token goes in its URL as a password, sent as Basic credentials.
+        from openenv.core.generic_client import GenericEnvClient
+
+        with GenericEnvClient(base_url=srv.url.replace("http://", "http://token:s3cret@")).sync() as client:
+            assert client.reset(seed=1).observation["episode"]["seed"] == 1
+        with pytest.raises(ConnectionError, match="403"):
+            GenericEnvClient(base_url=srv.url.replace("http://", "http://token:wrong@")).sync().connect()
+        assert httpx.get(srv.url.replace("http://", "http://token:s3cret@") + "/stats").status_code == 200
+        report = validate_running_environment(srv.url.replace("http://", "http://token:s3cret@"))
+        assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
         env = RemoteTextEnv(srv.url, token="s3cret")
         env.reset(seed=1)
         ws = env._connect()
         for bad, code in (("{not json", "INVALID_JSON"), (json.dumps({"type": "jump"}), "UNKNOWN_TYPE"),
                           (json.dumps({"type": "step", "data": {"action": "a" * 20_000}}), "MESSAGE_TOO_LARGE"),
-                          (json.dumps({"type": "reset", "data": {"colour": 1}}), "EXECUTION_ERROR")):
+                          (json.dumps({"type": "reset", "data": {"task_id": "nope"}}), "EXECUTION_ERROR")):
             ws.send(bad)
             answer = json.loads(ws.recv(timeout=10))
             assert answer["type"] == "error" and answer["data"]["code"] == code, answer
-        assert "over this server's limit" in json.dumps(answer) or "unknown field(s) colour" in answer["data"]["message"]
+        assert "'nope' is not a task of dial/train" in answer["data"]["message"]
         obs, r, term, trunc, info = env.step("submit")  # the session survived all of it
         assert term and isinstance(info["task"], dial.Task if hasattr(dial, "Task") else object)
         # Sessions past the limit are refused with OpenEnv's code; closing one frees its place.

@@ -90,21 +90,21 @@ def play(env, seed: int, on_step=None) -> list:
 
 
 BAD_HTTP = [  # (method, path, body or raw bytes, status, words the answer must hold)
-    ("POST", "/reset", b'{"seed": ', 400, "JSON"),
+    ("POST", "/reset", b'{"seed": ', 422, "JSON"),
     ("POST", "/step", json.dumps({"action": {"action": "x" * (LIMIT_BYTES + 100)}}).encode(), 413,
      f"limit of {LIMIT_BYTES} bytes"),
     ("POST", "/step", {"action": {"move": "up"}}, 422, "action: Field required"),
-    ("POST", "/reset", {"seed": "x"}, 400, "seed: Input should be a valid integer"),
+    ("POST", "/reset", {"seed": "x"}, 422, "seed: Input should be a valid integer"),
     ("POST", "/reset", {"task_id": "nope"}, 400, "'nope' is not a task of dial/train"),
     ("POST", "/buffer/transitions", {"transitions": [{"state": "x"}]}, 400, "transitions[0]: not a transition record"),
-    ("POST", "/step", {"action": {"action": "submit"}}, 409, "reset first"),
+    ("POST", "/reset", {"task": "dial-4-2"}, 400, "task must be a task record"),
 ]
 BAD_WS = [  # (message, OpenEnv error code, words its message must hold)
     ("{not json", "INVALID_JSON", ""),
     (json.dumps({"type": "jump"}), "UNKNOWN_TYPE", "jump"),
     (json.dumps({"type": "step", "data": {"action": "a" * (LIMIT_BYTES + 100)}}), "MESSAGE_TOO_LARGE",
      f"over this server's limit of {LIMIT_BYTES} bytes"),
-    (json.dumps({"type": "reset", "data": {"colour": 1}}), "EXECUTION_ERROR", "unknown field(s) colour"),
+    (json.dumps({"type": "reset", "data": {"task_id": "nope"}}), "EXECUTION_ERROR", "'nope' is not a task of dial"),
 ]
 
 
@@ -159,7 +159,7 @@ def test_64_sessions_2000_episodes_isolated_bounded_robust_and_durable(tmp_path)
                         kw = {"content": body, "headers": {"content-type": "application/json"}} \
                             if isinstance(body, bytes) else {"json": body}
                         r = http.request(method, path, **kw)
-                        detail = r.json().get("detail", "") if r.headers.get("content-type") == "application/json" \
+                        detail = r.json().get("message", "") if r.headers.get("content-type") == "application/json" \
                             else r.text
                         if r.status_code != status or words not in detail:
                             bad_answers.append(f"{method} {path}: {r.status_code} {detail[:200]}")

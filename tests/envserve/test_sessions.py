@@ -97,8 +97,10 @@ def test_sessions_are_websocket_connections_only(server):
     timeout. This server serves no MCP tools; the route is refused, naming where sessions are."""
     create = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
     for _ in range(6):  # more than the server's 4 session slots
-        r = httpx.post(server.url + "/mcp", json=create)
-        assert r.status_code == 404 and "/ws" in r.json()["detail"], r.text
+        r = httpx.post(server.url + "/mcp", json=create)  # a JSON-RPC error (as OpenEnv's tools expect) naming /ws
+        assert r.status_code == 200 and r.json()["error"]["code"] == -32601 and "/ws" in r.json()["error"]["message"]
+    assert httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).json()[
+        "result"] == {"tools": []}
     with pytest.raises(Exception, match="4404|404"), connect(server.url.replace("http://", "ws://") + "/mcp") as ws:
         ws.send(json.dumps(create))
         ws.recv(timeout=10)
