@@ -12,8 +12,17 @@ Run against a server you started (`dreamgym serve-env --env dial --dream --em EM
     python examples/trl_grpo_served_dream.py --env-url http://127.0.0.1:8100 --steps 3
 
 or let it start one in this process from a checkpoint: `--em runs/em`. It prints one JSON line: the losses, the
-mean reward per step, whether the parameters changed and the server's batch sizes. The policy is the `tiny` preset
-(random init, so the point is the plumbing, not learning); any causal LM id works with `--model`.
+mean reward per step, whether the parameters changed and the server's batch sizes, and exits 1 when nothing trained
+(the parameters did not change: every group's rewards were equal, say, or the learning rate is 0). The policy is the
+`tiny` preset (random init, so the point is the plumbing, not learning); any causal LM id works with `--model`. It
+runs on CUDA when there is a GPU, else on the CPU (`--device` chooses).
+
+Each prompt chooses its episode: the reset seed is a stable hash of the prompt's text, so any prompt works and equal
+prompts play the same task from the same seed. The rollout function plays one episode per prompt it is given, in
+order, whether or not TRL repeats a prompt `num_generations` times in that list (TRL 1.16 documents that it passes
+the prompts without duplicating them; its sampler repeats them in the dataset's order): a GRPO group of repeated
+prompts is one task played several times, and a group of different prompts still trains, only more noisily.
+Tested with TRL 1.0.0 and 1.16.0.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -35,9 +45,15 @@ def prompt_text(obs: str, admissible: list[str] | None) -> str:
     return f"{obs}\nActions: {', '.join(admissible or [])}\nAction:"
 
 
+def episode_seed(prompt: Any) -> int:
+    """The reset seed a prompt chooses: a stable hash of its text (a conversational prompt's messages as JSON)."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+    return zlib.crc32(text.encode("utf-8"))
+
+
 def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, token: str | None = None):
-    """TRL's `rollout_func(prompts, trainer)`: one multi-turn episode per prompt (the prompt names its seed, so a
-    GRPO group -- one prompt repeated -- plays one task from one reset seed)."""
+    """TRL's `rollout_func(prompts, trainer)`: one multi-turn episode per prompt it is given, in order, the episode
+    chosen by the prompt alone (`episode_seed`), so it does not matter how TRL groups or repeats prompts."""
     import torch
 
     info = server_info(env_url, token)
@@ -48,8 +64,7 @@ def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, t
         n = len(prompts)
         try:
             with ThreadPoolExecutor(n) as pool:
-                firsts = list(pool.map(lambda ep: ep[0].reset(seed=int(str(ep[1]).split()[-1])),
-                                       zip(envs, prompts)))
+                firsts = list(pool.map(lambda ep: ep[0].reset(seed=episode_seed(ep[1])), zip(envs, prompts)))
             prompt_ids = [tok(prompt_text(o, i["admissible_actions"]))["input_ids"] for o, i in firsts]
             completion: list[list[int]] = [[] for _ in range(n)]
             logprobs: list[list[float]] = [[] for _ in range(n)]
@@ -64,8 +79,8 @@ def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, t
                 seqs = [prompt_ids[i] + completion[i] for i in live]
                 width = max(map(len, seqs))
                 pad = tok.pad_token_id
-                ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
-                att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+                ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=model.device)
+                att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=model.device)
                 with torch.no_grad():
                     out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_action_tokens,
                                          do_sample=True, temperature=1.0, pad_token_id=pad,
@@ -114,9 +129,16 @@ def brevity(prompts: list, completions: list, env_turns: list[int], **_: Any) ->
     return [-0.05 * t for t in env_turns]
 
 
+def pick_device(device: str = "") -> str:
+    """`device`, or CUDA when there is a GPU, else the CPU."""
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def run(env_url: str, *, out_dir: str, steps: int = 3, group: int = 4, prompts_per_step: int = 2,
         max_turns: int = 4, max_action_tokens: int = 4, model_name: str = "tiny", seed: int = 0,
-        token: str | None = None) -> dict[str, Any]:
+        learning_rate: float = 1e-3, device: str = "", token: str | None = None) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -124,16 +146,19 @@ def run(env_url: str, *, out_dir: str, steps: int = 3, group: int = 4, prompts_p
     from dreamgym.presets import load_preset
 
     torch.manual_seed(seed)
-    model, tok = load_preset(model_name, device="cpu")
+    device = pick_device(device)
+    model, tok = load_preset(model_name, device=device)
     model.train()
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    data = Dataset.from_dict({"prompt": [f"dial episode {1000 + i}" for i in range(steps * prompts_per_step)]})
+    data = Dataset.from_dict({"prompt": [f"Play the dial, episode {chr(65 + i % 26)}{i // 26}."
+                                         for i in range(steps * prompts_per_step)]})
     config = GRPOConfig(output_dir=out_dir, max_steps=steps, per_device_train_batch_size=group * prompts_per_step,
-                        num_generations=group, max_completion_length=512, learning_rate=1e-3, logging_steps=1,
-                        report_to=[], save_strategy="no", use_cpu=True, seed=seed, bf16=False,
+                        num_generations=group, max_completion_length=512, learning_rate=learning_rate,
+                        logging_steps=1, report_to=[], save_strategy="no", use_cpu=device == "cpu", seed=seed,
+                        bf16=False,
                         dataloader_num_workers=0, disable_tqdm=True)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[env_reward, brevity], args=config,
                           train_dataset=data, rollout_func=make_rollout_func(env_url, max_turns=max_turns,
@@ -144,8 +169,18 @@ def run(env_url: str, *, out_dir: str, steps: int = 3, group: int = 4, prompts_p
     changed = any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters())
     return {"losses": [h["loss"] for h in logs if "loss" in h],
             "rewards": [h["reward"] for h in logs if "reward" in h],
-            "parameters_changed": changed,
+            "reward_std": [h["reward_std"] for h in logs if "reward_std" in h],
+            "parameters_changed": changed, "device": device,
             "server_batches": server_info(env_url, token)["gatherer"]}
+
+
+def nothing_trained(result: dict[str, Any]) -> str | None:
+    """Why a run trained nothing, in one line, or None when the parameters moved."""
+    if result["parameters_changed"]:
+        return None
+    return (f"nothing trained: the parameters did not change over {len(result['losses'])} steps (losses "
+            f"{result['losses']}, reward std {result['reward_std']}: a group whose rewards are all equal has no "
+            "advantage to follow; or the learning rate is 0)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,18 +190,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/trl-served-dream")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--learning-rate", type=float, default=1e-3)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--device", default="", help="cpu, cuda, cuda:1, ... (default: cuda when there is a GPU)")
     a = ap.parse_args(argv)
     token = os.environ.get("DREAMGYM_ENV_TOKEN") or None
+    kw = {"out_dir": a.out, "steps": a.steps, "model_name": a.model, "learning_rate": a.learning_rate,
+          "max_turns": a.max_turns, "device": a.device}
     if a.env_url:
-        result = run(a.env_url, out_dir=a.out, steps=a.steps, model_name=a.model, token=token)
+        result = run(a.env_url, token=token, **kw)
     elif a.em:
         from dreamgym.envserve.server import EnvServerConfig, start_env_server
 
-        with start_env_server(EnvServerConfig(env="dial", dream=True, em=a.em, device="cpu")) as srv:
-            result = run(srv.url, out_dir=a.out, steps=a.steps, model_name=a.model)
+        with start_env_server(EnvServerConfig(env="dial", dream=True, em=a.em, device=pick_device(a.device))) as srv:
+            result = run(srv.url, **kw)
     else:
         ap.error("give --env-url or --em")
     print(json.dumps(result))
+    problem = nothing_trained(result)
+    if problem:
+        print(f"trl_grpo_served_dream: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,22 +10,28 @@ foreground server: the command's body, also for a dream whose experience model t
 Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
 are bounded (`dreamgym.serving`).
 
-Protocol (OpenEnv's, unchanged, so OpenEnv's `EnvClient`s work): `WS /ws` is a session -- one environment per
-connection, isolated from the others, messages `{"type": "reset", "data": {seed, episode_id, task, task_id}}`,
-`{"type": "step", "data": {"action": TEXT}}`, `{"type": "state"}`, `{"type": "close"}`. `POST /reset`, `POST
-/step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request: a step without a reset
-is answered 409); `GET /schema`, `/metadata`, `/health`. Added here: `GET /stats` (episodes, steps, batch sizes
-reached, buffer size) and, for a dream, `POST /buffer/transitions` (other processes add transitions through the
-owner; answered once they are durable) and `GET /buffer/stats`. Left out: OpenEnv's `/mcp` routes (these
-environments have no MCP tools, and its HTTP form creates sessions that no connection holds), so every session is a
-`/ws` connection. A message OpenEnv's session loop cannot take (`message_problem`) is answered with an error naming
-it, the session going on.
+Protocol (OpenEnv's, so OpenEnv's `EnvClient`s and `openenv validate --url` work): `WS /ws` is a session -- one
+environment per connection, isolated from the others, messages `{"type": "reset", "data": {seed, episode_id, task,
+task_id}}`, `{"type": "step", "data": {"action": TEXT}}`, `{"type": "state"}`, `{"type": "close"}`. `POST /reset`,
+`POST /step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request; a step with no episode
+is taken on the one a reset with no fields starts, on a session too); `GET /schema` (the state's schema is
+`EpisodeState`'s, as `/state` answers), `/metadata`, `/health`. A reset's unknown fields are dropped as OpenEnv
+drops them, but counted (`/stats`), logged once per name and named in the answer's `info["ignored_reset_fields"]`,
+so a typo is seen. HTTP errors have FastAPI's shape (`error_body`: `detail` a list, validation errors at 422).
+Added here: `GET /stats` (episodes, steps, batch sizes reached, buffer size) and, for a dream, `POST
+/buffer/transitions` (other processes add transitions through the owner; answered once they are durable) and `GET
+/buffer/stats`. OpenEnv's MCP routes are replaced: these environments have no MCP tools, and its HTTP form creates
+sessions that no connection holds, so `POST /mcp` answers JSON-RPC (no tools; any other method an error naming
+/ws) and every session is a `/ws` connection. A message OpenEnv's session loop cannot take (`message_problem`) is
+answered with an error naming it, the session going on.
 
 Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
 `idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
 messages over `max_body_mb` are refused (413, or an error message naming the limit while the session stays open),
 plus every limit of `dreamgym.serving`. With a token (`DREAMGYM_ENV_TOKEN` or `--token-file`) every request but
-`/health` needs `Authorization: Bearer TOKEN` (401; a WebSocket handshake without it is refused with 403).
+`/health` needs it as `Authorization: Bearer TOKEN` or as a Basic password, which is how clients that take no
+headers send it: `http://token:TOKEN@host:port` (`presented_token`; 401; a WebSocket handshake without it is refused
+with 403).
 
 Durability: the dream's buffer lives in this process; every synthetic transition is appended (fsync'ed, see
 `dreamgym.buffer`) before its step is answered, and the answer's `info["buffered"]` says so. A server killed at any
