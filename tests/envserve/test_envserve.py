@@ -210,7 +210,7 @@ def test_the_buffer_owner_takes_transitions_from_other_processes(dream):
                     next_state=dial.abstract_state(4), reward=0.0, done=False, source="real")
     assert rb.add([tr]) == 1 and rb.add([tr]) == 0 and len(rb) == n0 + 1  # deduplicated by the owner
     r = httpx.post(dream.url + "/buffer/transitions", json={"transitions": [tr.to_dict(), {"state": "x"}]})
-    assert r.status_code == 400 and r.json()["detail"].startswith("transitions[1]: not a transition record")
+    assert r.status_code == 400 and r.json()["message"].startswith("transitions[1]: not a transition record")
 
 
 def test_a_killed_dream_server_leaves_every_answered_transition_in_its_buffer(tmp_path):
