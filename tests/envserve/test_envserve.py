@@ -329,7 +329,7 @@ def test_serve_env_takes_a_config_file_then_key_value_then_its_field_options(tmp
     # The served process honours the file: its body limit (0.01 MiB) and the override's session limit (1).
     with cli_server(["serve-env", "--config", str(f), "max_sessions=1", "--port", "0"]) as (_, url):
         r = httpx.post(url + "/reset", content=b"{" + b" " * 20_000 + b"}", headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "limit of 10485 bytes" in r.json()["detail"]
+        assert r.status_code == 413 and "limit of 10485 bytes" in r.json()["message"]
         first = RemoteTextEnv(url)
         first.reset(seed=1)
         with pytest.raises(RemoteEnvError, match="CAPACITY_REACHED"):
