@@ -1,6 +1,9 @@
 """examples/trl_grpo_served_dream.py: TRL's GRPOTrainer trains the tiny preset for a few steps on multi-turn episodes
 of the served synthetic dial (TRL's `rollout_func`): the loss is finite and the parameters move; a run whose
-parameters do not move exits 1; each prompt chooses its own episode, however TRL groups prompts."""
+parameters do not move exits 1; each prompt chooses its own episode, however TRL groups prompts.
+
+Run against the pinned TRL (1.16.0) and the oldest `trl>=1.0` allows (1.0.0, installed with `pip install --no-deps
+--target DIR trl==1.0.0` and put first on PYTHONPATH): both pass."""
 
 import importlib.util
 import math
