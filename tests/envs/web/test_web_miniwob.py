@@ -25,7 +25,9 @@ def pool():
 
 
 def test_check_family_on_real_pages(pool):
-    check_family("miniwob", task_kwargs={"n_seeds": 1}, env_kwargs={"pool": pool, "n_seeds": 1, "max_steps": 3})
+    report = check_family("miniwob", task_kwargs={"n_seeds": 1}, env_kwargs={"pool": pool, "n_seeds": 1, "max_steps": 3},
+                          step_limit=3)
+    assert report.ok and report.checked["admissible"] > 0 and report.checked["step_limit"] > 0
 
 
 def test_oracle_solves_the_tasks_at_the_reported_rate(pool):
