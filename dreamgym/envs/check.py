@@ -2,8 +2,9 @@
 
 Owns: the rules a family must keep, checked in order, `CheckFamilyError` naming the first one broken, the
 behaviour checks of the family's members and hooks against real episodes (`FamilyCheckReport`: per check, the
-cases checked and the disagreements with their reasons), and the `dreamgym check-family` command.
-Must not know: any concrete family, models, torch, trainers.
+cases checked and the disagreements with their reasons).
+Must not know: any concrete family, models, torch, trainers, the command line (`dreamgym check-family` is
+`dreamgym.familycheck`).
 
 The checks run on real data: tasks from `tasks`, episodes of every scripted policy in an environment from
 `make_env` (which must also pass `dreamgym.env.check_env`), and the abstract states and transitions of those
@@ -17,13 +18,12 @@ disagreement with its reason (`BEHAVIOUR_CHECKS`).
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dreamgym.env import CheckEnvError, check_env
-from dreamgym.envs.family import HOOK_PAIRS, EnvFamily
+from dreamgym.envs.family import HOOK_PAIRS, EnvFamily, is_admissible
 from dreamgym.envs.registry import family
 from dreamgym.types import Step, Task, Trajectory, Transition
 
@@ -123,7 +123,10 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
     "test" is both valid splits, 274 planner-checked games on first use: `splits=("train", "valid_unseen")`
     checks the same code on `n` of them).
     """
-    fam = family(fam_or_name) if isinstance(fam_or_name, str) else fam_or_name
+    try:
+        fam = family(fam_or_name) if isinstance(fam_or_name, str) else fam_or_name
+    except (ValueError, TypeError, ImportError) as e:  # a module that is no family (a member lacking, a bad role)
+        raise CheckFamilyError(f"environment family {fam_or_name!r} does not load: {e}") from e
     if not isinstance(fam, EnvFamily):
         raise CheckFamilyError(f"expected an EnvFamily or a family name, got {type(fam).__name__}")
     label = f"environment family {fam.name!r}"
@@ -160,11 +163,11 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
             played.append(task)
             policy = call(f"POLICIES[{pname!r}]({seed + k})", cls, seed + k)
             recorded.append(_play(env, policy, pname, task, seed + k, limit + 1, need, call))
-    probes = [_probe(env, task, seed, call) for task in {t.id: t for t in played}.values()]
     try:
         check_env(env, seed=seed, options={"task": pool[0]})
     except CheckEnvError as e:
         raise CheckFamilyError(f"{label}: make_env({split!r}) fails check_env: {e}") from e
+    probes = [_probe(env, task, seed, call) for task in {t.id: t for t in played}.values()]
 
     for task in played:
         goal = call(f"parse_goal({task.instruction!r})", fam.parse_goal, task.instruction)
@@ -266,10 +269,6 @@ def _replay(fam: EnvFamily, traj: Trajectory, limit: int, report: FamilyCheckRep
             probe: bool) -> None:
     """Count `traj`'s steps against each behaviour check (`BEHAVIOUR_CHECKS`); a probe episode is checked for
     `noop_state` only (its action is no policy's, and its one step says nothing of the step limit)."""
-    # The synthetic environment's own rule (a form such as `search[<query>]` admits any argument): what matters is
-    # that the dream admits every action the real environment carries out. Imported here: it imports this package.
-    from dreamgym.synthetic_env import is_admissible
-
     h, defined = fam.hooks, fam.hooks.defined
     where = f"{traj.policy or 'episode'} on {traj.task.id!r}"
     report.episodes += 1
@@ -365,51 +364,3 @@ def _check_hooks(fam: EnvFamily, tr: Transition, need: Callable[[bool, str], Non
                              and not isinstance(got[0], bool) and isinstance(got[1], bool)),
              f"grounded_outcome must return (reward, terminated) or None, got {got!r}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`dreamgym check-family`: `check_family` from the command line; prints the behaviour report. Exit 0 when the
-    family keeps its contract, 1 when it does not (the broken rule, or the disagreements, printed), 2 on bad
-    input."""
-    from dreamgym.collect import _kv, check_env_kwargs
-    from dreamgym.config import CommandParser, at_least, fail
-    from dreamgym.data import load_trajectories
-    from dreamgym.envs.registry import family_names
-    from dreamgym.provenance import check_trajectories
-
-    ap = CommandParser(prog="dreamgym check-family", description=(
-        "Check an environment family against its contract: types on real play, and its members and hooks replayed "
-        "on real episodes (its scripted policies' own, probe steps and --data files), counting disagreements."))
-    ap.add_argument("--env", required=True, choices=sorted(family_names()), help="environment family")
-    ap.add_argument("--data", action="append", default=[], metavar="FILE",
-                    help="recorded real episodes of the family (a collected .jsonl/.parquet) to replay too, repeatable")
-    ap.add_argument("--episodes-per-policy", type=at_least(1), default=1,
-                    help="episodes each scripted policy plays (default: %(default)s)")
-    ap.add_argument("--split", default="train", help="split whose tasks are played (default: %(default)s)")
-    ap.add_argument("--splits", default="train,test", help="splits whose task lists are checked (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the episodes (default: %(default)s)")
-    ap.add_argument("--env-kw", type=_kv, action="append", default=[], metavar="KEY=VALUE",
-                    help="keyword argument for the family's make_env (YAML value), repeatable")
-    ap.add_argument("--task-kw", type=_kv, action="append", default=[], metavar="KEY=VALUE",
-                    help="keyword argument for the family's tasks (YAML value), repeatable")
-    ap.add_argument("--step-limit", type=at_least(1), default=None,
-                    help="the step limit make_env enforces with these --env-kw (default: the family's MAX_STEPS)")
-    args = ap.parse_args(argv)
-    try:
-        check_env_kwargs(args.env, dict(args.env_kw))
-        episodes: list[Trajectory] = []
-        for path in args.data:
-            check_trajectories(path, args.env)
-            episodes += load_trajectories(path)
-    except (ValueError, OSError) as e:
-        return fail("check-family", e)
-    try:
-        report = check_family(args.env, split=args.split, splits=[s for s in args.splits.split(",") if s],
-                              task_kwargs=dict(args.task_kw), env_kwargs=dict(args.env_kw), seed=args.seed,
-                              episodes_per_policy=args.episodes_per_policy, episodes=episodes,
-                              step_limit=args.step_limit)
-    except CheckFamilyError as e:
-        print(e.report.summary() if e.report is not None else e, file=sys.stderr)
-        return 1
-    print(report.summary())
-    print(f"environment family {args.env!r} keeps its contract")
-    return 0

@@ -1,10 +1,10 @@
 """The environment-family contract: what one family of environments offers the rest of DreamGym.
 
-Owns: `EnvFamily` (the required surface, each member documented on its field, the step limit among them, and the
-roles of its scripted policies: which one is the expert, which ones explore),
-`FamilyHooks` (the optional hooks, each a method documented with its contract whose body is the generic behaviour a
-family without it gets), `ScriptedPolicy`, and building an `EnvFamily` from a family module
-(`EnvFamily.from_module`).
+Owns: `is_admissible` (how an answer of `admissible_from_state` is read), `EnvFamily` (the required surface, each
+member documented on its field, the step limit among them, and the roles of its scripted policies: which one is
+the expert, which ones explore), `FamilyHooks` (the optional hooks, each a method documented with its contract whose
+body is the generic behaviour a family without it gets), `ScriptedPolicy`, and building an `EnvFamily` from a
+family module (`EnvFamily.from_module`).
 Must not know: any concrete family, how families are registered or found, models, torch, trainers.
 
 The collector, the experience model, the synthetic environment, the curriculum and evaluation use a family only
@@ -17,6 +17,7 @@ a family that lacks it gets the default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,26 @@ from typing import Any, ClassVar, Protocol
 
 from dreamgym.env import TextEnv
 from dreamgym.types import Task, Transition
+
+
+_FORM = re.compile(r"^(\w+)\[(?:<[^>]*>|\.\.\.|…|\*)\]$")
+
+
+def is_admissible(action: str, admissible: list[str] | None) -> bool:
+    """True when `action` is one of `admissible` (an `admissible_from_state` answer), case and
+    whitespace-insensitive. An entry written as a form (`search[<query>]`, `search[...]`) admits any argument; an
+    empty or missing list admits anything. (The synthetic environment and `check_family` both read the lists so.)"""
+    if not admissible:
+        return True
+    a = " ".join(action.strip().lower().split())
+    for e in admissible:
+        ne = " ".join(e.strip().lower().split())
+        if a == ne:
+            return True
+        m = _FORM.match(ne)
+        if m and a.startswith(m.group(1) + "[") and a.endswith("]") and len(a) > len(m.group(1)) + 2:
+            return True
+    return False
 
 
 class ScriptedPolicy(Protocol):

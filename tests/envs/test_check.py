@@ -1,7 +1,7 @@
 """`check_family`'s behaviour checks (`dreamgym.envs.check`): real episodes of a family's scripted policies replayed
 through its members and hooks, each disagreement with the real environment counted with its reason; one
 deliberately broken copy of a working family per hook, each caught by its own check and by no other; recorded
-episodes given by the caller; the family's policy roles; and the `dreamgym check-family` command."""
+episodes given by the caller; and the family's policy roles."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamgym.collect import collect, run_episode
+from dreamgym.collect import run_episode
 from dreamgym.envs import CheckFamilyError, EnvFamily, FamilyHooks, check_family, family
-from dreamgym.envs.check import BEHAVIOUR_CHECKS, main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -112,12 +111,3 @@ def test_the_policy_roles_are_declared_or_follow_the_documented_rule(good):
     with pytest.raises(ValueError, match="EXPLORE_POLICIES must map names in POLICIES"):
         dataclasses.replace(good, EXPLORE_POLICIES={"wander": 1.0})
 
-
-def test_the_command_prints_the_counts_and_fails_on_a_disagreement(capsys, tmp_path):
-    assert main(["--env", "dial", "--episodes-per-policy", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "keeps its contract" in out and all(check in out for check in BEHAVIOUR_CHECKS)
-    other = tmp_path / "webshop.jsonl"
-    collect("webshop", {"random": 1.0}, 1, other, progress=False)
-    assert main(["--env", "dial", "--data", str(other)]) == 2  # episodes of another family: refused, one line
-    assert "webshop" in capsys.readouterr().err
