@@ -206,6 +206,9 @@ def _check_surface(fam: EnvFamily, need: Callable[[bool, str], None]) -> None:
     need(isinstance(fam.POLICIES, Mapping) and len(fam.POLICIES) > 0, "POLICIES must be a non-empty mapping")
     need(all(isinstance(k, str) and callable(v) for k, v in fam.POLICIES.items()),
          "POLICIES must map names (str) to policy classes")
+    need(fam.EXPERT_POLICY is None or fam.EXPERT_POLICY in fam.POLICIES, "EXPERT_POLICY must name a policy in POLICIES")
+    need(fam.EXPLORE_POLICIES is None or all(p in fam.POLICIES for p in fam.EXPLORE_POLICIES),
+         "EXPLORE_POLICIES must name policies in POLICIES")
     for a, b in HOOK_PAIRS:
         need((a in fam.hooks.defined) == (b in fam.hooks.defined), f"hooks {a} and {b} come together or not at all")
 
