@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("dreamgym.recipe:quickstart_main",
                    "the full recipe on one environment with the tiny preset (the README's main job)"),
     "collect": ("dreamgym.collect:main", "write offline real trajectories from oracle/noisy/random policies"),
+    "check-family": ("dreamgym.familycheck:main",
+                     "check an environment family against its contract, replaying real episodes through its hooks"),
     "train-em": ("dreamgym.experience.train:main", "train the reasoning experience model (SFT)"),
     "export-em": ("dreamgym.experience.checkpoint:export_main",
                   "write a trained experience model as a plain HF folder (LoRA merged) for vLLM or serve-model"),

@@ -14,7 +14,8 @@ Must not know: trainers' internals (an `OnlineTrainer` only updates and saves), 
 
 One iteration, top to bottom:
   1. tasks: the world's draw for this iteration; a real world draws only as many as the budget can finish
-     (`RealStepBudget.affordable`), and when not one fits the run ends;
+     (`RealStepBudget.affordable`, each episode planned at `episode_steps`: `rollout.max_turns` or the family's
+     step limit, whichever is lower), and when not one fits the run ends;
   2. rollouts: `group_size` episodes of each task in the world's environments, seeded by (seed, iteration); the
      rollout engine takes every real step from the run's budget and never exceeds it;
   3. `trainer.update(episodes)`: the algorithm's update;
@@ -132,6 +133,14 @@ class RealWorld:
         pass
 
 
+def episode_steps(world: World, rollout: RolloutConfig) -> int:
+    """The most steps an episode in `world` can take: `rollout.max_turns`, or the family's step limit `MAX_STEPS`
+    in its real environment when that is lower (what a real iteration's budget is planned with)."""
+    if isinstance(world, RealWorld):
+        return min(rollout.max_turns, world.family.MAX_STEPS)
+    return rollout.max_turns
+
+
 @dataclass
 class Phase:
     """`iterations` iterations in `world`; evaluations tagged `<tag><iteration>` (it, dream-it, s2r-it)."""
@@ -233,10 +242,11 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
             # episode of the batch short, and train on none of them)
             n_tasks = settings.tasks_per_iteration
             if world.real:
-                n_tasks = budget.affordable(n_tasks, settings.group_size, settings.rollout.max_turns)
+                turns = episode_steps(world, settings.rollout)
+                n_tasks = budget.affordable(n_tasks, settings.group_size, turns)
                 if n_tasks == 0:
                     print(f"real-step budget: {budget.remaining} steps left, fewer than one task's episodes need at "
-                          f"rollout.max_turns; stopping after {state.iteration} iterations")
+                          f"{turns} steps each; stopping after {state.iteration} iterations")
                     out_of_budget = True
                     break
             tasks = world.tasks(state.iteration, n_tasks)

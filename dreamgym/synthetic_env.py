@@ -41,7 +41,6 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 
 from __future__ import annotations
 
-import re
 import threading
 import uuid
 from collections.abc import Sequence
@@ -49,6 +48,7 @@ from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
+from dreamgym.envs.family import is_admissible
 from dreamgym.seeds import text_seed
 from dreamgym.types import Task, Transition
 
@@ -58,25 +58,6 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 def _norm(a: str) -> str:
     return " ".join(a.strip().lower().split())
-
-
-_TEMPLATE = re.compile(r"^(\w+)\[(?:<[^>]*>|\.\.\.|…|\*)\]$")
-
-
-def is_admissible(action: str, admissible: list[str] | None) -> bool:
-    """True when `action` is one of `admissible` (case and whitespace-insensitive). An entry written as a
-    template (`search[<query>]`, `search[...]`) admits any argument; an empty or missing list admits anything."""
-    if not admissible:
-        return True
-    a = _norm(action)
-    for e in admissible:
-        ne = _norm(e)
-        if a == ne:
-            return True
-        m = _TEMPLATE.match(ne)
-        if m and a.startswith(m.group(1) + "[") and a.endswith("]") and len(a) > len(m.group(1)) + 2:
-            return True
-    return False
 
 
 def noise_seed(episode_id: str, action: str) -> int:

@@ -99,7 +99,8 @@ class TrainConfig(TrainerConfig):
     data: str = checked("", trajectory_file, "a trajectory file (.jsonl or .parquet)")
     """SFT/DPO: trajectory file (JSONL/Parquet). Empty: collect `demo_episodes` with `demo_policies` first."""
     demo_policies: str = checked("", policy_mix, POLICY_MIX)
-    """Policy mix for on-the-fly demonstrations (default: expert for SFT, noisy:0.7,random:0.3 for DPO)."""
+    """Policy mix for on-the-fly demonstrations (default: the family's expert policy for SFT, its exploring policies
+    for DPO: `EXPERT_POLICY`, `EXPLORE_POLICIES`)."""
     demo_episodes: int = ranged(200, ge=1)
     """Demonstration episodes to collect when `data` is empty."""
     tensorboard: bool = True
@@ -148,17 +149,42 @@ class TrainConfig(TrainerConfig):
         return self.sft if self.algo == "sft" else self.dpo
 
 
-def _demonstrations(cfg: TrainConfig, run_dir: Path) -> list[Trajectory]:
-    """SFT/DPO data: `cfg.data` when given, else collected now with the family's scripted policies."""
-    from dreamgym.collect import collect, parse_mix
+def demo_mix(cfg: TrainConfig, fam: EnvFamily) -> dict[str, float]:
+    """The scripted policies (and weights) that play SFT/DPO demonstrations when `cfg.data` is empty:
+    `demo_policies`, else the family's expert (SFT) or exploring policies (DPO). Raises ValueError naming the
+    problem: a policy the family lacks, or a family that declares no policy for the role."""
+    from dreamgym.collect import parse_mix
+
+    if cfg.demo_policies:
+        mix = parse_mix(cfg.demo_policies)
+        unknown = [p for p in mix if p not in fam.POLICIES]
+        if unknown:
+            raise ValueError(f"demo_policies: family {fam.name!r} has no policy {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(fam.POLICIES)}")
+        return mix
+    if cfg.algo == "sft":
+        expert = fam.expert_policy()
+        if expert is None:
+            raise ValueError(f"data: family {fam.name!r} declares no expert policy (EXPERT_POLICY) for SFT "
+                             f"demonstrations; give data=FILE or demo_policies=NAME (known: {', '.join(fam.POLICIES)})")
+        return {expert: 1.0}
+    mix = fam.explore_mix()
+    if not mix:
+        raise ValueError(f"data: family {fam.name!r} has no exploring policy (EXPLORE_POLICIES) for DPO "
+                         f"demonstrations; give data=FILE or demo_policies=MIX (known: {', '.join(fam.POLICIES)})")
+    return mix
+
+
+def _demonstrations(cfg: TrainConfig, run_dir: Path, mix: dict[str, float]) -> list[Trajectory]:
+    """SFT/DPO data: `cfg.data` when given, else collected now with the scripted policies of `mix` (`demo_mix`)."""
+    from dreamgym.collect import collect
     from dreamgym.data import load_trajectories
 
     if cfg.data:
         return load_trajectories(cfg.data)
-    mix = cfg.demo_policies or ("expert" if cfg.algo == "sft" else "noisy:0.7,random:0.3")
     out = run_dir / "demos.jsonl"
     if distributed.is_main():  # the other ranks read what rank 0 wrote
-        collect(cfg.env, parse_mix(mix), cfg.demo_episodes, out, split="train", seed=cfg.seed, resume=True)
+        collect(cfg.env, mix, cfg.demo_episodes, out, split="train", seed=cfg.seed, resume=True)
     distributed.barrier("collecting demonstrations")
     return load_trajectories(out)
 
@@ -234,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         from dreamgym.envs import family
 
         fam: EnvFamily = family(cfg.env)
+        # Before any model loads: the scripted policies that play the demonstrations when no data is given.
+        mix = demo_mix(cfg, fam) if cfg.algo in OFFLINE_ALGOS and not cfg.data else {}
         # A real_task_pool that played no train task fails here, at start-up.
         pool = task_pool(fam.tasks("train"), cfg.real_task_pool, name="real_task_pool", env=cfg.env) \
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
@@ -284,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             offline = build_offline_trainer(backend, cfg, cfg.offline_config(), logger=logger,
                                             admissible_fn=fam.admissible_from_state)
-            trainer, fit = offline, lambda: train_offline(offline, _demonstrations(cfg, run_dir),
+            trainer, fit = offline, lambda: train_offline(offline, _demonstrations(cfg, run_dir, mix),
                                                           save_every=cfg.save_every,
                                                           checkpoint=run_dir / "checkpoint", progress=progress)
             run_state = lambda: {"iteration": offline.iteration}  # noqa: E731 - the fit loop keeps its epoch

@@ -129,6 +129,27 @@ def test_a_budget_that_cannot_finish_one_group_is_left_unspent(tmp_path, capsys)
     assert summary["real_steps_used"] == 0 and summary["iterations"] == 0
 
 
+def test_the_budget_is_planned_at_the_family_s_step_limit_when_it_is_below_max_turns(tmp_path, capsys):
+    """The dial ends every episode by its 12th step (`MAX_STEPS`): at rollout.max_turns=50 a budget of 24 still
+    affords one task of 2 episodes (2 x 12), where planning at 50 turns would spend none of it."""
+    run = tmp_path / "grpo"
+    assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
+                       "tasks_per_iteration=4", "real_step_budget=24", "iterations=1", "eval_at_start=false",
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST, "rollout.max_turns=50"]) == 0
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if "rollout/success_rate" in r]
+    assert rows[0]["rollout/episodes"] == 2 and rows[0]["rollout/real_steps_used"] <= 24
+
+
+def test_demonstrations_without_data_come_from_the_family_s_declared_roles(tmp_path, capsys):
+    """Refused at start-up, before any model loads (no run folder yet), in one line naming the problem."""
+    run = tmp_path / "sft"
+    assert train_main(["--algo", "sft", "--env", "webarena_lite", f"run_dir={run}", *FAST]) == 2
+    assert "family 'webarena_lite' declares no expert policy (EXPERT_POLICY)" in capsys.readouterr().err
+    assert train_main(["--algo", "dpo", "--env", "dial", f"run_dir={run}", "demo_policies=oracle,wander", *FAST]) == 2
+    assert "demo_policies: family 'dial' has no policy 'wander'; known: oracle" in capsys.readouterr().err
+    assert not run.exists()
+
+
 def test_bad_config_is_reported_not_raised(capsys):
     assert train_main(["--algo", "grpo", "--env", "dial", "grpo.no_such_field=1"]) == 2
     assert "grpo.no_such_field" in capsys.readouterr().err

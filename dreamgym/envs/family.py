@@ -1,9 +1,10 @@
 """The environment-family contract: what one family of environments offers the rest of DreamGym.
 
-Owns: `EnvFamily` (the required surface, each member documented on its field, the step limit among them),
-`FamilyHooks` (the optional hooks, each a method documented with its contract whose body is the generic behaviour a
-family without it gets), `ScriptedPolicy`, and building an `EnvFamily` from a family module
-(`EnvFamily.from_module`).
+Owns: `is_admissible` (how an answer of `admissible_from_state` is read), `EnvFamily` (the required surface, each
+member documented on its field, the step limit among them, and the roles of its scripted policies: which one is
+the expert, which ones explore), `FamilyHooks` (the optional hooks, each a method documented with its contract whose
+body is the generic behaviour a family without it gets), `ScriptedPolicy`, and building an `EnvFamily` from a
+family module (`EnvFamily.from_module`).
 Must not know: any concrete family, how families are registered or found, models, torch, trainers.
 
 The collector, the experience model, the synthetic environment, the curriculum and evaluation use a family only
@@ -15,6 +16,8 @@ a family that lacks it gets the default.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +25,26 @@ from typing import Any, ClassVar, Protocol
 
 from dreamgym.env import TextEnv
 from dreamgym.types import Task, Transition
+
+
+_FORM = re.compile(r"^(\w+)\[(?:<[^>]*>|\.\.\.|…|\*)\]$")
+
+
+def is_admissible(action: str, admissible: list[str] | None) -> bool:
+    """True when `action` is one of `admissible` (an `admissible_from_state` answer), case and
+    whitespace-insensitive. An entry written as a form (`search[<query>]`, `search[...]`) admits any argument; an
+    empty or missing list admits anything. (The synthetic environment and `check_family` both read the lists so.)"""
+    if not admissible:
+        return True
+    a = " ".join(action.strip().lower().split())
+    for e in admissible:
+        ne = " ".join(e.strip().lower().split())
+        if a == ne:
+            return True
+        m = _FORM.match(ne)
+        if m and a.startswith(m.group(1) + "[") and a.endswith("]") and len(a) > len(m.group(1)) + 2:
+            return True
+    return False
 
 
 class ScriptedPolicy(Protocol):
@@ -172,6 +195,14 @@ class EnvFamily:
     """`explain(transition: Transition) -> str`: the environment-grounded reasoning trace of a transition."""
     hooks: FamilyHooks = field(default_factory=FamilyHooks)
     """The optional hooks: the family's own where it defines them (`hooks.defined`), the defaults elsewhere."""
+    EXPERT_POLICY: str | None = None
+    """The role "expert": the name in `POLICIES` of the scripted policy whose episodes are SFT demonstrations
+    (`dreamgym train --algo sft` without `data=`). None: the policy named "expert", else the one named "oracle",
+    else the family has no expert (SFT then needs `data=` or `demo_policies=`); see `expert_policy`."""
+    EXPLORE_POLICIES: Mapping[str, float] | None = None
+    """The role "explore": the scripted policies, with their weights, whose mixed-quality episodes are DPO's
+    demonstrations (`dreamgym train --algo dpo` without `data=`). None: every policy in `POLICIES` but the expert
+    (and its aliases), with equal weights; see `explore_mix`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.hooks, FamilyHooks):
@@ -180,18 +211,49 @@ class EnvFamily:
         if isinstance(self.MAX_STEPS, bool) or not isinstance(self.MAX_STEPS, int) or self.MAX_STEPS < 1:
             raise ValueError(f"environment family {self.name!r}: MAX_STEPS must be an int >= 1, "
                              f"got {self.MAX_STEPS!r}")
+        if self.EXPERT_POLICY is not None and self.EXPERT_POLICY not in self.POLICIES:
+            raise ValueError(f"environment family {self.name!r}: EXPERT_POLICY {self.EXPERT_POLICY!r} is not in "
+                             f"POLICIES ({', '.join(self.POLICIES)})")
+        if self.EXPLORE_POLICIES is not None:
+            unknown = [p for p in self.EXPLORE_POLICIES if p not in self.POLICIES]
+            if unknown or not self.EXPLORE_POLICIES or not all(
+                    isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0
+                    for w in self.EXPLORE_POLICIES.values()):
+                raise ValueError(f"environment family {self.name!r}: EXPLORE_POLICIES must map names in POLICIES "
+                                 f"({', '.join(self.POLICIES)}) to weights > 0, got {dict(self.EXPLORE_POLICIES)!r}")
+
+    def expert_policy(self) -> str | None:
+        """The name of the expert scripted policy (`EXPERT_POLICY`, or by its default rule), None when the family
+        has none."""
+        if self.EXPERT_POLICY is not None:
+            return self.EXPERT_POLICY
+        return next((p for p in ("expert", "oracle") if p in self.POLICIES), None)
+
+    def explore_mix(self) -> dict[str, float]:
+        """The exploring scripted policies and their weights (`EXPLORE_POLICIES`, or by its default rule); empty
+        when the family has no policy but its expert."""
+        if self.EXPLORE_POLICIES is not None:
+            return {p: float(w) for p, w in self.EXPLORE_POLICIES.items()}
+        expert = self.expert_policy()
+        expert_cls = self.POLICIES[expert] if expert is not None else None
+        others = [p for p, cls in self.POLICIES.items() if cls is not expert_cls]
+        return {p: 1.0 / len(others) for p in others}
 
     @classmethod
     def from_module(cls, name: str, module: types.ModuleType) -> EnvFamily:
         """The family a module defines with its module-level names (the required members, and functions named
         like an optional hook); raises TypeError naming what it lacks."""
-        required = [f for f in cls.__dataclass_fields__ if f not in ("name", "hooks")]
+        members = [f for f in dataclasses.fields(cls) if f.name not in ("name", "hooks")]
+        required = [f.name for f in members
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        optional = [f.name for f in members if f.name not in required]
         names = vars(module)
         missing = [f for f in required if f not in names]
         if missing:
             raise TypeError(f"environment family {name!r} ({module.__name__}) lacks {', '.join(missing)}")
         hooks = {h: names[h] for h in OPTIONAL_HOOKS if names.get(h) is not None}
-        return cls(name=name, hooks=FamilyHooks.of(hooks, name), **{f: names[f] for f in required})
+        return cls(name=name, hooks=FamilyHooks.of(hooks, name), **{f: names[f] for f in required},
+                   **{f: names[f] for f in optional if f in names})
 
     def __repr__(self) -> str:
         return f"EnvFamily({self.name!r}, hooks={sorted(self.hooks.defined)})"

@@ -299,6 +299,10 @@ class RandomPolicy(ExpertPolicy):
 
 
 POLICIES = {"oracle": ExpertPolicy, "expert": ExpertPolicy, "noisy": NoisyPolicy, "random": RandomPolicy}
+EXPERT_POLICY = "expert"
+"""The scripted policy whose episodes are SFT demonstrations (`EnvFamily.EXPERT_POLICY`)."""
+EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
+"""The exploring scripted policies and their weights, DPO's demonstrations (`EnvFamily.EXPLORE_POLICIES`)."""
 
 
 # ----------------------------------------------------------------------------------------------------------

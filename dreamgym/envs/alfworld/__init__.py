@@ -36,7 +36,13 @@ def make_env(split: str = "train", **kwargs: Any):
     return ALFWorldEnv(split=split, **kwargs)
 
 
-__all__ = ["ALFWorldMissing", "ExpertPolicy", "MAX_STEPS", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS",
+EXPERT_POLICY = "expert"
+"""The scripted policy whose episodes are SFT demonstrations (`EnvFamily.EXPERT_POLICY`)."""
+EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
+"""The exploring scripted policies and their weights, DPO's demonstrations (`EnvFamily.EXPLORE_POLICIES`)."""
+
+__all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
+           "ALFWorldMissing", "ExpertPolicy", "MAX_STEPS", "NoisyPolicy", "POLICIES", "RandomPolicy", "SPLITS",
            "TASK_TYPES",
            "admissible_from_state", "canonical_state", "complete_state", "corpus_text", "determined_outcome", "explain",
            "goal_reached", "grounded_outcome", "hidden_outcome_key", "make_env", "model_observation", "model_state",

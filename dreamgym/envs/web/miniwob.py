@@ -29,7 +29,13 @@ from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
 from dreamgym.types import Task
 
-__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
+EXPERT_POLICY = "expert"
+"""The scripted policy whose episodes are SFT demonstrations (`EnvFamily.EXPERT_POLICY`)."""
+EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
+"""The exploring scripted policies and their weights, DPO's demonstrations (`EnvFamily.EXPLORE_POLICIES`)."""
+
+__all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
+           "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
            "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -34,7 +34,13 @@ from dreamgym.types import Task
 
 _CATALOG_KW = ("n_products", "seed", "official_dir", "catalog_key")
 
-__all__ = ["make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain",
+EXPERT_POLICY = "expert"
+"""The scripted policy whose episodes are SFT demonstrations (`EnvFamily.EXPERT_POLICY`)."""
+EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
+"""The exploring scripted policies and their weights, DPO's demonstrations (`EnvFamily.EXPLORE_POLICIES`)."""
+
+__all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
+           "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain",
            "corpus_text", "grounded_outcome", "model_observation", "noop_state", "state_after", "hidden_outcome_key",
            "determined_outcome", "html_to_abstract", "html_to_text", "parse_abstract", "WebShopEnv"]
 
