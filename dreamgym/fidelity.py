@@ -10,7 +10,12 @@ Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consis
 - teacher-forced: each held-out transition is predicted from its real state, real history and action;
   `state_f1` is the bag-of-whitespace-tokens F1 of predicted vs real next state (SQuAD style), `state_em`
   exact match after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the
-  model's own reward mapping, done = the real `terminated`), `failure_rate` the share of failure states.
+  model's own reward mapping, done = the real `terminated`), `failure_rate` the share of failure states and
+  `format_validity` its complement (answers parsed without the failure state), `reward1_recall` and
+  `reward1_precision` of the predicted reward 1 against the real one, and the collapse detector
+  `distinct_next_states`: distinct predicted next states per distinct (state, action) scored, beside the same
+  ratio of the real next states (`distinct_next_states_real`); a model that writes one sentence for every action
+  has a high F1 on similar states but a ratio near 1 / number of steps.
   `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
   `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`: `search`,
   `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
@@ -20,6 +25,12 @@ Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consis
   `false_success` = share of really failed episodes in which the model declared success (reward 1);
   `outcome_acc` = share of episodes whose predicted success equals the real one; `contradiction_rate` =
   share of episodes with at least one self-contradiction, `contradictions_per_step` per predicted step.
+- failure states counted over every prediction of an evaluation (`predictions`, `failures`, `failure_rate_all`,
+  teacher-forced steps, initial states and free-running steps together: what the model's own counters count), and
+  `backend_failures`, those whose last attempt was a backend error; `eval-em` stops with exit code 1 when they are
+  most predictions (a server it cannot use, not a model to judge).
+- the fidelity gate (`gate`): the held-out figures `dreamgym train-em` reports and the reasons a model is not fit to
+  dream in (`dreamgym.experience.train.HeldOutConfig` holds the thresholds).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +56,7 @@ from dreamgym.experience import (
     read_checkpoint_meta,
 )
 from dreamgym.experience.checkpoint import usable_checkpoint
+from dreamgym.experience.train import HeldOutConfig
 from dreamgym.filecheck import output_path
 from dreamgym.paths import atomic_write_text
 from dreamgym.synthetic_env import is_admissible
@@ -211,13 +224,16 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
     em = [exact_match(p.next_state, t.next_state) for p, t in zip(preds, steps)]
     rew = [abs(p.reward - t.reward) < 1e-6 for p, t in zip(preds, steps)]
     n = max(1, len(steps))
+    failures = sum(p.failed for p in preds)
     res: dict[str, Any] = {
         "n": len(steps),
         "state_f1": sum(f1) / n,
         "state_em": sum(em) / n,
         "reward_acc": sum(rew) / n,
         "done_acc": sum(p.done == t.done for p, t in zip(preds, steps)) / n,
-        "failure_rate": sum(p.failed for p in preds) / n,
+        "failure_rate": failures / n,
+        "failures": failures,
+        "format_validity": 1.0 - failures / n if steps else None,
     }
     kinds: dict[str, list[int]] = {}
     for i, t in enumerate(steps):
@@ -228,10 +244,26 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
                         for k, ix in sorted(kinds.items(), key=lambda kv: -len(kv[1]))}
     pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
     res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
+    said = [(p, t) for p, t in zip(preds, steps) if p.reward >= 1.0]
+    res["reward1_precision"] = sum(t.reward >= 1.0 for _, t in said) / len(said) if said else None
+    res.update(distinct_next_states(steps, preds))
+    res["init_n"], res["init_failures"] = len(resets), 0
     if resets:
         rp = _batched(model, resets, batch_size)
         res["init_f1"] = sum(token_f1(p.next_state, t.next_state) for p, t in zip(rp, resets)) / len(resets)
+        res["init_failures"] = sum(p.failed for p in rp)
     return res
+
+
+def distinct_next_states(steps: list[Transition], preds: list[Prediction]) -> dict[str, float | None]:
+    """The collapse detector: distinct next states per distinct (state, action), predicted and real (states
+    compared after whitespace normalisation; failure states left out of the predicted ones)."""
+    pairs = {(" ".join(t.state.split()), " ".join(t.action.split())) for t in steps}
+    if not pairs:
+        return {"distinct_next_states": None, "distinct_next_states_real": None}
+    predicted = {" ".join(p.next_state.split()) for p in preds if not p.failed}
+    real = {" ".join(t.next_state.split()) for t in steps}
+    return {"distinct_next_states": len(predicted) / len(pairs), "distinct_next_states_real": len(real) / len(pairs)}
 
 
 @dataclasses.dataclass
@@ -289,6 +321,8 @@ def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: st
         "contradiction_rate": sum(bool(e.contradictions) for e in eps) / n,
         "contradictions_per_step": sum(len(e.contradictions) for e in eps) / max(1, steps_predicted),
         "episode_failure_rate": sum(e.failed for e in eps) / n,
+        "fr_predictions": steps_predicted,
+        "fr_failures": sum(e.failed for e in eps),  # a failure state ends its replay: one per failed episode
         "examples": [c for e in eps for c in e.contradictions][:10],
     }
 
@@ -304,16 +338,24 @@ def evaluate(model: ExperienceModel, trajectories: list[Trajectory], env: str, *
         steps, resets = steps[:max_transitions], resets[:max(1, max_transitions // 4)]
     trs = steps + resets
     t0 = time.perf_counter()
+    backend_before = model.stats["backend_failures"]
     tf = teacher_forced(model, trs, batch_size)
     t1 = time.perf_counter()
     fr = free_running(model, trajectories[:max_episodes] if max_episodes else trajectories, env, batch_size)
-    return {**tf, **fr, "tf_time_s": t1 - t0, "fr_time_s": time.perf_counter() - t1,
+    predictions = tf["n"] + tf["init_n"] + fr["fr_predictions"]
+    failures = tf["failures"] + tf["init_failures"] + fr["fr_failures"]
+    return {**tf, **fr, "predictions": predictions, "failures": failures,
+            "failure_rate_all": failures / predictions if predictions else None,
+            "backend_failures": model.stats["backend_failures"] - backend_before,
+            "tf_time_s": t1 - t0, "fr_time_s": time.perf_counter() - t1,
             "switches": {"retrieval": cfg.use_retrieval, "reasoning": cfg.use_reasoning, "history": cfg.use_history}}
 
 
 COLUMNS = [("state_f1", "F1"), ("state_em", "EM"), ("reward_acc", "rew acc"), ("done_acc", "done acc"),
-           ("failure_rate", "fail"), ("false_success", "false succ"), ("outcome_acc", "outcome"),
+           ("failure_rate_all", "fail"), ("false_success", "false succ"), ("outcome_acc", "outcome"),
            ("contradiction_rate", "contra")]
+"""The table's columns: (report key, heading). `fail` is over every prediction of the evaluation, as the failure
+count under each table and the model's own counters in the JSON (`model_stats`)."""
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -324,6 +366,12 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
         vals = [r.get(k) for k, _ in COLUMNS]
         lines.append(f"{name:<{width}} " + " ".join(f"{v:>10.3f}" if isinstance(v, float) else f"{'-':>10}"
                                                   for v in vals))
+    for name, r in rows.items():  # where `fail` comes from: every part of the evaluation predicts
+        if "predictions" in r:
+            lines.append(f"{name}: failure states {r['failures']} of {r['predictions']} predictions (teacher-forced "
+                         f"steps {r['failures'] - r['init_failures'] - r['fr_failures']}/{r['n']}, initial states "
+                         f"{r['init_failures']}/{r['init_n']}, free-running steps {r['fr_failures']}/"
+                         f"{r['fr_predictions']})")
     for name, r in rows.items():  # where the average F1 comes from: one line per action verb
         parts = [f"{k} {v['state_f1']:.3f} (n={v['n']})" for k, v in (r.get("by_action") or {}).items()]
         if parts:
@@ -426,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
                          batch_size=a.batch_size)
             r["model_stats"] = dict(model.stats)
             r["train_summary"] = _train_summary(path)
+            if unusable_backend(r):  # a report of failure states would judge a model by a backend it never used
+                print(f"dreamgym eval-em: {r['backend_failures']} of {r['predictions']} predictions of {label} were "
+                      f"backend errors ({model.last_backend_error or 'no message'}); "
+                      f"{'check that --url serves this checkpoint' if a.url else 'check --device'}",
+                      file=sys.stderr)
+                return 1
             rows[label] = r
             print(f"{label}: " + ", ".join(f"{k}={v:.3f}" for k, v in r.items() if isinstance(v, float)),
                   flush=True)
@@ -436,6 +490,70 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out, json.dumps({"env": a.env, "data": a.data, "rows": rows}, indent=1, default=str))
     print(f"\nreport: {out}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------- fidelity gate
+
+GATED = (("format_validity", "format validity"), ("state_f1", "next-state F1"),
+         ("state_em", "next-state exact match"), ("reward1_recall", "reward-1 recall"),
+         ("reward1_precision", "reward-1 precision"), ("done_acc", "done accuracy"),
+         ("distinct_share", "distinct next states (share of the real world's)"))
+"""(figure, what a warning calls it); its threshold is `HeldOutConfig`'s `min_<figure>`."""
+
+
+def gate(figures: dict[str, Any], cfg: HeldOutConfig) -> tuple[list[str], list[str]]:
+    """The reasons a model is not fit to dream in (each figure under its threshold), and the gated figures the
+    held-out steps could not measure (no real or predicted reward 1, no steps)."""
+    thresholds = cfg.thresholds()
+    reasons, unmeasured = [], []
+    for key, label in GATED:
+        threshold, value = thresholds[key], figures.get(key)
+        if threshold <= 0:
+            continue
+        if value is None:
+            unmeasured.append(label)
+        elif value < threshold:
+            reasons.append(f"{label} {value:.3f} < {threshold} (heldout.min_{key})")
+    return reasons, unmeasured
+
+
+def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOutConfig) -> dict[str, Any]:
+    """`dreamgym train-em`'s held-out fidelity report (`dreamgym.experience.train.HeldOutReport`): the teacher-forced
+    figures on `steps`, the gate's verdict (`fit`, `reasons`, `unmeasured`), the figures to log under
+    `em/heldout/` (`metrics`) and, when the model is not fit, the warning block to print (`warning`)."""
+    tf = teacher_forced(model, steps, cfg.batch_size)
+    real = tf["distinct_next_states_real"]
+    tf["distinct_share"] = (tf["distinct_next_states"] / real) if real and tf["distinct_next_states"] is not None \
+        else None
+    reasons, unmeasured = gate(tf, cfg)
+    if not steps:
+        reasons = ["no held-out step to score"]
+    keys = ("n", "format_validity", "state_f1", "state_em", "reward1_recall", "reward1_precision", "done_acc",
+            "distinct_next_states", "distinct_next_states_real", "distinct_share")
+    report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"], "fit": not reasons,
+                              "reasons": reasons, "unmeasured": unmeasured}
+    report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}
+    if reasons:
+        bar = "!" * 78
+        report["warning"] = "\n".join(
+            [bar, f"NOT FIT TO DREAM IN: the experience model failed its held-out fidelity check ({tf['n']} "
+                  "held-out steps):", *(f"  - {r}" for r in reasons),
+             "A policy trained in its dream learns from a world that is not the real one: train it longer or on more "
+             "data, or see docs/decisions.md (fidelity gate) for what each figure means.", bar])
+    return report
+
+
+def train_em_main(argv: list[str] | None = None) -> int:
+    """`dreamgym train-em`: the experience model's SFT (`dreamgym.experience.train.main`), ending with the held-out
+    fidelity report (`heldout_report`)."""
+    from dreamgym.experience.train import main as train_main
+
+    return train_main(argv, heldout_report=heldout_report)
+
+
+def unusable_backend(row: dict[str, Any]) -> bool:
+    """Whether most predictions of an evaluation were backend errors."""
+    return row["backend_failures"] * 2 > row["predictions"] > 0
 
 
 def _train_summary(path: str) -> dict[str, Any] | None:

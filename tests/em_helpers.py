@@ -68,3 +68,34 @@ def trained_dial_model() -> Path:
     from model_fixtures import em_checkpoint
 
     return em_checkpoint()
+
+
+FAMILY_SPLITS = {"dial": ("test", {}, {}), "webshop": ("test", {}, {}), "alfworld": ("train", {"n": 2}, {"n": 2}),
+                 "textworld": ("train", {"n": 2}, {"n": 2}), "miniwob": ("test", {"n_seeds": 1}, {"n_seeds": 1})}
+"""Per family: the split a few real episodes are played on and the `make_env` / `tasks` arguments that keep it
+small (ALFWorld's and TextWorld's games, generated on first use and cached; one MiniWoB++ seed per task)."""
+
+
+def family_steps(env_name: str, n_steps: int, seed: int = 0) -> list[Transition]:
+    """At least `n_steps` real steps (reset pseudo-steps left out) of `env_name`, played by its noisy and random
+    scripted policies on a few tasks, as experience-model transitions with history: held-out queries for a model
+    that never trained on them. MiniWoB++ runs in its own Chromium, closed on return."""
+    from dreamgym.envs import family
+    from dreamgym.experience import em_transitions
+
+    fam = family(env_name)
+    split, env_kw, task_kw = FAMILY_SPLITS[env_name]
+    env = fam.make_env(split, **env_kw)
+    tasks = fam.tasks(split, **task_kw)
+    steps: list[Transition] = []
+    try:
+        for i in range(20):
+            if len(steps) >= n_steps:
+                break
+            name = ("noisy", "random")[i % 2]
+            traj = run_episode(env, fam.POLICIES[name](seed + i), seed + i, task=tasks[(seed + i * 7) % len(tasks)],
+                               policy_name=name, traj_id=f"{env_name}-{seed}-{i}")
+            steps += [t for t in em_transitions([traj], history=3) if t.action != RESET_ACTION]
+    finally:
+        env.close()
+    return steps[:n_steps]

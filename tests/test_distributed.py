@@ -100,7 +100,8 @@ def test_two_ranks_train_the_experience_model_as_one_process(tmp_path):
 
     write_jsonl(tmp_path / "data.jsonl", dial_trajectories(12))
     args = ["train-em", "--data", str(tmp_path / "data.jsonl"), "env=dial", "max_steps=4", "batch_size=8",
-            "em.embedder=hashing", "threads=1", "task_writing=0", "optim.micro_batch_tokens=1024"]
+            "em.embedder=hashing", "threads=1", "task_writing=0", "optim.micro_batch_tokens=1024",
+            "heldout.share=0"]  # every rank trains on the same data; no held-out report of a 4-step model
     _run(args + [f"out={tmp_path / 'one'}"], 1, tmp_path)
     _run(args + [f"out={tmp_path / 'two'}"], 2, tmp_path)
     _run(args + [f"out={tmp_path / 'sharded'}", "model.fsdp=true"], 2, tmp_path)  # FSDP2: dreamgym/fsdp.py

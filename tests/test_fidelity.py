@@ -7,8 +7,11 @@ from dreamgym.envs import family
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig, em_transitions
 from dreamgym.experience.format import format_completion
+from dreamgym.experience.format import RESET_ACTION
+from dreamgym.experience.train import HeldOutConfig
 from dreamgym.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
-                               exact_match, free_running, main, teacher_forced, token_f1)
+                               evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
+                               token_f1)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
 
@@ -158,3 +161,59 @@ def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
     assert text.count("F1 by action: ") == 3
     assert main(["--env", "dial", "--model", str(tmp_path), "--data", str(held)]) == 2
     assert parse_state(abstract_state(3)) == 3
+
+
+def test_heldout_report_passes_a_faithful_model_and_flags_one_that_collapsed_to_one_answer():
+    """The collapse detector: a model that writes one state for every action keeps a fair F1 on the dial (its
+    states look alike) but has one distinct next state where the real world has many."""
+    steps = [t for t in em_transitions(dial_trajectories(12, split="test", seed=4), history=3)
+             if t.action != RESET_ACTION]
+    good = heldout_report(_fake(dial_sim), steps, HeldOutConfig())
+    assert good["fit"] and not good["reasons"] and "warning" not in good
+    assert good["format_validity"] == 1.0 and good["reward1_recall"] == 1.0 and good["reward1_precision"] == 1.0
+    assert good["distinct_share"] == 1.0 and good["metrics"]["fit"] is True
+
+    def one_sentence(req):
+        return format_completion(abstract_state(5), 0.0, False, "The dial moves.")
+
+    bad = heldout_report(_fake(one_sentence), steps, HeldOutConfig())
+    assert not bad["fit"] and bad["distinct_next_states"] == 1 / len({(t.state, t.action) for t in steps})
+    assert any(r.startswith("distinct next states") for r in bad["reasons"])
+    assert any(r.startswith("reward-1 recall 0.000") for r in bad["reasons"])
+    assert "reward-1 precision" in bad["unmeasured"]  # it never says 1: nothing to measure, not gated
+    assert "NOT FIT TO DREAM IN" in bad["warning"]
+    off = HeldOutConfig(min_distinct_share=0, min_reward1_recall=0, min_state_f1=0, min_done_acc=0)
+    assert heldout_report(_fake(one_sentence), steps, off)["fit"]
+
+
+def test_the_tables_failure_share_counts_every_prediction_as_the_json_does():
+    """eval-em's table showed `fail 0.000` while its JSON counted failure states: the table's share was of the
+    teacher-forced steps only, the model's counters of every prediction (initial states and free-running too)."""
+    def no_initial_states(req):
+        return "no format" if req[-1]["content"].endswith(RESET_ACTION) else dial_sim(req)
+
+    m = ExperienceModel(FakeLLM(no_initial_states), config=ExperienceModelConfig(k=0, retries=0), env="dial")
+    row = evaluate(m, dial_trajectories(6, split="test", seed=2), "dial")
+    assert row["failure_rate"] == 0.0 and row["init_failures"] == row["init_n"] > 0
+    assert row["failures"] == m.stats["failures"] and row["predictions"] == m.stats["predictions"]
+    table = format_table({"m": row})
+    fail_column = table.splitlines()[2].split()[5]
+    assert float(fail_column) == round(m.stats["failures"] / m.stats["predictions"], 3) > 0
+    assert f"failure states {m.stats['failures']} of {m.stats['predictions']} predictions" in table
+
+
+def test_eval_em_exits_1_in_one_line_when_most_predictions_are_backend_errors(tmp_path, capsys):
+    """A server that refuses every request used to give exit code 0 and a full table of failure states."""
+    from dreamgym.llm.server import start_server
+
+    model = ExperienceModel.load(trained_dial_model(), device="cpu")
+    held = tmp_path / "held.jsonl"
+    write_jsonl(held, dial_trajectories(3, split="test", seed=5))
+    meta = json.loads((trained_dial_model() / "em_config.json").read_text())
+    with start_server(model.llm, model_name="another") as server:
+        rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
+                   meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
+                   "--max-transitions", "6", "--max-episodes", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and not (tmp_path / "fid.json").exists()
+    assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "--url" in err[-1]

@@ -17,7 +17,10 @@ contradictions.
 Malformed outputs: an output that does not parse, or whose next state the shortcuts reject as contradicting the
 action (`reject_contradictions`), is re-generated `retries` times (sampled at `RETRY_TEMPERATURE`, one batched
 call per retry round); one still malformed after that becomes the failure state (`FAILURE_STATE`, reward 0.0,
-done True, `failed=True`) and increments `stats["failures"]`. Nothing here raises on bad output.
+done True, `failed=True`) and increments `stats["failures"]`; when its last attempt was a backend error (the
+call raised: a server down or refusing the request) it also increments `stats["backend_failures"]` and its
+`error` names the backend's, so a caller can tell a model that writes nonsense from a backend it cannot use.
+Nothing here raises on bad output.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class ExperienceModel:
         self.config = config or ExperienceModelConfig()
         self.env = env
         self.stats: Counter[str] = Counter()
+        self.last_backend_error = ""
+        """The last backend error's text ("" while none), for a caller that stops on them."""
         self.shortcuts: OutcomeResolver = shortcuts if shortcuts is not None else FamilyShortcuts(env, self.stats)
 
     # Token counting is only possible when the backend exposes its prompt tokenization (HFBackend does).
@@ -102,7 +107,8 @@ class ExperienceModel:
                               seed=seed, constraint=output_constraint(cfg) if cfg.structured_output else None)
 
     def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
-                  seeds: list[int] | None = None) -> list[str]:
+                  seeds: list[int] | None = None) -> tuple[list[str], str]:
+        """The completions' texts and "" or, when the backend raised, empty texts and the backend's error."""
         self.stats["generate_calls"] += 1
         try:
             # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
@@ -110,11 +116,12 @@ class ExperienceModel:
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
                 raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
-            return texts
+            return texts, ""
         except Exception as e:  # noqa: BLE001 - a backend error is a malformed output for every request in it
             self.stats["backend_errors"] += 1
             log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
-            return [""] * len(reqs)
+            self.last_backend_error = f"{type(e).__name__}: {' '.join(str(e).split())}"
+            return [""] * len(reqs), f"backend error ({self.last_backend_error})"
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                 seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
@@ -148,14 +155,21 @@ class ExperienceModel:
             examples = self.retrieve(queries)
         reqs = self.requests(queries, examples)
         base = 0 if seed is None else int(seed)
-        texts = self._generate(reqs, self._params(self.config.temperature, base), seeds)
+        texts, backend_error = self._generate(reqs, self._params(self.config.temperature, base), seeds)
         results: list[Prediction | None] = [None] * len(queries)
         attempts = [1] * len(queries)
         pending = list(range(len(queries)))
         errors = [""] * len(queries)
+        backend_failed = [False] * len(queries)  # whether the query's last attempt was a backend error
         for attempt in range(self.config.retries + 1):
             still = []
             for i, text in zip(pending, texts):
+                backend_failed[i] = bool(backend_error)
+                if backend_error:  # counted as malformed, as it always was, and named as the backend's
+                    self.stats["malformed"] += 1
+                    errors[i] = backend_error
+                    still.append((i, text))
+                    continue
                 parsed, err = parse_completion(text)
                 state = completed_state(parsed.next_state, queries[i], self.config, self.env) if parsed else ""
                 if parsed is not None and (err := self.shortcuts.contradiction(queries[i], state, self.config)):
@@ -176,14 +190,16 @@ class ExperienceModel:
             for i in pending:
                 attempts[i] += 1
             shift = 1000 * (attempt + 1)
-            texts = self._generate([reqs[i] for i in pending],
-                                   self._params(RETRY_TEMPERATURE, base + shift),
-                                   None if seeds is None else [seeds[i] + shift for i in pending])
+            texts, backend_error = self._generate([reqs[i] for i in pending],
+                                                  self._params(RETRY_TEMPERATURE, base + shift),
+                                                  None if seeds is None else [seeds[i] + shift for i in pending])
         else:  # pragma: no cover - the loop always breaks
             pending_texts = {}
         for i, r in enumerate(results):
             if r is None:
                 self.stats["failures"] += 1
+                if backend_failed[i]:
+                    self.stats["backend_failures"] += 1
                 results[i] = Prediction(FAILURE_STATE, 0.0, True, "", failed=True, error=errors[i],
                                         attempts=attempts[i], text=pending_texts.get(i, ""), examples=examples[i])
         self.stats["predictions"] += len(queries)

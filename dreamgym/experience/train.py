@@ -2,7 +2,10 @@
 
 Owns: `TrainEMConfig`, the SFT loop that teaches a preset the output format (length-bucketed batches of
 training examples, the schedule of optimiser steps, resume), the curriculum's task-writing examples mixed into
-the data, and the run's outputs: the experience-model checkpoint (`dreamgym.experience.checkpoint`) and summary.
+the data, the held-out split (`HeldOutConfig`: trajectories set aside by the seed, never trained on, listed in
+`heldout.json`) scored by the report function the caller passes (`dreamgym train-em` passes the fidelity gate,
+`dreamgym.fidelity.heldout_report`), and the run's outputs: the experience-model checkpoint
+(`dreamgym.experience.checkpoint`) and summary.
 The training step itself is the agent trainers' (`dreamgym.trainers.common`): the same model and optimiser configs
 (`ModelConfig`, `OptimConfig`: `model.*` and `optim.*`, as on `dreamgym train`), model preparation (LoRA or full
 fine-tuning in float32), AdamW, warm-up/cosine schedule, micro-batched completion-only loss under bf16 autocast on
@@ -20,6 +23,7 @@ import json
 import logging
 import math
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +36,9 @@ from dreamgym.config import CommandParser, ConfigError, checked, describe, fail,
 from dreamgym.experience.checkpoint import CHECKPOINT_SUBDIR, EM_CONFIG_FILE, MODEL_SUBDIR
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import balance_outcomes, buffer_for, em_transitions, encode_chat_examples, encode_examples
-from dreamgym.experience.format import FORMAT_VERSION
+from dreamgym.experience.format import FORMAT_VERSION, RESET_ACTION
+from dreamgym.experience.model import ExperienceModel
+from dreamgym.metric_names import EM
 from dreamgym.paths import atomic_write_text
 from dreamgym.trainers.common import ModelConfig, OptimConfig
 from dreamgym.types import Trajectory, Transition
@@ -55,6 +61,51 @@ RENAMED_KEYS = {
 }
 """Keys of earlier versions: the experience model's own settings moved from `model.*` to `em.*`, and `model.*` and
 `optim.*` are now `dreamgym train`'s model and optimiser configs. Refused naming the new key."""
+
+
+HELDOUT_FILE = "heldout.json"
+"""The run folder's record of the held-out split: the data file, the seed, the held-out trajectories' indices in
+it and their ids."""
+
+
+@dataclass
+class HeldOutConfig:
+    """The held-out split `dreamgym train-em` scores the trained model on, and the fidelity gate's thresholds (why
+    each value: docs/decisions.md). A threshold of 0 is off; a figure the split cannot measure (no reward 1 in it)
+    is reported as such and not gated."""
+
+    share: float = ranged(0.1, ge=0, lt=1)
+    """Share of the trajectories held out (chosen by the run's seed), never trained on; 0: no held-out report."""
+    max_steps: int = ranged(200, ge=1)
+    """Held-out steps scored at most (sampled by the seed), which bounds the report's time."""
+    batch_size: int = ranged(16, ge=1)
+    """Predictions per generate call while scoring."""
+    min_format_validity: float = ranged(0.95, ge=0, le=1)
+    """Least share of answers parsed without the failure state."""
+    min_state_f1: float = ranged(0.5, ge=0, le=1)
+    """Least next-state token F1."""
+    min_state_em: float = ranged(0.0, ge=0, le=1)
+    """Least next-state exact match."""
+    min_reward1_recall: float = ranged(0.5, ge=0, le=1)
+    """Least share of the real reward-1 steps predicted as reward 1."""
+    min_reward1_precision: float = ranged(0.5, ge=0, le=1)
+    """Least share of the predicted reward-1 steps that are real ones."""
+    min_done_acc: float = ranged(0.9, ge=0, le=1)
+    """Least accuracy of the predicted episode end."""
+    min_distinct_share: float = ranged(0.5, ge=0, le=1)
+    """Least ratio of predicted to real distinct next states per distinct (state, action): the collapse detector."""
+
+    def thresholds(self) -> dict[str, float]:
+        """Each gated figure's least value, by the figure's name (the field is `min_<name>`)."""
+        return {"format_validity": self.min_format_validity, "state_f1": self.min_state_f1,
+                "state_em": self.min_state_em, "reward1_recall": self.min_reward1_recall,
+                "reward1_precision": self.min_reward1_precision, "done_acc": self.min_done_acc,
+                "distinct_share": self.min_distinct_share}
+
+
+HeldOutReport = Callable[[ExperienceModel, list[Transition], HeldOutConfig], dict[str, Any]]
+"""Scores the trained model on held-out transitions against the thresholds; returns the report (the summary's
+`heldout`), which carries `fit` (bool) and the figures to log (`metrics`)."""
 
 
 @renamed(RENAMED_KEYS)
@@ -101,6 +152,8 @@ class TrainEMConfig:
     """Write the resumable checkpoint (`out`/checkpoint) every N steps; 0: only at the end."""
     resume: bool = True
     """Continue from `out`/checkpoint when one exists (false: train from the start, replacing it)."""
+    heldout: HeldOutConfig = field(default_factory=HeldOutConfig)
+    """The held-out split `dreamgym train-em` ends with a fidelity report on, and the report's thresholds."""
     task_writing: int = ranged(2000, ge=0)
     """Also teach the curriculum's two prompts (write harder variants of a task; pick one) with at most this many
     examples each, built from the tasks the data shows solved (`curriculum.writing_examples`). 0: none."""
@@ -127,9 +180,23 @@ def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[li
     return batches
 
 
+def split_heldout(trajectories: list[Trajectory], share: float, seed: int) -> list[int]:
+    """Indices of the held-out trajectories: `share` of them (at least one, and never all), drawn by `seed`, in
+    order. Whole trajectories, so no step of a held-out episode is trained on."""
+    n = len(trajectories)
+    k = min(n - 1, max(1, round(share * n))) if share > 0 else 0
+    return sorted(random.Random(f"heldout-{seed}").sample(range(n), k)) if k > 0 else []
+
+
 def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
-          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+          progress: Callable[[str], None] | None = None,
+          heldout_report: HeldOutReport | None = None) -> dict[str, Any]:
     """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
+
+    With `heldout_report` and `cfg.heldout.share` > 0, that share of the trajectories is held out (by the seed,
+    recorded in `heldout.json`), never trained on, and the trained model is scored on at most
+    `cfg.heldout.max_steps` of its steps at the end; the report is the summary's `heldout`. Without one, every
+    trajectory is trained on.
 
     Loss (the paper's joint loss in our format): mean token cross-entropy over the whole completion,
     -log P(R*, s_{t+1}, r, done | task, H, s_t, a_t, D_k), prompt tokens not trained. Inputs are the
@@ -177,6 +244,16 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         from dreamgym.data import load_trajectories
 
         trajectories = load_trajectories(cfg.data)
+    held_idx = split_heldout(trajectories, cfg.heldout.share, cfg.seed) if heldout_report is not None else []
+    held_trajectories = [trajectories[i] for i in held_idx]
+    if held_idx:
+        chosen = set(held_idx)
+        trajectories = [t for i, t in enumerate(trajectories) if i not in chosen]
+        if distributed.is_main():
+            atomic_write_text(out / HELDOUT_FILE, json.dumps(
+                {"data": cfg.data, "seed": cfg.seed, "share": cfg.heldout.share, "trajectories": held_idx,
+                 "ids": [t.id for t in held_trajectories]}, indent=1))
+        say(f"{len(held_idx)} trajectories held out for the fidelity report ({out / HELDOUT_FILE})")
     transitions = em_transitions(trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
     rng = random.Random(cfg.seed)
     if cfg.max_transitions and len(transitions) > cfg.max_transitions:
@@ -188,6 +265,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     say(f"{len(trajectories)} trajectories -> {len(transitions)} transitions")
 
     t0 = time.perf_counter()
+    buf = None
     if mcfg.use_retrieval and mcfg.k > 0:
         buf = buffer_for(transitions, mcfg.embedder)
         examples: list[list[Transition]] = []
@@ -319,6 +397,23 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             "train": {k: v for k, v in to_dict(cfg).items() if k != "em"}, "format_version": FORMAT_VERSION,
             "steps": step, "final": True}
     atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
+    if heldout_report is not None and held_trajectories:
+        # Scored as a dream would use the model: its buffer holds the training data only.
+        held = em_transitions(held_trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
+        steps = [t for t in held if t.action != RESET_ACTION]
+        if len(steps) > cfg.heldout.max_steps:
+            steps = random.Random(f"heldout-steps-{cfg.seed}").sample(steps, cfg.heldout.max_steps)
+        t0 = time.perf_counter()
+        em = ExperienceModel(HFBackend(model, tokenizer, batch_size=cfg.heldout.batch_size), buffer=buf,
+                             config=mcfg, env=cfg.env)
+        report = heldout_report(em, steps, cfg.heldout)
+        report["time_s"] = time.perf_counter() - t0
+        summary["heldout"] = report
+        after = MetricsLogger(out, tensorboard=False)
+        try:
+            after.log(step, report["metrics"], prefix=EM + "heldout/")
+        finally:
+            after.close()
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
 
@@ -341,7 +436,7 @@ def check_inputs(cfg: TrainEMConfig) -> None:
     provenance.check_trajectories(cfg.data, cfg.env)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = None) -> int:
     """`dreamgym train-em --env dial --data traj.jsonl [--preset tiny] [--out dir] [--config y.yaml] key=value…`"""
     p = CommandParser(prog="dreamgym train-em", description=main.__doc__,
                       epilog="config fields (key=value):\n" + describe(TrainEMConfig),
@@ -364,8 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         if not cfg.data:
             raise ConfigError("data", "give the offline trajectories with --data or data=", "a trajectory file")
         check_inputs(cfg)
-        summary = train(cfg, progress=print)
+        summary = train(cfg, progress=print, heldout_report=heldout_report)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)
     print(json.dumps(summary, indent=1))
+    warning = summary.get("heldout", {}).get("warning")
+    if warning:  # last, where it is seen: the run succeeded, but its model should not be dreamt in
+        print(warning, file=sys.stderr, flush=True)
     return 0

@@ -31,7 +31,36 @@ def test_the_dreamgym_command_reaches_train_em():
     from dreamgym.cli import COMMANDS
 
     module, func = COMMANDS["train-em"][0].split(":")
-    assert (module, func) == ("dreamgym.experience.train", "main")
+    assert (module, func) == ("dreamgym.fidelity", "train_em_main")
+
+
+def test_train_em_holds_out_a_seeded_split_it_never_trains_on_and_warns_when_the_model_is_unfit(tmp_path, capsys):
+    """Two steps of training teach the tiny preset nothing: the command still succeeds, but its held-out report
+    (on trajectories chosen by the seed, recorded, and left out of training) says loudly that the model is not fit
+    to dream in, in the summary, in the metrics and on stderr."""
+    from dreamgym.data import write_jsonl
+    from dreamgym.experience.train import HELDOUT_FILE, split_heldout
+    from dreamgym.fidelity import train_em_main
+
+    trajs = dial_trajectories(20)
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, trajs)
+    out = tmp_path / "em"
+    assert train_em_main(["--env", "dial", "--data", str(data), "--out", str(out), "max_steps=2", "batch_size=4",
+                          "em.embedder=hashing", "em.k=1", "em.max_new_tokens=128", "heldout.max_steps=6",
+                          "task_writing=0", "threads=1"]) == 0
+    io = capsys.readouterr()
+    held = json.loads((out / HELDOUT_FILE).read_text())
+    assert held["trajectories"] == split_heldout(trajs, 0.1, 0) and len(held["trajectories"]) == 2
+    assert held["ids"] == [trajs[i].id for i in held["trajectories"]]
+    assert split_heldout(trajs, 0.1, 1) != held["trajectories"]  # the seed chooses
+    assert "18 trajectories -> " in io.out  # the held-out ones are not trained on
+    report = json.loads((out / "train_summary.json").read_text())["heldout"]
+    assert report["n"] == 6 and report["fit"] is False and report["reasons"]
+    assert "NOT FIT TO DREAM IN" in io.err and all(r in io.err for r in report["reasons"])
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["em/heldout/fit"] is False and row["em/heldout/state_f1"] == report["state_f1"]
+    assert 0.0 <= row["em/heldout/format_validity"] <= 1.0
 
 
 def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):

@@ -35,7 +35,8 @@ def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  #
     assert all(t.task.env == "miniwob" and t.steps[0].state.startswith("[goal] ") for t in trajs)
 
     assert cli(["train-em", "--env", "miniwob", "--data", str(data), "--out", str(em), "max_steps=2",
-                "batch_size=2", "optim.warmup_steps=0", "threads=1", "em.embedder=hashing+action"]) == 0
+                "batch_size=2", "optim.warmup_steps=0", "threads=1", "em.embedder=hashing+action",
+                "heldout.share=0"]) == 0  # a 2-step model's held-out report would only say it is unfit
     assert (em / "train_summary.json").is_file()
 
     # The experience model, two steps in, writes mostly malformed text: a short generation budget and no retries
