@@ -11,6 +11,7 @@ both the experience model (its base weights) and the policy (the adapters the tr
 
 import copy
 import json
+import os
 import re
 
 import httpx
@@ -20,12 +21,16 @@ from em_helpers import dial_query, trained_dial_model
 from model_fixtures import DIAL_AGENT, DIAL_ROLLOUT, EM_PROBES
 from servers import VLLM_PYTHON, vllm_server
 
+from dreamgym.llm import SamplingParams
 from dreamgym.llm.http import HTTPPolicyBackend, OpenAIHTTPBackend
 from dreamgym.trainers.common import ModelConfig, OptimConfig, TrainerConfig, prepare_policy
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.is_file(),
                                 reason=f"no vLLM virtualenv at {VLLM_PYTHON} (`bash run.sh vllm` builds it; "
                                        "`bash run.sh test` does so before the suite)")
+
+TIMEOUT = 900.0
+"""Seconds a test's client waits for one answer (the first ones compile vLLM's kernels)."""
 
 LOGPROB_TOL = 2e-3
 """vLLM (float32 on the CPU, its own attention kernels) against the learner's recomputation of the same sampled
@@ -40,8 +45,17 @@ def em_dir():
 
 @pytest.fixture(scope="module")
 def served(em_dir):
-    """vLLM over the experience model's weights, served as `em`, LoRA enabled (rank 16: the trainer's default)."""
+    """vLLM over the experience model's weights, served as `em`, LoRA enabled (rank 16: the trainer's default).
+    DREAMGYM_VLLM_URL (`http://HOST:PORT/v1`) uses a server already serving that folder so instead (to iterate on
+    these tests without a start-up of minutes each time)."""
+    if os.environ.get("DREAMGYM_VLLM_URL"):
+        yield None, os.environ["DREAMGYM_VLLM_URL"]
+        return
     with vllm_server(em_dir / "model", "em") as (proc, url):
+        # The first requests (base model, then through an adapter) compile vLLM's CPU kernels: on a loaded machine
+        # they take minutes, far past the backend's 120 s default, so the tests' clients wait longer.
+        with OpenAIHTTPBackend(url, model="em", timeout=TIMEOUT, max_retries=0) as client:
+            client.generate_from_ids([[1, 2, 3]], SamplingParams(max_tokens=2))
         yield proc, url
 
 
@@ -69,24 +83,30 @@ def _worst(turns, logprobs) -> float:
 def test_rollouts_lora_push_and_logprobs_agree_with_the_learner(served, em_weights):
     """Dial rollouts sampled by vLLM over token ids; a GRPO update; the adapter pushed and the next rollouts sampled
     from it: their vLLM log-probs are the updated learner's within `LOGPROB_TOL`, and not the pre-update policy's."""
-    from trainers.iterate import play_and_update
-
     from dreamgym.envs import dial
     from dreamgym.rollout import run_rollouts
 
     _, url = served
     model, tok = em_weights
     policy = prepare_policy(copy.deepcopy(model), ModelConfig(lora=True, lora_r=8))
-    with HTTPPolicyBackend(url, policy, tok, served_model="em", max_retries=0) as backend:
+    with HTTPPolicyBackend(url, policy, tok, served_model="em", max_retries=0,
+                           timeout=TIMEOUT) as backend:
         trainer = _learner(backend)
         tasks = dial.make_tasks("train")[:4]
-        episodes, m = play_and_update(trainer, tasks, dial.DialEnv)
+        episodes = run_rollouts(backend, dial.DialEnv, tasks, group_size=4, seed=0, config=DIAL_ROLLOUT,
+                                agent=DIAL_AGENT)
         turns = [t for e in episodes for t in e.turns]
-        assert len(episodes) == 16 and turns and m["optimizer_steps"] == 1
-        for t in turns:  # ids and log-probs as vLLM sampled them, text decoded from those ids
+        assert len(episodes) == 16 and turns and all(e.trainable for e in episodes)
+        for t in turns:  # ids and log-probs as vLLM sampled them
             assert t.prompt_ids and t.completion_ids and len(t.logprobs) == len(t.completion_ids)
             assert all(lp <= 0.0 for lp in t.logprobs)
         assert backend.pushes == 1  # the fresh adapter (zero B) went up before the first rollout
+        # The served weights are the experience model's, no dial policy: they earn nothing, and GRPO skips groups of
+        # equal rewards. One episode of each group is credited so the update has advantages to follow.
+        for e in episodes:
+            if e.member == 0:
+                e.turns[-1].reward = 1.0
+        assert trainer.update(episodes)["optimizer_steps"] == 1
 
         nxt = run_rollouts(backend, dial.DialEnv, tasks, group_size=4, seed=1, config=DIAL_ROLLOUT, agent=DIAL_AGENT)
         assert backend.pushes == 2 and backend.adapter.endswith("-2")
@@ -123,8 +143,8 @@ def test_experience_model_decoded_in_its_format_by_vllm(served, em_dir):
 
 def test_dream_grpo_iteration_with_policy_and_experience_model_on_vllm(served, em_dir, tmp_path):
     """`dreamgym train` in dream mode with `model.policy_url` and `dream.em_url` both on the vLLM server: the
-    iteration trains, spends no real step, pushes its policy adapter (vLLM's request counter rises by more than the
-    policy's own turns: the experience model's answers came from there too)."""
+    iteration plays its dream episodes and spends no real step, and vLLM answered the policy's turns and the
+    experience model's initial states."""
     from dreamgym.train import main as train_main
 
     _, url = served
@@ -137,12 +157,17 @@ def test_dream_grpo_iteration_with_policy_and_experience_model_on_vllm(served, e
     rc = train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={em_dir}", f"dream.em_url={url}#em",
                      f"model.preset={em_dir / 'model'}", "model.lora=true", "model.lora_r=8",
                      f"model.policy_url={url}#em", f"run_dir={run}", "dream.iterations=1", "dream.curriculum.n_seeds=1",
-                     "group_size=2", "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "--no-progress",
+                     "dream.initial_state=model", "group_size=2", "tasks_per_iteration=2", "eval_every=0",
+                     "eval_at_start=false", "eval_max_tasks=1", "--no-progress",
                      "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_turns=3",
                      "save_every=0"])
     assert rc == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["real_steps_used"] == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("optimizer_steps", 0) >= 1 for r in rows), rows
-    assert finished() - before > 4  # 2 tasks x 2 episodes' policy turns, and the experience model's answers
+    rollout = next(r for r in rows if "rollout/episodes" in r)
+    evaluation = next(r for r in rows if "eval/n" in r)
+    assert rollout["rollout/episodes"] == 4 and rollout["rollout/episodes_failed"] == 0
+    # Every policy turn (dream rollouts, then the final evaluation's) and every initial state the experience model
+    # wrote (`dream.initial_state=model`) was a request vLLM answered.
+    assert finished() - before >= rollout["rollout/turns"] + rollout["rollout/episodes"] + evaluation["eval/n"]
