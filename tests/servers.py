@@ -78,7 +78,7 @@ def free_port() -> int:
 
 @contextmanager
 def vllm_server(model_dir: str | Path, name: str, *, lora: bool = True, max_lora_rank: int = 16,
-                dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int = 1, timeout: float = 600.0,
+                dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int = 1, timeout: float = 1800.0,
                 extra: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, str]]:
     """vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: the `vllm` script of the CPU wheel
     fails on missing distribution metadata) over `model_dir`, served as `name`, with prefix caching, and with LoRA
