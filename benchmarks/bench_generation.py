@@ -151,9 +151,9 @@ def bench_vllm(preset: str, batch_sizes: list[int], new_tokens: int, repeats: in
 
     _, tok = load_preset(preset, device="cpu")
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], tokenize=True,
-                                       add_generation_prompt=True) for i in range(max(batch_sizes))]
-    prompts = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompts]
+    texts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], tokenize=False,
+                                     add_generation_prompt=True) for i in range(max(batch_sizes))]
+    prompts = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]  # as HTTPTokenBackend writes them
     out: dict[int, float] = {}
     t0 = time.perf_counter()
     with vllm_server(build_preset(preset), preset, lora=False) as (_, url):
