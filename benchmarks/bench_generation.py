@@ -1,10 +1,16 @@
-"""Batched generation throughput of the local backend (`HFBackend`) for the tiny and smollm2-135m presets.
+"""Batched generation throughput of the local backend (`HFBackend`) for the tiny and smollm2-135m presets, and of
+vLLM's CPU build serving the same preset folders.
 
 Prints generated tokens per second (wall clock) and the CPU seconds spent, for each preset and batch size, next
 to Hugging Face `model.generate` on the same prompts as a reference. Every row decodes exactly `--new-tokens` tokens (eos is ignored) so figures compare.
 
-    python benchmarks/bench_generation.py [--presets tiny smollm2-135m] [--batch-sizes 1 16] [--new-tokens 64]
-        [--stop '</no-such-tag>'] [--no-reference] [--http 1 2]
+    python benchmarks/bench_generation.py [--presets tiny smollm2-135m] [--batch-sizes 1 64] [--new-tokens 64]
+        [--stop '</no-such-tag>'] [--no-reference] [--http 1 2] [--vllm]
+
+`--vllm` also starts vLLM's OpenAI server (from the virtualenv `bash run.sh vllm` builds, float32, one server at a
+time) on each preset's folder and sends each batch as token-id completions through `OpenAIHTTPBackend`, all rows in
+flight together, with vLLM's `ignore_eos` so every row is `--new-tokens` long; a table of both engines' tokens/s
+ends the run.
 
 `--http 1 2` also measures the HTTP path: for each count, that many `dreamgym serve-model` processes (one CPU
 thread each) serve the preset and an `HTTPTokenBackend` deals the batch over them; tokens/s counts the tokens the
@@ -47,11 +53,13 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | None, repeats: int,
-          stop: list[str], reference: bool) -> None:
+          stop: list[str], reference: bool) -> dict[int, float]:
+    """Prints each batch size's figures; returns HFBackend's tokens/s per batch size."""
     backend = HFBackend.from_preset(preset, device=device, batch_size=max(batch_sizes))
     backend.eos_ids = frozenset()  # fixed-length decoding: every row produces exactly new_tokens tokens
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0, stop=stop)
     tok, model = backend.tokenizer, backend.model
+    out: dict[int, float] = {}
     print(f"\n{preset}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params on {backend.device}, "
           f"{model.dtype}, {new_tokens} new tokens per row, best of {repeats}")
     for bs in batch_sizes:
@@ -61,6 +69,7 @@ def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | No
         outs = backend.generate(reqs, params)
         assert all(len(o.token_ids) == new_tokens for o in outs)
         n = bs * new_tokens
+        out[bs] = n / ours[0]
         if not reference:
             print(f"  batch {bs:>3}: HFBackend {n / ours[0]:8.1f} tok/s ({ours[0]:6.2f}s wall, {ours[1]:6.2f}s CPU)")
             continue
@@ -74,6 +83,7 @@ def bench(preset: str, batch_sizes: list[int], new_tokens: int, device: str | No
                       for _ in range(repeats))
         print(f"  batch {bs:>3}: HFBackend {n / ours[0]:8.1f} tok/s ({ours[0]:6.2f}s wall, {ours[1]:6.2f}s CPU)   "
               f"HF generate {n / ref[0]:8.1f} tok/s ({ref[0]:6.2f}s wall, {ref[1]:6.2f}s CPU)")
+    return out
 
 
 def bench_http(preset: str, counts: list[int], batch_sizes: list[int], new_tokens: int, repeats: int) -> None:
@@ -128,10 +138,47 @@ def bench_http(preset: str, counts: list[int], batch_sizes: list[int], new_token
                 proc.wait(timeout=30)
 
 
+def bench_vllm(preset: str, batch_sizes: list[int], new_tokens: int, repeats: int) -> dict[int, float]:
+    """tokens/s of vLLM serving the preset's folder, per batch size (best of `repeats`)."""
+    import sys
+    from pathlib import Path
+
+    from dreamgym.llm.http import OpenAIHTTPBackend
+    from dreamgym.presets import build_preset, load_preset
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from servers import vllm_server
+
+    _, tok = load_preset(preset, device="cpu")
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
+    texts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], tokenize=False,
+                                     add_generation_prompt=True) for i in range(max(batch_sizes))]
+    prompts = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]  # as HTTPTokenBackend writes them
+    out: dict[int, float] = {}
+    t0 = time.perf_counter()
+    with vllm_server(build_preset(preset), preset, lora=False) as (_, url):
+        ready = time.perf_counter() - t0
+        client = OpenAIHTTPBackend(url, model=preset, concurrency=max(batch_sizes), extra_body={"ignore_eos": True})
+        print(f"\n{preset} on vLLM-cpu (float32, ready in {ready:.0f} s), best of {repeats}")
+        client.generate_from_ids(prompts[:1], SamplingParams(temperature=1.0, max_tokens=4))  # warm-up
+        for bs in batch_sizes:
+            best = 0.0
+            for _ in range(repeats):
+                t = time.perf_counter()
+                outs = client.generate_from_ids(prompts[:bs], params)
+                wall = time.perf_counter() - t
+                assert all(len(o.token_ids) == new_tokens for o in outs)
+                best = max(best, bs * new_tokens / wall)
+            out[bs] = best
+            print(f"  batch {bs:>3}: vLLM {best:8.1f} tok/s ({bs * new_tokens / best:6.2f}s wall)")
+        client.close()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=["tiny", "smollm2-135m"])
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64])
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--threads", type=int, default=1,
@@ -141,16 +188,23 @@ def main() -> None:
     p.add_argument("--no-reference", action="store_true", help="skip transformers' generate")
     p.add_argument("--http", nargs="*", type=int, default=[],
                    help="also measure generation through this many serve-model servers (e.g. --http 1 2)")
-    p.add_argument("--no-local", action="store_true", help="skip the in-process backend (with --http)")
+    p.add_argument("--no-local", action="store_true", help="skip the in-process backend (with --http or --vllm)")
+    p.add_argument("--vllm", action="store_true", help="also measure vLLM's CPU server (needs `bash run.sh vllm`)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} CPU threads, cuda={torch.cuda.is_available()}")
+    table: list[tuple[str, int, float | None, float | None]] = []
     for preset in args.presets:
-        if not args.no_local:
-            bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats, args.stop,
-                  not args.no_reference)
+        local = {} if args.no_local else bench(preset, args.batch_sizes, args.new_tokens, args.device, args.repeats,
+                                               args.stop, not args.no_reference)
         if args.http:
             bench_http(preset, args.http, args.batch_sizes, args.new_tokens, args.repeats)
+        served = bench_vllm(preset, args.batch_sizes, args.new_tokens, args.repeats) if args.vllm else {}
+        table += [(preset, bs, local.get(bs), served.get(bs)) for bs in args.batch_sizes]
+    if args.vllm:
+        print(f"\n| preset | batch | in-process tok/s ({args.threads} thread) | vLLM-cpu tok/s |\n|---|---:|---:|---:|")
+        for preset, bs, lo, vl in table:
+            print(f"| {preset} | {bs} | {'-' if lo is None else f'{lo:,.0f}'} | {'-' if vl is None else f'{vl:,.0f}'} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Test helpers for dreamgym's HTTP servers: start a `dreamgym` serving command on a free loopback port, and speak
-raw HTTP/1.1 over a socket where a client library would hide what the server did (resets, early answers).
+"""Test helpers for HTTP servers: start a `dreamgym` serving command, or vLLM's OpenAI server from its own virtualenv,
+on a free loopback port, and speak raw HTTP/1.1 over a socket where a client library would hide what the server did
+(resets, early answers).
 
 Must not know: any server's routes or limits; the tests say what they expect.
 """
@@ -63,6 +64,62 @@ def cli_server(args: list[str], timeout: float = 120.0,
                env: dict[str, str] | None = None) -> contextlib.AbstractContextManager[tuple[subprocess.Popen, str]]:
     """`server_process` of `python -m dreamgym.cli *args` (a serving command, which prints the URL it serves)."""
     return server_process([sys.executable, "-m", "dreamgym.cli", *args], timeout, env)
+
+
+VLLM_PYTHON = Path(os.environ.get("DREAMGYM_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+"""vLLM's interpreter: `bash run.sh vllm` (and `run.sh test`) builds this virtualenv; DREAMGYM_VLLM_PYTHON overrides."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def vllm_server(model_dir: str | Path, name: str, *, lora: bool = True, max_lora_rank: int = 16,
+                dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int = 1, timeout: float = 1800.0,
+                extra: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, str]]:
+    """vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: the `vllm` script of the CPU wheel
+    fails on missing distribution metadata) over `model_dir`, served as `name`, with prefix caching, and with LoRA
+    and runtime adapter loading when `lora`. Yields (process, base URL with /v1) once `/health` answers 200; the
+    server is stopped on exit. A server that exits or stays unready fails with the end of its log."""
+    import httpx
+
+    port = free_port()
+    cmd = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+           "--max-model-len", str(max_model_len), "--enable-prefix-caching", "--seed", "0", *extra]
+    if lora:
+        cmd += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", "4"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_DO_NOT_TRACK": "1"}
+    env.pop("PYTHONPATH", None)  # vLLM's venv imports nothing from this checkout
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.time() + timeout
+            while True:
+                if proc.poll() is not None or time.time() > deadline:
+                    why = f"exit {proc.returncode}" if proc.returncode is not None else f"not ready in {timeout:.0f} s"
+                    log.seek(0)
+                    raise AssertionError(f"vLLM did not start ({why}): {log.read()[-3000:]}")
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(1.0)
+            yield proc, url + "/v1"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @dataclass
