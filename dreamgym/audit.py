@@ -49,6 +49,8 @@ class ReplayStep:
     real_next_state: str = ""
     real_reward: float = 0.0
     real_done: bool = False
+    real_noop: bool = False
+    """The real environment reported that the action did nothing (`info["invalid_action"]`)."""
     replayed: bool = False
     """Whether the real environment took this action (False after the real episode ended, or after a failure)."""
 
@@ -96,7 +98,7 @@ def replay(episode: Episode, make_env: Callable[[], TextEnv], index: int = 0) ->
         for step in rep.steps:
             _, reward, term, trunc, info = env.step(step.action)
             step.real_next_state, step.real_reward = str(info.get("abstract_state", "")), float(reward)
-            step.real_done, step.replayed = bool(term or trunc), True
+            step.real_done, step.real_noop, step.replayed = bool(term or trunc), bool(info.get("invalid_action")), True
             rep.real_reward += float(reward)
             rep.real_won = bool(info.get("won"))
             if term or trunc:
