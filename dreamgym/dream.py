@@ -2,10 +2,12 @@
 
 Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (a `dreamgym.run.World`: the
 experience model, its co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run; after
-each iteration the synthetic transitions are in the buffer, the episodes in the dream's log and the curriculum has
-taken its step) and `online_phases` (real, dream and S2R runs as lists of phases: the one place a mode becomes a
-run). The paper's loop, curriculum tasks -> rollouts inside the experience model -> GRPO/PPO update -> buffer ->
-curriculum, is the run loop (`dreamgym.run.train`) over a `DreamWorld`.
+each iteration the synthetic transitions are in the buffer, the episodes in the dream's log, the curriculum has
+taken its step, the iteration's report is made (failure states, zero-variance groups, optimiser steps) and a sample
+of its episodes has been audited in the real environment where one can be run, `dreamgym.audit`) and
+`online_phases` (real, dream and S2R runs as lists of phases: the one place a mode becomes a run). The paper's
+loop, curriculum tasks -> rollouts inside the experience model -> GRPO/PPO update -> buffer -> curriculum, is the run
+loop (`dreamgym.run.train`) over a `DreamWorld`.
 Must not know: trainers' internals, concrete environments (families are reached through `dreamgym.envs.family`),
 how the experience model formats prompts, recipes and command lines.
 """
@@ -15,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from dreamgym import distributed
+from dreamgym import audit, distributed
 from dreamgym.checks import SERVER_URLS, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.curriculum import Curriculum, CurriculumConfig, cluster_groups
@@ -31,6 +33,7 @@ from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_over
 from dreamgym.loops import DREAM_VARIANCE_LOG, task_pool
 from dreamgym.paths import atomic_write_text
 from dreamgym.run import Phase, RealWorld
+from dreamgym.seeds import AUDIT_BASIS, mix_seed
 from dreamgym.types import Task
 
 if TYPE_CHECKING:
@@ -79,6 +82,10 @@ class DreamConfig:
     em_url: str = checked("", server_urls, SERVER_URLS)
     """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as
     exported by `dreamgym export-em`; prompts are still fitted here by its tokenizer. Empty: in this process."""
+    audit_episodes: int = ranged(4, ge=0)
+    """Dream episodes per iteration replayed action by action in the real environment to measure the dream's outcome
+    agreement (`dream/audit/*`, `dream_audit.jsonl`); their real steps are counted apart, never charged to the
+    real-step budget. 0: no audit."""
 
 
 def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]], dict[str, Task]]:
@@ -130,6 +137,10 @@ class DreamWorld:
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / DREAM_VARIANCE_LOG if main else None)
         self._known: set[str] = set()  # several processes: the buffer's transitions before this iteration's steps
+        self.seed = seed
+        self._failures = 0  # the model's failure count when this iteration's rollouts began
+        # "unchecked" until the first audit starts the real environment; "off" when it cannot (or audit_episodes=0)
+        self._audit = "unchecked" if dream.audit_episodes > 0 else "off"
 
     # -- the World a run loop plays in
     def start(self, iteration: int) -> None:
@@ -150,6 +161,7 @@ class DreamWorld:
         from dreamgym.synthetic_env import SyntheticEnv
 
         self._known = self.known_transitions() if distributed.active() else set()
+        self._failures = self.model.stats["failures"]
 
         def make() -> SyntheticEnv:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
@@ -158,17 +170,52 @@ class DreamWorld:
                                 shared_noise=self.config.shared_noise)
         return make
 
-    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str) -> dict[str, float]:
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
+                        update: Mapping[str, float]) -> dict[str, float]:
         """Every rank gets the others' new transitions; the episodes go to `dream_episodes/it-<iteration>.jsonl`
         (whole and atomic: a resumed run that redoes an iteration replaces its file); the curriculum takes its step
-        on their rewards. Returns the curriculum's, the experience model's and the buffer's figures."""
+        on their rewards; a sample of the episodes is audited (`audit_iteration`). Returns the curriculum's, the
+        experience model's and the buffer's figures, the iteration's report (`failure_states`: the model's answers
+        that fell to the failure state, and from `update` the trainer's `zero_variance_groups` and
+        `optimizer_steps`) and the audit's (`audit/...`)."""
         self.share_new_transitions(self._known)
         if distributed.is_main():
             write_jsonl(self.run_dir / DREAM_EPISODES_DIR / f"it-{iteration:05d}.jsonl",
                         [e.to_trajectory(policy=policy_version) for e in episodes])
         cm = self.curriculum_step(iteration - 1, episodes)
         em_stats = {f"em/{k}": float(v) for k, v in self.model.stats.items()}
-        return {**cm, **em_stats, "buffer/size": float(len(self.buffer))}
+        failures = float(self.model.stats["failures"] - self._failures)
+        if distributed.active():  # each process counts its own model's answers
+            failures = distributed.sum_floats([failures])[0]
+        report = {"failure_states": failures,
+                  **{k: float(update[k]) for k in ("zero_variance_groups", "optimizer_steps") if k in update}}
+        audited = self.audit_iteration(iteration, episodes, policy_version) if distributed.is_main() else {}
+        return {**cm, **em_stats, "buffer/size": float(len(self.buffer)), **report,
+                **{f"audit/{k}": v for k, v in audited.items()}}
+
+    def audit_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str) -> dict[str, float]:
+        """Replay `audit_episodes` of the iteration's `episodes` (a seeded draw) in the family's real train
+        environment, write their rows to the run folder's `dream_audit.jsonl` and return their summary
+        (`dreamgym.audit.summarize`); nothing when the audit is off. A family whose real environment cannot be
+        started is reported once and not audited again in this run."""
+        if self._audit == "off":
+            return {}
+        if self._audit == "unchecked":
+            try:
+                self.family.make_env("train").close()
+            except Exception as e:  # noqa: BLE001 - e.g. a browser or a server the real environment needs is missing
+                print(f"warning: dream audit off for this run: the {self.family_name} real environment does not "
+                      f"start ({type(e).__name__}: {e})")
+                self._audit = "off"
+                return {}
+            self._audit = "on"
+        chosen = audit.sample(episodes, self.config.audit_episodes, mix_seed(self.seed, iteration, basis=AUDIT_BASIS))
+        replays = [audit.replay(episodes[i], lambda: self.family.make_env("train"), i) for i in chosen]
+        where = {"iteration": iteration, "policy_version": policy_version, "env": self.family_name,
+                 "em": str(self.config.em), "dream_file": f"{DREAM_EPISODES_DIR}/it-{iteration:05d}.jsonl",
+                 "reset_seed": audit.REPLAY_SEED}
+        audit.write_rows(self.run_dir / audit.AUDIT_FILE, iteration, [r.to_row(**where) for r in replays])
+        return audit.summarize(r.to_row() for r in replays)
 
     def save(self, iteration: int) -> None:
         # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the

@@ -19,7 +19,9 @@ One iteration, top to bottom:
   2. rollouts: `group_size` episodes of each task in the world's environments, seeded by (seed, iteration); the
      rollout engine takes every real step from the run's budget and never exceeds it;
   3. `trainer.update(episodes)`: the algorithm's update;
-  4. `world.after_iteration`: what the world does with the episodes (the dream: buffer, episode log, curriculum);
+     an update that made no optimiser step (every group's rewards equal, say) is reported with a warning;
+  4. `world.after_iteration`: what the world does with the episodes and the update's figures (the dream: buffer,
+     episode log, curriculum, its report and audit);
   5. log: one metrics row, the rollouts and the loop's counts and timings under `rollout/`, the update's figures
      under `losses/`, and the world's own figures under its name (`dream/`) in a second row of the same step
      (`dreamgym.metric_names`);
@@ -45,7 +47,7 @@ can finish, and evaluations on held-out tasks are measurement, never charged to 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -85,8 +87,10 @@ class World(Protocol):
         """The factory of this iteration's environments (`policy_version` names the policy playing in them)."""
         ...
 
-    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str) -> dict[str, float]:
-        """What the world does with the episodes once `iteration` iterations are done; returns its own metrics."""
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
+                        update: Mapping[str, float]) -> dict[str, float]:
+        """What the world does with the episodes once `iteration` iterations are done (`update`: what the trainer's
+        update of them reported); returns its own metrics."""
         ...
 
     def save(self, iteration: int) -> None:
@@ -126,7 +130,8 @@ class RealWorld:
     def envs(self, policy_version: str) -> Callable[[], TextEnv]:
         return lambda: self.family.make_env("train")
 
-    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str) -> dict[str, float]:
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
+                        update: Mapping[str, float]) -> dict[str, float]:
         return {}
 
     def save(self, iteration: int) -> None:
@@ -225,6 +230,17 @@ def train(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, sett
     return RunEnd(history)
 
 
+def _warn_if_untrained(world: str, iteration: int, update: Mapping[str, float]) -> None:
+    """Say so when the update of iteration `iteration` made no optimiser step (a deferred update aside): every GRPO
+    group with equal rewards (e.g. all 0) leaves nothing to learn, and the iteration's rollouts were spent for
+    nothing."""
+    if update.get("optimizer_steps", 1.0) or update.get("update_deferred"):
+        return
+    why = (f"{update['zero_variance_groups']:.0f} of {update['groups']:.0f} groups had equal rewards"
+           if "groups" in update else "no trainable samples")
+    print(f"warning: {world} iteration {iteration} trained nothing (0 optimiser steps): {why}")
+
+
 def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: RunState, settings: LoopSettings,
            logger: MetricsLogger | None, evaluate: PeriodicEvaluation | None, history: list[dict[str, Any]]) -> bool:
     """Iterations `state.iteration` .. `end` - 1 of a phase that began at `start`; True when the budget ended it."""
@@ -278,8 +294,11 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
                 update["update_tokens_per_s"] = update["update_tokens"] / t_upd
             metrics: dict[str, Any] = {**namespaced(ROLLOUT, played), **namespaced(LOSSES, update)}
 
+            if distributed.is_main():
+                _warn_if_untrained(world.name, state.iteration, update)
+
             # 4. the world's turn
-            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version))
+            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version, update))
 
             # 5. log
             if logger is not None:

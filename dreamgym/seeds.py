@@ -22,6 +22,8 @@ TRAINER_BASIS = 0x2545F491
 """`mix_seed`'s default basis: the trainers' minibatch and data orders and the run loop's task draws and rollouts."""
 ROLLOUT_BASIS = 0x9E3779B1
 """The rollout engine's basis: the environment seed of a task and the sampling seed of a turn."""
+AUDIT_BASIS = 0x5BD1E995
+"""The dream audit's basis: which of an iteration's dream episodes are replayed in the real environment."""
 
 _GOLDEN = 0x9E3779B97F4A7C15  # odd 64-bit constant: distinct (seed, index) pairs give distinct row seeds
 _MASK64 = (1 << 64) - 1

@@ -3,9 +3,10 @@
 `dreamgym eval-em` scores the model on held-out real trajectories of the scripted policies; what RL needs is
 agreement on the episodes the policy being trained actually produces, and a policy trained in the dream drifts
 toward wherever the model is wrong. This plays the policy inside the synthetic environment, replays each dream
-episode's actions in the real environment from the same task, and prints the outcome confusion (dream won vs
-real won) and the per-step next-state agreement (exact abstract state -- the dial compares parsed states -- and
-token F1, the measure `dreamgym eval-em` uses).
+episode's actions in the real environment from the same task (`dreamgym.audit`, what a dream run's audit does on a
+sample of each iteration's episodes), and prints the outcome confusion (dream won vs real won) and the per-step
+next-state agreement (exact abstract state -- the dial compares parsed states -- and token F1, the measure
+`dreamgym eval-em` uses).
 
     python experiments/dream_audit.py --env dial --em runs/quickstart/em --policy runs/dial-transfer/start
     python experiments/dream_audit.py --env webshop --em runs/ws-em2 --policy runs/ws-sft3/final \
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from dreamgym import audit
 from dreamgym.config import apply_overrides, load_config
 from dreamgym.data import played_tasks
 from dreamgym.dream import DreamConfig, DreamWorld
@@ -83,33 +85,26 @@ def main() -> None:
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
         episodes = run_rollouts(backend, world.envs(""), tasks, config=cfg.rollout, agent=cfg.agent,
                                 seed=args.seed)
-    parse = str.strip
+    # Seed 0 (`audit.REPLAY_SEED`): the synthetic env starts every episode from the real env's seed-0 reset
+    # (ALFWorld draws its search order from the reset seed, so any other seed would differ in every state's
+    # "Unexplored" line).
+    replays = [audit.replay(ep, lambda: fam.make_env("train"), i) for i, ep in enumerate(episodes)]
     outcomes: collections.Counter = collections.Counter()
     agree = steps = divergent = noops_real = 0
     wrong_lines: collections.Counter = collections.Counter()  # which line of the state the dream got wrong
     f1s: list[float] = []
-    for ep in episodes:
-        env = fam.make_env("train")
-        # Seed 0: the synthetic env starts every episode from the real env's seed-0 reset (ALFWorld draws its
-        # search order from the reset seed, so any other seed would differ in every state's "Unexplored" line).
-        env.reset(seed=0, options={"task": ep.task})
-        real_won, wrong = False, False
-        for turn in ep.turns:
-            if not turn.stepped:
-                break
-            _, _, term, trunc, info = env.step(turn.action or "")
-            real_won = bool(info.get("won"))
-            noops_real += bool(info.get("invalid_action"))
-            same = parse(info["abstract_state"]) == parse(turn.next_state)
+    for rep in replays:
+        wrong = False
+        for step in (s for s in rep.steps if s.replayed):
+            noops_real += step.real_noop
+            same = step.real_next_state.strip() == step.dream_next_state.strip()
             if not same:
-                wrong_lines.update(_differing_keys(turn.next_state, info["abstract_state"]))
-            f1s.append(token_f1(turn.next_state, info["abstract_state"]))
+                wrong_lines.update(_differing_keys(step.dream_next_state, step.real_next_state))
+            f1s.append(token_f1(step.dream_next_state, step.real_next_state))
             agree, steps, wrong = agree + same, steps + 1, wrong or not same
-            if term or trunc:
-                break
-        env.close()
         divergent += wrong
-        outcomes[("dream win" if ep.won else "dream loss", "real win" if real_won else "real loss")] += 1
+        real = "not replayed" if rep.error else "real win" if rep.real_won else "real loss"
+        outcomes[("dream win" if rep.dream_won else "dream loss", real)] += 1
     n = len(episodes)
     consistent = _self_consistent_wins(fam, episodes)
     failed = collections.Counter(e.end_reason for e in episodes if not e.trainable)
@@ -119,6 +114,13 @@ def main() -> None:
     for d in ("dream loss", "dream win"):
         for r in ("real loss", "real win"):
             print(f"  {d:10s} / {r:9s}: {outcomes[(d, r)]}")
+    unreplayed = sum(v for (_, r), v in outcomes.items() if r == "not replayed")
+    if unreplayed:
+        print(f"  not replayed (the real environment failed): {unreplayed}; "
+              f"{next(r.error for r in replays if r.error)}")
+    figures = audit.summarize(r.to_row() for r in replays)
+    print(f"outcome agreement {figures.get('agreement', 0):.3f}; false-success rate (of the dreamt wins) "
+          f"{figures.get('false_success_rate', 0):.3f}")
     claimed = sum(bool(e.model_claimed_wins) for e in episodes)
     if args.reward_from != "model":
         print(f"episodes where the model credited a win: {claimed}; overruled by the state: "

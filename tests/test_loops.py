@@ -176,7 +176,7 @@ class ScriptedDream:
         self.calls.append(("envs", policy_version))
         return SyntheticDial
 
-    def after_iteration(self, iteration, episodes, policy_version):
+    def after_iteration(self, iteration, episodes, policy_version, update):
         self.calls.append(("after", iteration, len(episodes), policy_version))
         return {"buffer/size": float(iteration)}
 

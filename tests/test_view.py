@@ -278,3 +278,28 @@ def test_a_run_logged_before_the_metric_namespaces_shows_under_todays_names(tmp_
     for metric in ("rollout/success_rate", "success_rate"):
         curves = site.curves_page([0, 1], metric, Links())
         assert 'aria-label="rollout/success_rate"' in curves and curves.count('class="series"') == 2, metric
+
+
+def test_the_dream_audit_on_the_run_page_links_each_audited_episode_beside_reality(runs):
+    """The dream run audited its episodes (`dream.audit_episodes`' default): its page shows the iteration's
+    agreement as the run logged it, lists each audited episode with both outcomes and links to it in the dream's
+    episode file; the audit file is not listed as an episode file."""
+    from dreamgym.view.site import Links
+
+    site = Site(runs["dirs"])
+    run = site.run(2)
+    assert [a.iteration for a in run.audit] == [1] and not [p for p in run.problems if "audit" in p]
+    logged = [json.loads(line) for line in (runs["dirs"][2] / "metrics.jsonl").read_text().splitlines()]
+    figures = next(r for r in logged if "dream/audit/episodes" in r)
+    (audited,) = run.audit
+    assert len(audited.episodes) == figures["dream/audit/episodes"] > 0
+    assert audited.figures["agreement"] == figures["dream/audit/agreement"]
+    names = [s.name for s in run.sources]
+    assert "dream_audit.jsonl" not in names
+    sid = names.index("dream_episodes/it-00001.jsonl")
+    page = site.run_page(2, Links())
+    assert 'id="audit"' in page and page.count(">dream vs real</a>") == len(audited.episodes)
+    for e in audited.episodes:
+        assert e.source == sid and e.real_won is not None
+        assert f'href="{Links().episode(2, sid, e.index)}"' in page
+        assert "the real environment, same actions" in site.episode_page(2, sid, e.index, None, "free", Links())

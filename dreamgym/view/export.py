@@ -1,7 +1,8 @@
 """The static export of `dreamgym view` (`--export DIR`): the same pages as files, for sharing without a server.
 
 Owns: which pages an export holds (the run list, every run, the curves of all runs, the first list pages of each
-episode file and the first episodes of each, each replayed in every experience model when asked) and writing them
+episode file and the first episodes of each, each replayed in every experience model when asked, and every episode
+a dream audit names, which the run page links to) and writing them
 (atomically, page by page) with relative links.
 Must not know: HTTP, how pages are rendered.
 """
@@ -41,8 +42,9 @@ def export(site: Site, out: Path, *, episodes: int = 20, replays: bool = False) 
                 n = 0
             for start in range(0, max(1, n), site.page_size):
                 write(f"{base}/list-{start}.html", site.episodes_page(run.id, sid, start, Filter(), links.at(4), n))
-            for i in range(n):
-                for em in [None, *(range(len(models)) if replays else [])]:
+            audited = {e.index for a in run.audit for e in a.episodes if e.source == sid and e.index >= n}
+            for i in [*range(n), *sorted(audited)]:
+                for em in [None, *(range(len(models)) if replays and i < n else [])]:
                     try:
                         html = site.episode_page(run.id, sid, i, em, "free", links.at(4))
                     except NotFound:

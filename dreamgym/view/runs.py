@@ -15,7 +15,8 @@ final evaluations, or a recipe's `results` by method, each with its machine reco
 evaluation per line, with its Wilson interval); every `metrics.jsonl` (curves; in a recipe folder one per
 method; a metric of a run logged before the namespaces under its name today, `dreamgym.metric_names`);
 trajectory files (`*.jsonl`, `*.parquet`); a dream's `buffer/`; `em_config.json` folders (experience models) and
-their `fidelity.json`.
+their `fidelity.json`; a dream's audit (`dream_audit.jsonl`, `dreamgym.audit`: per iteration its figures, and each
+audited episode linked to its dream episode file).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym.audit import AUDIT_FILE, summarize
 from dreamgym.metric_names import current_name
 from dreamgym.view.episodes import (DreamSource, EpisodeSource, JsonlSource, ParquetSource, buffer_transitions,
                                     looks_like_trajectories)
@@ -37,7 +39,7 @@ MAX_DEPTH = 2
 """Sub-folder levels searched below a run folder (a recipe's method folders are at level 1)."""
 SKIP_DIRS = {"model", "tb", "checkpoint", "final", "adapter", "buffer", "__pycache__"}
 """Folders holding weights, TensorBoard events or a buffer's internals: never searched for files."""
-LOGS = {"metrics.jsonl", "eval.jsonl", "curriculum.jsonl"}
+LOGS = {"metrics.jsonl", "eval.jsonl", "curriculum.jsonl", AUDIT_FILE}
 MAX_SMALL_FILE = 32 << 20
 """Largest config or summary file read (a bigger one is reported, not read)."""
 
@@ -77,6 +79,34 @@ class Source:
 
 
 @dataclass
+class AuditedEpisode:
+    """One dream episode of an audit: the dream's and the real environment's outcome for the same actions."""
+
+    task: str
+    dream_won: bool
+    real_won: bool | None
+    """None: the real environment could not replay it (`error`)."""
+    dream_steps: int
+    real_steps: int
+    first_difference: int | None
+    """The first replayed step (from 1) whose real next state is not the dream's; None when all agree."""
+    error: str
+    source: int | None
+    """The run's episode source holding the dream episode (its side by side page), None when it is not there."""
+    index: int
+
+
+@dataclass
+class AuditIteration:
+    """An audit file's rows of one iteration: their figures (`dreamgym.audit.summarize`) and episodes."""
+
+    label: str
+    iteration: int
+    figures: dict[str, float]
+    episodes: list[AuditedEpisode]
+
+
+@dataclass
 class Run:
     id: int
     root: Path
@@ -92,6 +122,7 @@ class Run:
     sources: list[Source] = field(default_factory=list)
     ems: list[Path] = field(default_factory=list)
     fidelity: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[AuditIteration] = field(default_factory=list)
     report: str = ""
 
     @property
@@ -231,6 +262,7 @@ def load_run(run_id: int, root: Path) -> Run:
         run.problems.append(f"{root}: not a folder")
         return run
     files = _walk(root, run.problems)
+    audits: list[Path] = []
     for p in files:
         rel = p.relative_to(root)
         if p.name in ("config.yaml", "em_config.json") and not run.config_text:
@@ -249,6 +281,8 @@ def load_run(run_id: int, root: Path) -> Run:
             for label, row in (d.get("rows") or {}).items() if isinstance(d, dict) else []:
                 if isinstance(row, dict):
                     run.fidelity.append({"model": f"{_label(p, run)}: {label}", **row})
+        elif p.name == AUDIT_FILE:
+            audits.append(p)
         elif p.name in ("report.md", "results.md") and not run.report:
             run.report = _read_text(p, root, run.problems) or ""
         elif p.suffix in (".jsonl", ".parquet") and p.name not in LOGS and looks_like_trajectories(p, root):
@@ -260,7 +294,43 @@ def load_run(run_id: int, root: Path) -> Run:
         if trs is not None and inside(trs, root):
             run.sources.append(Source(f"{buf.relative_to(root)} (dream episodes)", DreamSource(buf, trs, root),
                                       trs.stat().st_size))
+    for p in audits:
+        _audit(run, p)
     return run
+
+
+def _audit(run: Run, p: Path) -> None:
+    """The audit file `p` by iteration; a row that is not an audit row is a problem line, the others are shown."""
+    by_iteration: dict[int, list[dict[str, Any]]] = {}
+    bad = 0
+    for row in _jsonl_rows(p, run.root, run.problems):
+        ok = (isinstance(row.get("iteration"), int) and isinstance(row.get("steps"), list)
+              and all(isinstance(s, dict) for s in row["steps"])
+              and all(k in row for k in ("dream_won", "real_won", "episode_index", "task")))
+        if ok:
+            by_iteration.setdefault(row["iteration"], []).append(row)
+        bad += not ok
+    if bad:
+        run.problems.append(f"{p.relative_to(run.root)}: {bad} row(s) are not audited episodes and were skipped")
+    sources = {s.name: i for i, s in enumerate(run.sources)}
+    for it, rows in sorted(by_iteration.items()):
+        episodes = []
+        for r in rows:
+            replayed = [s for s in r["steps"] if s.get("replayed")]
+            differs = [i for i, s in enumerate(replayed, 1)
+                       if " ".join(str(s.get("dream_next_state", "")).split())
+                       != " ".join(str(s.get("real_next_state", "")).split())]
+            file = str(p.parent.relative_to(run.root) / str(r.get("dream_file", "")))
+            task = r["task"].get("id", "?") if isinstance(r["task"], dict) else str(r["task"])
+            episodes.append(AuditedEpisode(task, bool(r["dream_won"]), None if r.get("error") else bool(r["real_won"]),
+                                           len(r["steps"]), len(replayed), differs[0] if differs else None,
+                                           str(r.get("error") or ""), sources.get(file), int(r["episode_index"])))
+        try:
+            figures = summarize(rows)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a row with the keys but not their types
+            run.problems.append(f"{p.relative_to(run.root)}: iteration {it}: its figures cannot be read ({e!r})")
+            figures = {}
+        run.audit.append(AuditIteration(_label(p, run), it, figures, episodes))
 
 
 def _summary(run: Run, p: Path) -> None:
