@@ -481,14 +481,14 @@ def _keywords(fn: Any) -> tuple[dict[str, Any], bool]:
     """The names `fn` takes as keywords, each with its resolved annotation (None: none, or it does not resolve),
     and whether it also takes any other (`**kwargs`)."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        try:
+            signature, resolved = inspect.signature(fn, eval_str=True), True
+        except (NameError, TypeError, SyntaxError):  # e.g. a name imported only for type checkers
+            signature, resolved = inspect.signature(fn), False
     except (TypeError, ValueError):
         return {}, True
-    try:
-        hints = typing.get_type_hints(fn.__init__ if isinstance(fn, type) else fn)
-    except (NameError, TypeError):  # e.g. a name imported only for type checkers: the values cannot be checked
-        hints = {}
-    names = {p.name: hints.get(p.name) for p in params
+    params = signature.parameters.values()
+    names = {p.name: p.annotation if resolved and p.annotation is not p.empty else None for p in params
              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
     return names, any(p.kind is p.VAR_KEYWORD for p in params)
 
