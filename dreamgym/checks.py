@@ -32,10 +32,14 @@ def env_family(name: str) -> None:
 
 
 def family_choices() -> str:
-    """The registered families, for a field's `allowed` text."""
-    from dreamgym.envs import family_names
+    """The families a field accepts, for its `allowed` text: the built-in ones, and any an installed package declares
+    by entry point, named when some are found (so `--help` and errors list what this machine has, and the generated
+    reference, made where none is installed, names the built-in ones and the rule)."""
+    from dreamgym.envs import BUILTIN_FAMILIES, family_names
 
-    return ", ".join(family_names())
+    found = [name for name in family_names() if name not in BUILTIN_FAMILIES]
+    return (f"{', '.join(BUILTIN_FAMILIES)}, or a family an installed package declares in the `dreamgym.envs` "
+            f"entry-point group" + (f" (found: {', '.join(found)})" if found else ""))
 
 
 def trajectory_file(path: str) -> None:

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import dreamgym
+from dreamgym.checks import env_family, family_choices
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
-from dreamgym.envs import family, family_names
+from dreamgym.envs import family
 from dreamgym.filecheck import output_path
 from dreamgym.paths import atomic_write_text
 from dreamgym.types import Step, Task, Trajectory, _jsonable
@@ -443,44 +444,81 @@ def _kv(text: str) -> tuple[str, Any]:
     return k, yaml.safe_load(v)
 
 
+def _family(name: str) -> str:
+    """`--env`: a registered family (an installed package's included), else the option's one-line usage error."""
+    try:
+        env_family(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (allowed: {family_choices()})") from None
+    return name
+
+
 def check_env_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
     """Keyword arguments for family `name`'s `make_env(split, **kwargs)`: each names a parameter of `make_env` or,
-    when `make_env` passes keywords on, of the environment class it returns (its return annotation). Values are the
-    environment's to judge; names are checked here, so a typo is refused before anything runs."""
+    when `make_env` passes keywords on, of the environment class it returns (its return annotation), and its value
+    fits that parameter's annotation where the annotation resolves (`_check_value`). So a typo in a name, or a value
+    of the wrong type, is refused before anything runs, not by every episode's set-up."""
     make_env = family(name).make_env
     accepted, open_ended = _keywords(make_env)
     if open_ended:
         try:
             env_class = typing.get_type_hints(make_env).get("return")
         except (NameError, TypeError):  # an annotation that does not resolve: the names cannot be known here
-            return
-        if not isinstance(env_class, type):
-            return
-        more, open_ended = _keywords(env_class)
-        if open_ended:
-            return
-        accepted |= more
-    accepted.discard("split")  # the command's own --split
-    unknown = sorted(set(kwargs) - accepted)
-    if unknown:
+            env_class = None
+        more, open_ended = _keywords(env_class) if isinstance(env_class, type) else ({}, True)
+        accepted = {**more, **accepted}
+    accepted.pop("split", None)  # the command's own --split
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown and not open_ended:
         raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} environment (allowed: "
                          f"{', '.join(sorted(accepted)) or 'none'})")
+    for key, value in kwargs.items():
+        if key in accepted:
+            _check_value(name, key, value, accepted[key])
 
 
-def _keywords(fn: Any) -> tuple[set[str], bool]:
-    """The names `fn` takes as keywords, and whether it also takes any other (`**kwargs`)."""
+def _keywords(fn: Any) -> tuple[dict[str, Any], bool]:
+    """The names `fn` takes as keywords, each with its resolved annotation (None: none, or it does not resolve),
+    and whether it also takes any other (`**kwargs`)."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        try:
+            signature, resolved = inspect.signature(fn, eval_str=True), True
+        except (NameError, TypeError, SyntaxError):  # e.g. a name imported only for type checkers
+            signature, resolved = inspect.signature(fn), False
     except (TypeError, ValueError):
-        return set(), True
-    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return names - {"self"}, any(p.kind is p.VAR_KEYWORD for p in params)
+        return {}, True
+    params = signature.parameters.values()
+    names = {p.name: p.annotation if resolved and p.annotation is not p.empty else None for p in params
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _check_value(env: str, key: str, value: Any, annotation: Any) -> None:
+    """Refuse a `--env-kw` value that does not fit its parameter's annotation as pydantic's lax mode reads it
+    (`max_steps=ten` for an int). Lax, because a value that works must never be refused: YAML has no tuple or path,
+    and an environment given a list for a tuple or a string for a path takes it. The environment receives the value
+    as given. An annotation pydantic cannot check (one it has no schema for) leaves the value to the environment."""
+    import pydantic
+
+    if annotation is None:
+        return
+    try:
+        adapter = pydantic.TypeAdapter(annotation, config=pydantic.ConfigDict(arbitrary_types_allowed=True))
+    except (pydantic.PydanticUserError, NameError, TypeError):
+        return
+    try:
+        adapter.validate_python(value)
+    except pydantic.ValidationError as e:
+        shown = annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+        reason = e.errors()[0]["msg"]
+        raise ValueError(f"{key}={value!r}: not a value of the {env} environment's {key} ({shown}): {reason}") \
+            from None
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = CommandParser(prog="dreamgym collect", description=(
         "Write offline real trajectories of scripted policies (with provenance) to a JSONL or Parquet file."))
-    ap.add_argument("--env", required=True, choices=sorted(family_names()), help="environment family")
+    ap.add_argument("--env", required=True, type=_family, help=f"environment family: {family_choices()}")
     ap.add_argument("--policy", default="oracle:0.5,noisy:0.3,random:0.2",
                     help="policy mix as name:weight,... (default: %(default)s)")
     ap.add_argument("--episodes", type=at_least(1), required=True, help="number of episodes")

@@ -8,7 +8,9 @@ Must not know: how any command works (it reads `dreamgym.cli.COMMANDS` and calls
     python -m dreamgym.docs_ref --check   # exit 1 when a committed page differs from the code
 
 `tests/test_docs.py` runs the check, so a change to a command, a config field, its doc or its range that is not
-regenerated fails the tests.
+regenerated fails the tests. Generate where no installed package adds an environment family: the pages then name
+the built-in families and say that a package's families are allowed too, where `--help` on a machine lists the
+ones it finds (`dreamgym.checks.family_choices`).
 """
 
 from __future__ import annotations

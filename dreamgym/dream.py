@@ -61,7 +61,7 @@ class DreamConfig:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Curriculum task generator (curriculum.enabled=false is the no-task-generation ablation)."""
     max_steps: int = ranged(0, ge=0)
-    """Step limit of a synthetic episode (0: the real environment's own limit)."""
+    """Step limit of a synthetic episode (0: the family's step limit, its `MAX_STEPS`, as real episodes have)."""
     initial_state: Literal["auto", "real", "model"] = "auto"
     """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task, else
     the model's), 'real' or 'model'."""

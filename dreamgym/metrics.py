@@ -2,7 +2,8 @@
 record of where a run's numbers came from.
 
 Owns: the metrics file format (one JSON object per line: {"step": int, "time": float, "<name>": value...}) and the
-machine record that summaries and reports carry, with `pin_threads`, which sets the two thread pools it records.
+machine record that summaries and reports carry, with `pin_threads`, which sets the two thread pools it records
+(and says on stderr when torch's threads exceed the idle cores, `warn_busy_cores`).
 Must not know: trainers, environments.
 """
 
@@ -12,6 +13,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -137,7 +139,40 @@ def pin_threads(n: int, *, torch_threads: bool = True) -> None:
 
     if torch_threads:
         torch.set_num_threads(n)
+        warn_busy_cores(n)
     threadpoolctl.threadpool_limits(limits=n, user_api="blas")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (`os.sched_getaffinity`; all of them where the OS cannot say)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call on this OS (macOS)
+        return os.cpu_count() or 1
+
+
+def warn_busy_cores(threads: int) -> None:
+    """Print `busy_cores_warning` for this machine on stderr, when there is one (at start-up, where threads are set)."""
+    warning = busy_cores_warning(threads)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
+def busy_cores_warning(threads: int, load: float | None = None, cores: int | None = None) -> str | None:
+    """One line saying that `threads` torch threads exceed the idle cores, or None when they do not (one thread never
+    does). Idle cores: the `cores` this process may use (default `usable_cores()`) less the machine's one-minute
+    `load` average (default `os.getloadavg`), rounded. Said, never acted on: the thread count changes results, so it
+    stays as set. Torch's threads wait for one another at every operation, so one that shares its core with other
+    work stalls them all: `dreamgym train-em` ran 8-15x slower with 2 threads than with 1 on a 2-core machine
+    running other work."""
+    cores = usable_cores() if cores is None else cores
+    load = os.getloadavg()[0] if load is None else load
+    idle = max(0, round(min(float(cores), (os.cpu_count() or cores) - load)))
+    if threads <= max(1, idle):
+        return None
+    return (f"warning: {threads} torch threads but about {idle} of {cores} cores idle (load average {load:.1f} over "
+            f"the last minute): threads that share a core wait for each other (measured 8-15x slower with 2 threads "
+            f"than with 1 on 2 busy cores); threads=1 may run faster, though the thread count changes results")
 
 
 def machine_info() -> dict[str, Any]:

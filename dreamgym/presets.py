@@ -18,13 +18,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
+import inspect
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,17 +204,76 @@ def _tiny_spec() -> dict[str, Any]:
     return {**_tiny_recipe(), "corpus_sha256": hashlib.sha256(corpus).hexdigest()}
 
 
-def _tiny_quick_key() -> str:
-    """A cheap stand-in for `_tiny_spec`: gathering the corpus takes seconds (families build indexes), reading
-    the environment package's files takes milliseconds. Same files => same corpus, so the directory found for
-    this key last time is reused; when a file changes the corpus is gathered again (and if it did not change,
-    the existing preset is still reused)."""
+def _tiny_quick_key() -> str | None:
+    """A cheap stand-in for `_tiny_spec`: gathering the corpus takes seconds (families build indexes), reading the
+    registered families' files takes milliseconds. The key covers every registered family, those of installed
+    packages (entry points) included: its name, its module and the files of the folder that module lives in
+    (`_family_files`). Same families and files => same corpus, so the directory found for this key last time is
+    reused; when a family is added or a file changes the corpus is gathered again (and if it did not change, the
+    existing preset is still reused). None when a family's files cannot be found without importing it (one
+    registered in code as an object whose module has no file): the corpus is then gathered every time."""
+    registry = importlib.import_module("dreamgym.envs.registry")
     h = hashlib.sha256(json.dumps(_tiny_recipe(), sort_keys=True).encode())
-    root = Path(__file__).parent / "envs"
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(root)).encode() + b"\x00" + path.read_bytes())
+    files: dict[Path, Path] = {}  # file -> the folder it is named relative to
+    for name in registry.family_names():
+        found = _family_files(registry.family_source(name))
+        if found is None:
+            return None
+        module_path, root, paths = found
+        h.update(f"{name}={module_path}\x00".encode())
+        for path in paths:
+            files.setdefault(path, root)
+    for path, root in sorted(files.items()):
+        size = path.stat().st_size
+        # Contents for source-sized files; size and modification time for large ones (a family's data can be big).
+        data = path.read_bytes() if size <= _FINGERPRINT_MAX_BYTES else f"{size}:{path.stat().st_mtime_ns}".encode()
+        h.update(str(path.relative_to(root)).encode() + b"\x00" + data)
     return "tiny:" + h.hexdigest()[:16]
+
+
+_FINGERPRINT_MAX_BYTES = 1 << 20
+
+
+def _family_files(source: Any) -> tuple[str, Path, list[Path]] | None:
+    """Where a registered family's code lives, found without importing it: (its module's name, a folder, the
+    files under it). The folder is the module's own for a package, the one holding it for a module inside a
+    package (so the built-in families share `dreamgym/envs/`); a top-level module file is taken alone. None when
+    it cannot be found."""
+    if isinstance(source, str):
+        module_path = source.partition(":")[0]
+        origin, is_package = _module_origin(module_path)
+        if origin is None:
+            return None
+    else:  # a module or an EnvFamily registered in code: it is imported already
+        module = source if isinstance(source, types.ModuleType) else inspect.getmodule(source.make_env)
+        if module is None:
+            return None
+        try:
+            origin = Path(inspect.getfile(module))
+        except TypeError:  # a module without a file (built in, or made in memory)
+            return None
+        module_path, is_package = module.__name__, origin.name == "__init__.py"
+    if not is_package and "." not in module_path:
+        return module_path, origin.parent, [origin]
+    root = origin.parent
+    return module_path, root, sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _module_origin(module_path: str) -> tuple[Path | None, bool]:
+    """The file of module `module_path` and whether it is a package, found without importing it or its parent
+    packages (None when it cannot be found)."""
+    top, *rest = module_path.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name is looked up without importing it
+    except (ImportError, ValueError):
+        return None, False
+    for part in rest:  # submodules: on their parent's path, which a lookup of "a.b" would import "a" to read
+        if spec is None or spec.submodule_search_locations is None:
+            return None, False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None, False
+    return Path(spec.origin), spec.submodule_search_locations is not None
 
 
 def _spec_hash(spec: dict[str, Any]) -> str:
@@ -310,7 +373,9 @@ def _build_smollm2(out: Path, spec: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------- build and load
 
 _BUILDERS = {"tiny": (_tiny_spec, _build_tiny), "smollm2-135m": (_smollm2_spec, _build_smollm2)}
-_QUICK_KEYS = {"tiny": _tiny_quick_key, "smollm2-135m": lambda: "smollm2:" + _spec_hash(_smollm2_spec())}
+# A quick key of None: none can be computed cheaply, the spec is computed every time.
+_QUICK_KEYS: dict[str, Callable[[], str | None]] = {
+    "tiny": _tiny_quick_key, "smollm2-135m": lambda: "smollm2:" + _spec_hash(_smollm2_spec())}
 _MANIFEST = "dreamgym_preset.json"
 _INDEX = "index.json"  # quick key -> preset directory name
 
@@ -334,13 +399,15 @@ def build_preset(name: str, *, force: bool = False) -> Path:
     spec_fn, build_fn = _BUILDERS[name]
     root = cache_dir("presets")
     quick = _QUICK_KEYS[name]()
-    known = _read_index(root).get(quick)
+    known = _read_index(root).get(quick) if quick is not None else None
     if known and not force and (root / known / _MANIFEST).is_file():
         return root / known
     spec = spec_fn()
     final = root / f"{name}-{_spec_hash(spec)}"
     if force or not (final / _MANIFEST).is_file():
         _build_into(final, name, spec, build_fn)
+    if quick is None:
+        return final
     index = _read_index(root)
     index[quick] = final.name
     atomic_write_text(root / _INDEX, json.dumps(index, indent=1, sort_keys=True))

@@ -210,16 +210,19 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
         print(f"real-step budget of {cfg.real_step_budget} used up after {state.iteration} iterations")
 
 
-def _check_inputs(cfg: TrainConfig, resume: bool) -> None:
+def _check_inputs(cfg: TrainConfig) -> None:
     """Start-up checks of what the run reads and writes, before any model loads (cheap: JSON, YAML, file headers,
-    streamed records): the run folder can be written and, resumed, was this family's and algorithm's run; the
-    policy to start from and the experience model are of this family; every trajectory file the run trains on or
-    draws from reads to its last record, each record of this family. Raises ValueError naming the problem."""
+    streamed records): the run folder can be written and, when it holds a run already, was this family's and
+    algorithm's run; the policy to start from and the experience model are of this family; every trajectory file
+    the run trains on or draws from reads to its last record, each record of this family. Raises ValueError naming
+    the problem."""
     output_path(cfg.resolved_run_dir(), "folder")
-    if resume:
-        found = provenance.of_run_dir(cfg.resolved_run_dir())
-        if found is not None:  # --resume continues this run's config.yaml and metrics.jsonl: one run per folder
-            provenance.require(found, family=cfg.env, algo=cfg.algo)
+    # One run per folder: --resume continues its config.yaml and metrics.jsonl, and a new run there (without
+    # --resume) would overwrite the one config.yaml and append to its metrics, so another family's or algorithm's
+    # run is refused either way.
+    found = provenance.of_run_dir(cfg.resolved_run_dir())
+    if found is not None:
+        provenance.require(found, family=cfg.env, algo=cfg.algo)
     if cfg.init:
         found_init = provenance.of_model_folder(cfg.init)
         if found_init is not None:
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides += [f"env={args.env}"] if args.env else []
     try:
         cfg = load_config(TrainConfig, args.config, overrides)
-        _check_inputs(cfg, args.resume)
+        _check_inputs(cfg)
         from dreamgym.envs import family
 
         fam: EnvFamily = family(cfg.env)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import refusals
 from model_fixtures import em_checkpoint
+from plugins import dist_info
 from refusals import TINY, refused
 
 from dreamgym import filecheck
@@ -141,6 +142,47 @@ def test_env_kwargs_follows_make_env_to_the_environment_class():
     check_env_kwargs("webshop", {"max_steps": 3, "n_products": 50})
     with pytest.raises(ValueError, match="'colour': not a keyword of the webshop environment .*n_products"):
         check_env_kwargs("webshop", {"colour": 1})
+
+
+def test_collect_refuses_a_value_the_environment_cannot_take_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    refused(capsys, ["collect", "--env", "dial", "--episodes", "2", "--out", str(out), "--env-kw", "max_steps=ten"],
+            "max_steps='ten': not a value of the dial environment's max_steps (int)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_env_kwargs_values_fit_the_parameters_annotations():
+    check_env_kwargs("webshop", {"official_dir": "/data/webshop", "catalog_key": None, "max_steps": 3})
+    with pytest.raises(ValueError, match=r"n_products=\[50\]: not a value of the webshop environment's n_products "
+                                         r"\(int\)"):
+        check_env_kwargs("webshop", {"n_products": [50]})
+    with pytest.raises(ValueError, match="official_dir=5: .*str | pathlib.Path | None"):
+        check_env_kwargs("webshop", {"official_dir": 5})
+    with pytest.raises(ValueError, match="browsers='two': not a value of the miniwob environment's browsers"):
+        check_env_kwargs("miniwob", {"browsers": "two"})  # make_env's own keyword
+
+
+def test_a_family_field_allows_the_built_in_families_and_those_installed_packages_add(tmp_path):
+    """The errors and `--help` name the families found where they run; the generated reference, the rule."""
+    dist_info(tmp_path, {"lamps": "familypkg.lamps"})
+    env = {"PYTHONPATH": f"{ROOT}:{tmp_path}:{ROOT / 'tests' / 'fixtures'}", "PATH": "/usr/bin:/bin",
+           "HF_HUB_OFFLINE": "1"}
+    rule = ("dial, webshop, alfworld, textworld, miniwob, webarena_lite, or a family an installed package declares "
+            "in the `dreamgym.envs` entry-point group")
+
+    def dreamgym(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dreamgym.cli", *argv], capture_output=True, text=True,
+                              timeout=300, env=env)
+
+    train = dreamgym("train", "--algo", "grpo", "--env", "lampz")
+    assert train.returncode == 2 and train.stderr.count("\n") == 1
+    assert f"unknown environment family 'lampz' (allowed: {rule} (found: lamps))" in train.stderr
+    collect = dreamgym("collect", "--env", "lampz", "--episodes", "1", "--out", str(tmp_path / "x.jsonl"))
+    assert collect.returncode == 2 and f"{rule} (found: lamps)" in collect.stderr
+    assert f"{rule} (found: lamps)" in " ".join(dreamgym("collect", "--help").stdout.split())
+    reference = " ".join(((ROOT / "docs/reference/config.md").read_text() + (ROOT / "docs/reference/cli.md").read_text())
+                         .split())
+    assert reference.count(rule) == 6  # the five configs' env fields and collect's --env and "found:" not in reference and "{alfworld,dial" not in reference
 
 
 def test_paths_of_the_wrong_kind_or_under_a_file_are_refused(tmp_path, capsys):

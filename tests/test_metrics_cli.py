@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 from dreamgym.cli import COMMANDS, main
-from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, read_metrics
+from dreamgym.metrics import (MetricsLogger, busy_cores_warning, describe_machine, machine_info, pin_threads,
+                              read_metrics)
 
 
 def test_metrics_jsonl_and_tensorboard(tmp_path):
@@ -48,3 +49,33 @@ def test_machine_info_records_the_kernel_path_torch_runs_on():
                                        check=True).stdout.strip().splitlines()[-1])
     assert forced["torch_cpu_capability"] == "DEFAULT" and forced["torch_threads"] == 1
     assert forced["blas_threads"] == 1  # OpenBLAS follows OMP_NUM_THREADS unless pinned (docs/log/01-quickstart.md)
+
+
+def test_more_torch_threads_than_idle_cores_are_said_in_one_line_and_kept():
+    """train-em ran 8-15x slower with 2 threads than with 1 on 2 busy cores, with nothing saying so."""
+    said = busy_cores_warning(2, load=1.0, cores=2)
+    assert said is not None and "\n" not in said
+    assert "2 torch threads but about 1 of 2 cores idle" in said and "threads=1" in said
+    assert busy_cores_warning(2, load=0.3, cores=2) is None  # idle enough
+    assert busy_cores_warning(1, load=8.0, cores=2) is None  # one thread is never too many
+    assert busy_cores_warning(4, load=0.0, cores=2) is not None  # more threads than cores at all
+
+
+def test_pinning_threads_on_a_busy_machine_warns_on_stderr_and_keeps_the_count(monkeypatch, capsys):
+    import threadpoolctl
+    import torch
+
+    # Every core busy: the load average is the one input a test cannot set on a real machine.
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+    torch_before = torch.get_num_threads()
+    blas_before = threadpoolctl.threadpool_info()
+    try:
+        pin_threads(2)
+        err = capsys.readouterr().err
+        assert err.startswith("warning: 2 torch threads") and err.count("\n") == 1
+        assert torch.get_num_threads() == 2
+        pin_threads(1)
+        assert capsys.readouterr().err == ""
+    finally:
+        torch.set_num_threads(torch_before)
+        threadpoolctl.threadpool_limits(limits={i["prefix"]: i["num_threads"] for i in blas_before})

@@ -62,6 +62,15 @@ def test_resuming_a_run_of_another_family_or_algorithm_is_refused_and_leaves_it_
     assert snapshot(grpo_run) == before  # config.yaml not rewritten, no metrics row added
 
 
+def test_a_new_run_into_a_folder_of_another_family_or_algorithm_is_refused_and_leaves_it_untouched(grpo_run, capsys):
+    before = snapshot(grpo_run)
+    refused(capsys, ["train", "--algo", "sft", "--env", "dial", f"run_dir={grpo_run}", *TINY],
+            f"the run folder {grpo_run}", "algorithm 'grpo'", "'sft'")
+    refused(capsys, ["train", "--algo", "grpo", "--env", "webshop", f"run_dir={grpo_run}", *TINY],
+            f"the run folder {grpo_run}", "environment family 'dial'", "'webshop'")
+    assert snapshot(grpo_run) == before
+
+
 def test_the_checkpoint_itself_is_checked_when_the_run_folder_has_no_config(grpo_run, tmp_path, capsys):
     run = tmp_path / "copy"
     shutil.copytree(grpo_run, run)

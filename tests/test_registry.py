@@ -20,20 +20,11 @@ from dreamgym.collect import collect
 from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyHooks, FamilyImportError, UnknownFamilyError,
                            check_family, family, family_names, register_family)
 from dreamgym.envs.dial import ACTIONS, DialEnv
-from dreamgym.envs.registry import ENTRY_POINT_GROUP
+from plugins import dist_info as _dist_info
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 BUILTIN = ("dial", "webshop", "alfworld", "textworld")
-
-
-def _dist_info(where: Path, entry_points: dict[str, str], name: str = "familypkg") -> None:
-    """What `pip install` of a package declaring these `dreamgym.envs` entry points leaves in site-packages."""
-    info = where / f"{name}-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    lines = "".join(f"{k} = {v}\n" for k, v in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}")
 
 
 @pytest.fixture

@@ -26,7 +26,9 @@ _BUILTIN = (
 )
 for _name, _module, _gym_id, _env_class in _BUILTIN:
     register_family(_name, _module, gym_id=_gym_id, env_entry_point=_env_class)
+BUILTIN_FAMILIES: tuple[str, ...] = tuple(row[0] for row in _BUILTIN)
+"""The names of the families shipped with DreamGym (others come from installed packages' entry points)."""
 
 
-__all__ = ["CheckFamilyError", "EnvFamily", "FamilyHooks", "FamilyImportError", "OPTIONAL_HOOKS", "ScriptedPolicy",
-           "UnknownFamilyError", "check_family", "family", "family_names", "register_family"]
+__all__ = ["BUILTIN_FAMILIES", "CheckFamilyError", "EnvFamily", "FamilyHooks", "FamilyImportError", "OPTIONAL_HOOKS",
+           "ScriptedPolicy", "UnknownFamilyError", "check_family", "family", "family_names", "register_family"]

@@ -1,7 +1,7 @@
 """The open registry of environment families: registering one, finding one by name, and its gymnasium id.
 
-Owns: `register_family`, `family`, `family_names`, the discovery of families other packages declare in the
-`dreamgym.envs` entry-point group, and registering a family's environment with gymnasium.
+Owns: `register_family`, `family`, `family_names`, `family_source`, the discovery of families other packages declare
+in the `dreamgym.envs` entry-point group, and registering a family's environment with gymnasium.
 Must not know: any concrete family (the built-in ones are registered by `dreamgym.envs`), models, torch,
 trainers.
 
@@ -104,6 +104,18 @@ def family_names() -> tuple[str, ...]:
     with _LOCK:
         _discover()
         return tuple(_REGISTRY)
+
+
+def family_source(name: str) -> Source:
+    """What the family `name` is registered with: an import path ("pkg.mod" or "pkg.mod:attr"), a module or an
+    `EnvFamily`, without importing it (the tiny preset fingerprints a family's files by it). Raises
+    `UnknownFamilyError` for a name nobody registered."""
+    with _LOCK:
+        if name not in _REGISTRY:
+            _discover()
+        if name not in _REGISTRY:
+            raise UnknownFamilyError(f"unknown environment family {name!r}; known: {', '.join(_REGISTRY)}")
+        return _REGISTRY[name].source
 
 
 def _register(name: str, source: Source, origin: str) -> None:

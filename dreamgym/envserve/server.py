@@ -127,7 +127,7 @@ class EnvServerConfig:
     buffer: str = ""
     """dream: the replay buffer's folder, owned by this process (empty: in memory, gone when the server stops)."""
     max_steps: int = ranged(0, ge=0)
-    """dream: step limit of a synthetic episode (0: the real environment's own)."""
+    """dream: step limit of a synthetic episode (0: the family's step limit, its `MAX_STEPS`)."""
     device: str = ""
     """dream: where the experience model runs (cpu, cuda; empty: cuda when available)."""
     max_sessions: int = ranged(64, ge=1, le=4096)
@@ -659,7 +659,7 @@ CONFIG_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "em": ("--em", {"help": "experience-model checkpoint folder, from dreamgym train-em (em=)"}),
     "em_data": ("--em-data", {"help": "trajectories that seed the buffer; default: the EM's data (em_data=)"}),
     "buffer": ("--buffer", {"help": "replay-buffer folder this server owns; default: in memory (buffer=)"}),
-    "max_steps": ("--max-steps", {"type": int, "help": "synthetic step limit; 0: the real one (max_steps=)"}),
+    "max_steps": ("--max-steps", {"type": int, "help": "synthetic step limit; 0: the family's MAX_STEPS (max_steps=)"}),
     "device": ("--device", {"help": "experience model device: cpu, cuda (device=)"}),
     "max_sessions": ("--max-sessions", {"type": int, "help": "max_sessions="}),
     "idle_timeout_s": ("--idle-timeout-s", {"type": float, "help": "idle_timeout_s="}),

@@ -624,10 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dreamgym.llm.hf import HFBackend
+    from dreamgym.metrics import warn_busy_cores
     from dreamgym.presets import PresetError
 
     if args.threads:
         torch.set_num_threads(args.threads)
+        warn_busy_cores(args.threads)
     try:
         backend = HFBackend.from_preset(args.preset, device=args.device, batch_size=args.batch_size)
     except PresetError as e:

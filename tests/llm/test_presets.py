@@ -2,11 +2,18 @@
 
 import importlib.util
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
+from plugins import dist_info
 
 from dreamgym import presets
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +98,44 @@ def test_build_is_atomic_and_cached(tmp_path, monkeypatch):
     (tmp_path / "presets" / "index.json").write_text("{not json")
     assert presets.build_preset("tiny") == path
     assert os.stat(path / "model.safetensors").st_mtime_ns == stamp
+
+
+# A family of another package with text of its own: the lamps of the fixture package, and a corpus that names a
+# colour no built-in family has, often enough to become one token of a tokenizer trained on it.
+GLOW_FAMILY = '''
+from familypkg.lamps import MAX_STEPS, POLICIES, admissible_from_state, explain, make_env, parse_goal, tasks
+
+
+def corpus_text():
+    return ["toggle the zorblaxian lamp"] * 3000
+'''
+
+
+@pytest.mark.slow
+def test_a_family_added_by_entry_point_gets_a_new_tiny_preset_trained_on_its_text(tmp_path):
+    """A preset built before a package added a family is not reused after: the family's corpus is in the new one."""
+    (tmp_path / "site" / "glowpkg").mkdir(parents=True)
+    (tmp_path / "site" / "glowpkg" / "__init__.py").write_text("")
+    (tmp_path / "site" / "glowpkg" / "glow.py").write_text(GLOW_FAMILY)
+    build = textwrap.dedent("""
+        from transformers import AutoTokenizer
+        from dreamgym import presets
+        path = presets.build_preset("tiny")
+        print(path.name, len(AutoTokenizer.from_pretrained(path)(" zorblaxian", add_special_tokens=False).input_ids))
+    """)
+
+    def built() -> tuple[str, int]:
+        env = {**os.environ, "DREAMGYM_CACHE": str(tmp_path / "cache"),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "site"), str(ROOT / "tests" / "fixtures")])}
+        run = subprocess.run([sys.executable, "-c", build], capture_output=True, text=True, timeout=900, env=env)
+        assert run.returncode == 0, run.stderr
+        name, tokens = run.stdout.split()[-2:]
+        return name, int(tokens)
+
+    before, tokens_before = built()
+    dist_info(tmp_path / "site", {"glow": "glowpkg.glow"}, name="glowpkg")
+    after, tokens_after = built()
+    assert after != before and tokens_before > 1 and tokens_after == 1
 
 
 def test_unknown_and_missing_presets_say_how_to_fix(monkeypatch):
