@@ -432,31 +432,3 @@ def test_a_family_installed_by_entry_point_runs_the_whole_method_from_the_comman
     assert summary["iterations"] == 2 and 0 < summary["real_steps_used"] <= 24
     run = ok("eval", "--env", "lamps", "--policy", "s2r/final", "--max-tasks", "2", "--json", "eval.json")
     assert len(json.loads((tmp_path / "eval.json").read_text())["episodes"]) == 2, run.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.skip(reason="needs the tiny preset's cache key to cover every registered family (branch famrest): "
-                         "enable after that merge")
-def test_an_entry_point_family_s_tokenizer_corpus_is_used_by_the_tiny_preset(tmp_path):
-    """A family installed by entry point that declares its corpus (`corpus_text`): the tiny preset loaded afterwards
-    has a tokenizer trained on it, without `presets build --force` (a word only that corpus holds is one token)."""
-    (tmp_path / "lampsc.py").write_text(textwrap.dedent('''
-        """Lamps with a tokenizer corpus of its own."""
-        from familypkg.lamps import *  # noqa: F403 - the whole family, plus:
-
-
-        def corpus_text() -> list[str]:
-            return ["the quuxplatypus lamp glows"] * 500
-        '''))
-    site = tmp_path / "site"
-    _dist_info(site, {"lamps": "lampsc"})
-    run = _python("""
-        from dreamgym.envs import family
-        from dreamgym.presets import load_preset
-
-        assert "corpus_text" in family("lamps").hooks.defined
-        _, tok = load_preset("tiny", device="cpu")
-        print(len(tok.tokenize(" quuxplatypus")))
-        """, FIXTURES, site, tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split()[-1] == "1", run.stdout
