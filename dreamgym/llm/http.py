@@ -284,7 +284,8 @@ def _retry_after(resp: httpx.Response) -> float:
 
 def _error_message(resp: httpx.Response) -> str:
     try:
-        err = resp.json().get("error", resp.json())
+        body = resp.json()
+        err = body.get("error") or body.get("detail") or body  # OpenAI/vLLM's error object, FastAPI's detail
         return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
     except (ValueError, AttributeError):
         return resp.text[:500]
@@ -557,6 +558,9 @@ class HTTPTokenBackend:
             c.unload_lora_adapter(name)
 
     def close(self) -> None:
+        self._close_clients()
+
+    def _close_clients(self) -> None:
         for c in self.clients:
             c.close()
 
@@ -591,12 +595,12 @@ class HTTPTokenBackend:
                 continue
             problem = caps.missing(needs)
             if problem is not None:
-                self.close()
+                self._close_clients()  # not `close`: a subclass is not built yet
                 raise ServerCapabilityError(c.base_url, problem)
             self.capabilities[c.base_url] = caps
             print(caps.line(), file=sys.stderr, flush=True)
         if not self.capabilities:
-            self.close()
+            self._close_clients()
             raise ServerCapabilityError(", ".join(self.down), "no server answered at start-up: "
                                         + "; ".join(_short(e) for e in self.down.values()))
 
@@ -659,11 +663,11 @@ class HTTPPolicyBackend(HTTPTokenBackend):
 
     def __init__(self, base_url: str | Sequence[str], model: Any, tokenizer: Any, *, served_model: str | None = None,
                  adapter_dir: str | Path | None = None, adapter_prefix: str | None = None, **http: Any):
-        # A LoRA policy is pushed after every update: a server without the endpoint is refused now, not at the
-        # first push after an update.
-        needs = {"lora": "sampling the LoRA policy trained here needs, to load its adapter after each update (vLLM: "
-                         "--enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; or dreamgym serve-model)"} \
-            if _is_peft(model) else {}
+        # The policy trained here reaches the servers as a LoRA adapter after every update (a trainer wraps the model
+        # in its adapters after this backend is built): a server without the endpoint is refused now, not at the
+        # first push.
+        needs = {"lora": "sampling the policy trained here needs, to load its adapter after each update (vLLM: "
+                         "--enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; or dreamgym serve-model)"}
         super().__init__(base_url, tokenizer, served_model=served_model, needs=needs, **http)
         self.model = model
         self._own_dir = adapter_dir is None
