@@ -591,7 +591,7 @@ class HTTPTokenBackend:
             try:
                 caps = probe_server(c, ids)
             except LLMEndpointError as e:
-                self._mark_down(c, e)
+                self.down[c.base_url] = str(e)  # said below: at once when none answered, else as a warning
                 continue
             problem = caps.missing(needs)
             if problem is not None:
@@ -603,6 +603,8 @@ class HTTPTokenBackend:
             self._close_clients()
             raise ServerCapabilityError(", ".join(self.down), "no server answered at start-up: "
                                         + "; ".join(_short(e) for e in self.down.values()))
+        for url, error in self.down.items():
+            log.warning("server %s marked down at start-up (%s); its requests go to the other servers", url, error)
 
     def _submit(self, client: OpenAIHTTPBackend, model: str, prompt: list[int], params: SamplingParams,
                 seed: int | None) -> Future:
