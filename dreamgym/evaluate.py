@@ -3,7 +3,8 @@
 Owns: `EvalConfig`, `evaluate_policy` (every (task, seed) pair played once through the rollout engine, in one
 batch), `EvalResult` (success rate with its Wilson 95% interval, mean reward, mean steps, n), the
 two-proportion z-test used to call an improvement significant, `load_policy` (a preset, a local model, or a
-checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command.
+checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command (a local policy, or one served by
+OpenAI-compatible servers at `http://HOST:PORT/v1#MODEL`; `--episodes-out` writes every episode as trajectories).
 Must not know: trainers' internals. `evaluate_policy` gets a `TextEnv` factory and never imports a concrete
 environment; only the command line looks an environment family up by name.
 

@@ -22,6 +22,13 @@ A request whose params carry an `OutputConstraint` sends its regex as vLLM's `st
 (honoured by vLLM on both endpoints and by `dreamgym serve-model`; vLLM's older `guided_regex` is silently ignored by
 current servers, so it is not used); its token budgets cannot be sent and only `max_tokens` bounds the answer.
 
+Start-up capability probe (`probe_server`, run by `HTTPTokenBackend` for each server): token-id prompts with ids
+returned, log-probs, runtime LoRA loading and structured output (checked by the answer matching, not the status) are
+found out with a few tiny greedy requests and printed in one line. A server without token-id prompts (a chat-only
+one, e.g. `transformers serve`, which refuses vLLM's fields with 422) gets chat requests and the local tokenizer
+re-derives the ids from the text; one without structured output gets no constraint; one lacking what the caller
+`needs` (the policy backend: runtime LoRA) is refused at once with `ServerCapabilityError`, a one-line `ConfigError`.
+
 Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
 `return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
 log-probs come back exactly as sampled, so a trainer can train on them (vLLM's default log-probs are the raw
