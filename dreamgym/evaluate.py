@@ -3,7 +3,8 @@
 Owns: `EvalConfig`, `evaluate_policy` (every (task, seed) pair played once through the rollout engine, in one
 batch), `EvalResult` (success rate with its Wilson 95% interval, mean reward, mean steps, n), the
 two-proportion z-test used to call an improvement significant, `load_policy` (a preset, a local model, or a
-checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command.
+checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command (a local policy, or one served by
+OpenAI-compatible servers at `http://HOST:PORT/v1#MODEL`; `--episodes-out` writes every episode as trajectories).
 Must not know: trainers' internals. `evaluate_policy` gets a `TextEnv` factory and never imports a concrete
 environment; only the command line looks an environment family up by name.
 
@@ -197,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = CommandParser(prog="dreamgym eval", description="Evaluate a policy on real environment tasks.")
     parser.add_argument("--env", required=True, help="environment family (dial, webshop, alfworld, ...)")
-    parser.add_argument("--policy", default="tiny", help="preset name, model directory, HF id or trainer checkpoint")
+    parser.add_argument("--policy", default="tiny",
+                        help="preset name, model directory, HF id or trainer checkpoint; or the policy served at "
+                             "http://HOST:PORT/v1#MODEL (any OpenAI-compatible server; several URLs comma-separated)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="with a served --policy: the preset, model directory or trainer checkpoint whose "
+                             "tokenizer (and, from a checkpoint, prompt settings) the policy uses (default: #MODEL)")
     parser.add_argument("--split", default="test", help="task split (default: test)")
     parser.add_argument("--seeds", default="0", help="comma-separated environment seeds; each task runs once per seed")
     parser.add_argument("--max-tasks", type=int, default=0, help="evaluate only the first N tasks (0 = all)")
@@ -209,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                              "e.g. the fixed task set a run trained on (before --skip-tasks/--max-tasks)")
     parser.add_argument("--config", default=None, help="YAML file with EvalConfig fields")
     parser.add_argument("--json", default=None, help="write the result as JSON to this file")
+    parser.add_argument("--episodes-out", default=None,
+                        help="write every evaluated episode (task, seed, actions, observations, rewards, policy, "
+                             "OpenAI chat messages) to this JSONL file, in the trajectory format")
     parser.add_argument("overrides", nargs="*", help="EvalConfig overrides, e.g. temperature=1.0 agent.history=2")
     args = parser.parse_intermixed_args(argv)
     if args.skip_tasks < 0 or args.max_tasks < 0:
@@ -234,12 +243,17 @@ def main(argv: list[str] | None = None) -> int:
         from dreamgym import checks, provenance
         from dreamgym.filecheck import output_path
 
-        if args.json:
-            try:
-                output_path(args.json, "file")
-            except ValueError as e:
-                raise ConfigError("--json", str(e)) from None
-        if Path(args.policy).exists():  # a folder: whole weights, and a trained policy of this family
+        for option, out in (("--json", args.json), ("--episodes-out", args.episodes_out)):
+            if out:
+                try:
+                    output_path(out, "file")
+                except ValueError as e:
+                    raise ConfigError(option, str(e)) from None
+        served = served_policy(args.policy, args.tokenizer)
+        if served is None and args.tokenizer:
+            raise ConfigError("--tokenizer", "only a served --policy (http://HOST:PORT/v1#MODEL) takes a tokenizer")
+        # A folder: whole weights, and a trained policy of this family.
+        if served is None and Path(args.policy).exists():
             try:
                 checks.loadable_model_folder(Path(args.policy))
                 found = provenance.of_model_folder(args.policy)
@@ -247,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                     provenance.require(found, family=args.env)
             except ValueError as e:
                 raise ConfigError("--policy", str(e)) from None
-        model, tok, meta = load_policy(args.policy)
+        model, tok, meta = load_policy(args.policy if served is None else served[2])
         if meta and "agent" not in given:
             # The prompt format must be the one the policy was trained with.
             cfg.agent = from_dict(AgentConfig, agent_config_from_meta(meta), prefix="agent.")
@@ -257,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in trained_rollout and key not in given.get("rollout", {}):
                 setattr(cfg.rollout, key, type(getattr(cfg.rollout, key))(trained_rollout[key]))
         validate_config(cfg)
+        backend: Any = HFBackend(model, tok) if served is None else _served_backend(served, tok)
     except (ValueError, PresetError, OSError, ImportError) as e:
         return fail("eval", e)
     tasks = tasks[args.skip_tasks:]
@@ -265,8 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     if not tasks:
         kept = f"of those {args.tasks_from} played " if args.tasks_from else ""
         return fail("eval", f"no {args.split} tasks {kept}left after skipping {args.skip_tasks}")
-    backend = HFBackend(model, tok)
-    result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
+    try:
+        result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
+    finally:
+        if served is not None:
+            backend.close()
     print(f"{args.policy} on {args.env}/{args.split}: {result}")
     if args.json:
         from dreamgym.paths import atomic_write_text
@@ -279,4 +297,37 @@ def main(argv: list[str] | None = None) -> int:
                                                  "skip_tasks": args.skip_tasks, "max_tasks": args.max_tasks,
                                                  "config": to_dict(cfg),
                                                  **result.to_dict(), "episodes": rows}, indent=1))
+    if args.episodes_out:
+        from dreamgym.data import write_jsonl
+
+        write_jsonl(args.episodes_out, [e.to_trajectory(policy=args.policy) for e in result.episodes])
     return 0
+
+
+def served_policy(spec: str, tokenizer: str | None) -> tuple[list[str], str | None, str] | None:
+    """(server URLs, served model name, where its tokenizer loads from) for a served `--policy`
+    (`http://HOST:PORT/v1#MODEL`, several URLs comma-separated), None for a local one. The tokenizer comes from
+    `tokenizer`, else from the served model's name (a preset, a folder on this machine, a cached HF id)."""
+    if not spec.startswith(("http://", "https://")):
+        return None
+    from dreamgym.config import ConfigError
+    from dreamgym.llm.http import split_urls
+
+    try:
+        urls, name = split_urls(spec)
+    except ValueError as e:
+        raise ConfigError("--policy", str(e)) from None
+    where = tokenizer or name
+    if not where:
+        raise ConfigError("--policy", f"{spec} names no model: add #MODEL (the served model's name, also where its "
+                                      "tokenizer loads from) or give --tokenizer")
+    return urls, name, where
+
+
+def _served_backend(served: tuple[list[str], str | None, str], tokenizer: Any) -> Any:
+    """The rollout engine's backend over the servers of a served policy: prompts written by `tokenizer`, each server
+    probed first (`dreamgym.llm.http.HTTPTokenBackend`), so one it cannot use is refused in one line."""
+    from dreamgym.llm.http import HTTPTokenBackend
+
+    urls, name, _ = served
+    return HTTPTokenBackend(urls, tokenizer, served_model=name)

@@ -22,6 +22,13 @@ A request whose params carry an `OutputConstraint` sends its regex as vLLM's `st
 (honoured by vLLM on both endpoints and by `dreamgym serve-model`; vLLM's older `guided_regex` is silently ignored by
 current servers, so it is not used); its token budgets cannot be sent and only `max_tokens` bounds the answer.
 
+Start-up capability probe (`probe_server`, run by `HTTPTokenBackend` for each server): token-id prompts with ids
+returned, log-probs, runtime LoRA loading and structured output (checked by the answer matching, not the status) are
+found out with a few tiny greedy requests and printed in one line. A server without token-id prompts (a chat-only
+one, e.g. `transformers serve`, which refuses vLLM's fields with 422) gets chat requests and the local tokenizer
+re-derives the ids from the text; one without structured output gets no constraint; one lacking what the caller
+`needs` (the policy backend: runtime LoRA) is refused at once with `ServerCapabilityError`, a one-line `ConfigError`.
+
 Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
 `return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
 log-probs come back exactly as sampled, so a trainer can train on them (vLLM's default log-probs are the raw
@@ -32,22 +39,27 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import shutil
+import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.config import ConfigError
+from dreamgym.llm.base import ChatRequest, Completion, OutputConstraint, SamplingParams, row_seed
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
+_CHAT_PROMPTS_KEPT = 4096  # prompts remembered for chat-only servers (a few rollout batches' worth)
 
 
 class LLMEndpointError(RuntimeError):
@@ -130,6 +142,10 @@ class OpenAIHTTPBackend:
         """One token-id completion request, sent from the thread pool; the future raises `_Rejected` on a 4xx and
         `LLMEndpointError` when the server stays unreachable."""
         return self._pool.submit(self._one_ids, model, prompt, params, seed)
+
+    def submit_chat(self, model: str, request: ChatRequest, params: SamplingParams, seed: int | None) -> Future:
+        """One chat completion request, sent from the thread pool; failures as in `submit_ids`."""
+        return self._pool.submit(self._one, model, request, params, seed)
 
     def load_lora_adapter(self, name: str, path: str, *, inplace: bool = False) -> None:
         """vLLM's runtime LoRA loading: the server reads the PEFT adapter folder `path` (a path on the server's
@@ -275,7 +291,8 @@ def _retry_after(resp: httpx.Response) -> float:
 
 def _error_message(resp: httpx.Response) -> str:
     try:
-        err = resp.json().get("error", resp.json())
+        body = resp.json()
+        err = body.get("error") or body.get("detail") or body  # OpenAI/vLLM's error object, FastAPI's detail
         return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
     except (ValueError, AttributeError):
         return resp.text[:500]
@@ -339,6 +356,121 @@ def split_urls(spec: str) -> tuple[list[str], str | None]:
     return urls, names.pop() if names else None
 
 
+# ------------------------------------------------------------------------------------------------ capability probe
+CAPABILITIES = {"token_ids": "token-id prompts", "logprobs": "log-probs", "lora": "runtime LoRA loading",
+                "structured": "structured output"}
+"""What `probe_server` finds out about a server, each with the words its one line uses."""
+
+PROBE_REQUEST: ChatRequest = [{"role": "user", "content": "Write a number."}]
+"""The prompt of the probe's requests (sent as token ids, or as chat where ids are refused)."""
+
+PROBE_REGEX = "[0-9]{2}"
+"""The probe's structured-output regex: an unconstrained model is all but sure to write something else, so a server
+that accepts the field yet ignores it (vLLM answers the retired `guided_regex` with 200 and ignores it; servers that
+drop unknown fields) is caught by its answer, not by its status."""
+
+
+class ServerCapabilityError(ConfigError):
+    """A server cannot serve what the run needs (or no server answered at start-up): one line naming the server and
+    the missing endpoint or capability, found before any work starts."""
+
+    def __init__(self, url: str, problem: str):
+        super().__init__(url, problem)
+
+
+@dataclass(frozen=True)
+class ServerCapabilities:
+    """What one OpenAI-compatible server was found to do at start-up (`probe_server`)."""
+
+    url: str
+    model: str
+    token_ids: bool
+    """`POST /completions` takes token-id prompts and returns the sampled ids (vLLM's `return_token_ids`); without
+    it rows go to `POST /chat/completions` and the local tokenizer re-derives the ids from the text."""
+    logprobs: bool
+    """The answers of the endpoint used carry the sampled tokens' log-probs."""
+    lora: bool
+    """`POST /load_lora_adapter` exists (vLLM with runtime LoRA updating, `dreamgym serve-model`)."""
+    structured: bool
+    """A `structured_outputs` regex is accepted and the answer matches it; without it constraints are not sent and
+    answers are parsed leniently."""
+    why_not: dict[str, str] = field(default_factory=dict)
+    """Each missing capability -> what the server answered."""
+
+    def has(self) -> dict[str, bool]:
+        """Capability -> found, in the order of `CAPABILITIES`."""
+        return {"token_ids": self.token_ids, "logprobs": self.logprobs, "lora": self.lora,
+                "structured": self.structured}
+
+    def line(self) -> str:
+        """The probe's outcome and what is used instead of each missing capability, in one line."""
+        instead = {"token_ids": "chat completions, token ids re-derived by the local tokenizer",
+                   "logprobs": "the learner recomputes them when a trainer needs them",
+                   "lora": "no adapters can be pushed", "structured": "constraints not sent, answers parsed leniently"}
+        parts = [f"{CAPABILITIES[k]} yes" if ok else
+                 f"{CAPABILITIES[k]} no ({_short(self.why_not.get(k, ''))}; {instead[k]})"
+                 for k, ok in self.has().items()]
+        return f"server {self.url} (model {self.model}): " + "; ".join(parts)
+
+    def missing(self, needs: Mapping[str, str]) -> str | None:
+        """One line naming the first capability of `needs` (capability -> what needs it) this server lacks, else
+        None."""
+        for key, purpose in needs.items():
+            if not self.has()[key]:
+                return (f"the server has no {CAPABILITIES[key]} ({_short(self.why_not.get(key, ''))}), which "
+                        f"{purpose}")
+        return None
+
+
+def probe_server(client: OpenAIHTTPBackend, prompt_ids: Sequence[int]) -> ServerCapabilities:
+    """Find out what the server behind `client` does with a few tiny greedy requests: a token-id completion of
+    `prompt_ids` (else a chat completion of `PROBE_REQUEST`), an empty `POST /load_lora_adapter` (a 404 or 405 means
+    no such endpoint; a refusal of the empty body means there is one) and a completion constrained to
+    `PROBE_REGEX` whose answer must match it. Raises `LLMEndpointError` when the server is unreachable and
+    `ServerCapabilityError` when it serves neither kind of completion."""
+    model = client.model
+    why: dict[str, str] = {}
+    params = SamplingParams(temperature=0.0, max_tokens=4, seed=0)
+    ids = [int(t) for t in prompt_ids]
+    token_ids = logprobs = False
+    try:
+        logprobs = bool(client._one_ids(model, ids, params, 0).logprobs)
+        token_ids = True
+    except _Rejected as e:
+        why["token_ids"] = f"POST /completions: {e}"
+    if not token_ids:
+        try:
+            logprobs = bool(client._one(model, PROBE_REQUEST, params, 0).logprobs)
+        except _Rejected as e:
+            raise ServerCapabilityError(client.base_url, f"serves neither token-id completions ({why['token_ids']}) "
+                                                         f"nor chat completions (POST /chat/completions: {e})") from e
+    if not logprobs:
+        why["logprobs"] = "the answers carry none"
+    lora = True
+    try:
+        client._call("POST", "/load_lora_adapter", {}, parse=False)
+    except _Rejected as e:
+        lora = e.status not in (404, 405)
+        if not lora:
+            why["lora"] = f"POST /load_lora_adapter: {e}"
+    constrained = SamplingParams(temperature=0.0, max_tokens=8, seed=0, constraint=OutputConstraint(PROBE_REGEX))
+    structured = False
+    try:
+        answer = (client._one_ids(model, ids, constrained, 0) if token_ids else
+                  client._one(model, PROBE_REQUEST, constrained, 0)).text
+        structured = re.fullmatch(PROBE_REGEX, answer) is not None
+        if not structured:
+            why["structured"] = f"accepted, but the answer {answer[:40]!r} ignores the regex {PROBE_REGEX}"
+    except _Rejected as e:
+        why["structured"] = str(e)
+    return ServerCapabilities(client.base_url, model, token_ids, logprobs, lora, structured, why)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class HTTPTokenBackend:
     """`LLM` over one or more vLLM-style servers that all serve the same model, with prompts written here.
 
@@ -355,7 +487,7 @@ class HTTPTokenBackend:
     """
 
     def __init__(self, base_url: str | Sequence[str], tokenizer: Any, *, served_model: str | None = None,
-                 **http: Any):
+                 needs: Mapping[str, str] | None = None, **http: Any):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("HTTPTokenBackend needs at least one server URL")
@@ -369,6 +501,10 @@ class HTTPTokenBackend:
         """Servers marked down: base URL -> the error that took it out."""
         self.failovers = 0
         self._next = 0
+        self.capabilities: dict[str, ServerCapabilities] = {}
+        """What each server was found to do at start-up (base URL -> its probe)."""
+        self._chat_prompts: dict[tuple[int, ...], ChatRequest] = {}
+        self._probe(needs or {})
 
     @property
     def client(self) -> OpenAIHTTPBackend:
@@ -378,7 +514,10 @@ class HTTPTokenBackend:
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """Token ids of the chat-templated request with the generation prompt, exactly as `HFBackend.prompt_ids`."""
         text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if any(not c.token_ids for c in self.capabilities.values()):
+            self._remember_chat_prompt(ids, request)
+        return ids
 
     def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
@@ -396,13 +535,13 @@ class HTTPTokenBackend:
         futures: list[tuple[OpenAIHTTPBackend, Future]] = []
         for i, (pr, p, s) in enumerate(zip(prompts, plist, rows)):
             c = live[(start + i) % len(live)]
-            futures.append((c, c.submit_ids(model or c.model, list(map(int, pr)), p, s)))
+            futures.append((c, self._submit(c, model or c.model, list(map(int, pr)), p, s)))
         out: list[Completion] = []
         rejected: list[_Rejected] = []
         for i, (c, f) in enumerate(futures):
             while True:
                 try:
-                    out.append(f.result())
+                    out.append(self._as_sampled(c, f.result(), prompts[i]))
                     break
                 except _Rejected as e:
                     c.errors += 1
@@ -413,7 +552,7 @@ class HTTPTokenBackend:
                     self._mark_down(c, e)
                     c = self._live()[i % len(self._live())]
                     self.failovers += 1
-                    f = c.submit_ids(model or c.model, list(map(int, prompts[i])), plist[i], rows[i])
+                    f = self._submit(c, model or c.model, list(map(int, prompts[i])), plist[i], rows[i])
         return _settle(out, rejected, ", ".join(c.base_url for c in self.clients))
 
     def load_lora_adapter(self, name: str, path: str) -> None:
@@ -426,6 +565,9 @@ class HTTPTokenBackend:
             c.unload_lora_adapter(name)
 
     def close(self) -> None:
+        self._close_clients()
+
+    def _close_clients(self) -> None:
         for c in self.clients:
             c.close()
 
@@ -445,6 +587,64 @@ class HTTPTokenBackend:
         if client.base_url not in self.down:
             self.down[client.base_url] = str(error)
             log.warning("server %s marked down (%s); its requests go to the other servers", client.base_url, error)
+
+    # -------------------------------------------------------------------------------- capabilities and chat rows
+    def _probe(self, needs: Mapping[str, str]) -> None:
+        """Probe every server (`probe_server`), print what each one does in one line, and refuse at once a server
+        that lacks a capability of `needs` (capability -> what needs it). A server unreachable now is marked down,
+        as it would be at its first request; none reachable is refused too."""
+        ids = self.prompt_ids(PROBE_REQUEST)
+        for c in self.clients:
+            try:
+                caps = probe_server(c, ids)
+            except LLMEndpointError as e:
+                self.down[c.base_url] = str(e)  # said below: at once when none answered, else as a warning
+                continue
+            problem = caps.missing(needs)
+            if problem is not None:
+                self._close_clients()  # not `close`: a subclass is not built yet
+                raise ServerCapabilityError(c.base_url, problem)
+            self.capabilities[c.base_url] = caps
+            print(caps.line(), file=sys.stderr, flush=True)
+        if not self.capabilities:
+            self._close_clients()
+            raise ServerCapabilityError(", ".join(self.down), "no server answered at start-up: "
+                                        + "; ".join(_short(e) for e in self.down.values()))
+        for url, error in self.down.items():
+            log.warning("server %s marked down at start-up (%s); its requests go to the other servers", url, error)
+
+    def _submit(self, client: OpenAIHTTPBackend, model: str, prompt: list[int], params: SamplingParams,
+                seed: int | None) -> Future:
+        """One row to `client` the way its probe allows: token ids, or the chat request `prompt_ids` rendered into
+        `prompt`; a constraint the server does not honour is left out (the callers' parsers are lenient)."""
+        caps = self.capabilities.get(client.base_url)
+        if caps is None or caps.token_ids:
+            return client.submit_ids(model, prompt, params if caps is None or caps.structured else
+                                     replace(params, constraint=None), seed)
+        request = self._chat_prompts.get(tuple(prompt))
+        if request is None:
+            raise LLMEndpointError(f"{client.base_url} takes chat requests only, and this prompt's ids were not "
+                                   "written by this backend's prompt_ids, so its messages are unknown")
+        return client.submit_chat(model, request, params if caps.structured else replace(params, constraint=None),
+                                  seed)
+
+    def _as_sampled(self, client: OpenAIHTTPBackend, completion: Completion, prompt: Sequence[int]) -> Completion:
+        """A chat answer as the seam's token-in/token-out row: the ids re-derived from its text by the local
+        tokenizer (the server's own ids are not returned), its log-probs kept only when they are one per re-derived
+        id, the prompt ids those the row was asked with. Token-id answers pass unchanged."""
+        caps = self.capabilities.get(client.base_url)
+        if caps is None or caps.token_ids:
+            return completion
+        ids = [int(t) for t in self.tokenizer(completion.text, add_special_tokens=False)["input_ids"]]
+        logprobs = completion.logprobs if len(completion.logprobs) == len(ids) else []
+        return replace(completion, token_ids=ids, logprobs=list(logprobs), prompt_token_ids=[int(t) for t in prompt])
+
+    def _remember_chat_prompt(self, ids: list[int], request: ChatRequest) -> None:
+        """Keep the request behind `ids` for a chat-only server (bounded: the oldest go first; a rollout asks for a
+        turn's prompts just before it generates them)."""
+        self._chat_prompts[tuple(ids)] = request
+        if len(self._chat_prompts) > _CHAT_PROMPTS_KEPT:
+            del self._chat_prompts[next(iter(self._chat_prompts))]
 
 
 class HTTPPolicyBackend(HTTPTokenBackend):
@@ -472,7 +672,12 @@ class HTTPPolicyBackend(HTTPTokenBackend):
 
     def __init__(self, base_url: str | Sequence[str], model: Any, tokenizer: Any, *, served_model: str | None = None,
                  adapter_dir: str | Path | None = None, adapter_prefix: str | None = None, **http: Any):
-        super().__init__(base_url, tokenizer, served_model=served_model, **http)
+        # The policy trained here reaches the servers as a LoRA adapter after every update (a trainer wraps the model
+        # in its adapters after this backend is built): a server without the endpoint is refused now, not at the
+        # first push.
+        needs = {"lora": "sampling the policy trained here needs, to load its adapter after each update (vLLM: "
+                         "--enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; or dreamgym serve-model)"}
+        super().__init__(base_url, tokenizer, served_model=served_model, needs=needs, **http)
         self.model = model
         self._own_dir = adapter_dir is None
         self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \

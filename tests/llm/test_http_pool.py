@@ -50,6 +50,9 @@ def test_rows_spread_over_servers_sample_what_one_local_backend_samples(two_serv
     model, tok = tiny_preset
     local = HFBackend(copy.deepcopy(model), tok, batch_size=64)
     pool = HTTPTokenBackend([h.url for h in handles], copy.deepcopy(tok), served_model="tiny", max_retries=0)
+    assert [b.rows for b in backends] == [2, 2]  # each server's start-up probe: a token-id and a constrained row
+    for b in backends:
+        b.rows = 0
     reqs = [[{"role": "user", "content": p}] for p in PROMPTS]
     assert [pool.prompt_ids(r) for r in reqs] == [local.prompt_ids(r) for r in reqs]
     params = SamplingParams(max_tokens=10, seed=13)
