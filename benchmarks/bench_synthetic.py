@@ -1,14 +1,19 @@
-"""Synthetic transitions per second (a batch of episodes stepped together inside the experience model) versus
-the real environment's steps per second, and their ratio.
+"""Synthetic transitions per second (a batch of episodes stepped together inside the experience model) beside each
+real environment family's steps per second, in one run, with the experience model's prompt sharing off and on.
 
-    python benchmarks/bench_synthetic.py --env dial [--model CHECKPOINT] [--episodes 32] [--threads 2]
+    python benchmarks/bench_synthetic.py [--model CHECKPOINT] [--real dial,alfworld,webshop,miniwob]
+        [--episodes 32] [--group 8] [--turns 6] [--threads 1]
     python benchmarks/bench_synthetic.py --env dial --model CHECKPOINT --structured   # free vs structured decoding
 
-Without --model, a small tiny-preset experience model is trained on freshly collected dial data first and
-cached (under $DREAMGYM_CACHE/bench); its training time is printed but not part of the measurement.
-The real environment is stepped with its random policy in one process (no batching); the synthetic one runs
-`--episodes` SyntheticEnv episodes with random admissible actions, one `step_batch` (one model call) per turn,
-with a replay buffer (hashing embedder) seeded from real data and growing with every synthetic step.
+The synthetic side is `--env`'s (dial by default): `--model` is its experience-model checkpoint (the quickstart's
+`runs/quickstart/em` is the one the dial results use); without it, a small tiny-preset experience model is trained
+on freshly collected data first and cached (under $DREAMGYM_CACHE/bench), its training time printed but not
+measured. It runs `--episodes` SyntheticEnv episodes in GRPO groups of `--group` (a group shares its task and reset
+seed), random admissible actions, one `step_batch` (one model call) per turn, with a replay buffer (hashing
+embedder) seeded from real data and growing with every synthetic step; twice, with the backend's prompt sharing
+(`HFBackend(share_prompts=...)`: identical queries decoded once, common prefixes prefilled once) off and on, after
+one untimed warm-up turn. Each real family in `--real` is stepped with its random policy in one process for
+`--seconds` (resets included); MiniWoB++ plays its noisy oracle in one real Chromium (`benchmarks/bench_web.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import hashlib
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -114,22 +120,32 @@ def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None
 
 
 def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int,
-                          structured: bool = True, overrides: tuple[str, ...] = ()) -> dict:
+                          structured: bool = True, overrides: tuple[str, ...] = (), *, group: int = 1,
+                          share: bool | None = None, warmup: int = 0) -> dict:
+    """Synthetic transitions/s over `turns` batched turns (after `warmup` untimed ones) of `episodes` episodes in
+    groups of `group` sharing a reset seed; `share` sets the backend's prompt sharing (None: as loaded)."""
     from dreamgym.envs import family
-    from dreamgym.synthetic_env import SyntheticEnv
+    from dreamgym.synthetic_env import SyntheticBatcher, SyntheticEnv
 
     model = load_model(model_dir, episodes, structured, overrides=overrides)
+    if share is not None:
+        model.llm.share_prompts = share
     buf = model.buffer
     assert buf is not None
     fam = family(env_name)
-    envs = [SyntheticEnv(model) for _ in range(episodes)]
+    batcher = SyntheticBatcher()  # one per run: its counters are this run's
+    envs = [SyntheticEnv(model, batcher=batcher) for _ in range(episodes)]
     rng = random.Random(0)
-    infos = [e.reset(seed=i)[1] for i, e in enumerate(envs)]
+    infos = [e.reset(seed=i // group)[1] for i, e in enumerate(envs)]
     n, calls, t0 = 0, 0, time.perf_counter()
-    for _ in range(turns):
+    for turn in range(warmup + turns):
+        if turn == warmup:
+            n, calls, t0 = 0, 0, time.perf_counter()
+            model.stats.clear()
+            stats0 = dict(getattr(model.llm, "stats", {}))
         live = [i for i, e in enumerate(envs) if not e._done]
         if not live:  # start new episodes where all ended, so the batch stays full
-            infos = [e.reset(seed=1000 + calls * episodes + i)[1] for i, e in enumerate(envs)]
+            infos = [e.reset(seed=1000 + turn * episodes + i // group)[1] for i, e in enumerate(envs)]
             live = list(range(episodes))
         acts = []
         for i in live:
@@ -141,8 +157,46 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
         n += len(live)
         calls += 1
     dt = time.perf_counter() - t0
-    return {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt,
+    backend = {k: v - stats0.get(k, 0) for k, v in getattr(model.llm, "stats", {}).items()}
+    return {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt, "backend": backend,
             "failures": model.stats["failures"], "malformed": model.stats["malformed"], "buffer_size": len(buf)}
+
+
+def real_family_steps_per_s(env_name: str, seconds: float) -> tuple[float, int]:
+    """`real_steps_per_s` for a text family; MiniWoB++ with one browser (bench_web.py's noisy oracle)."""
+    if env_name != "miniwob":
+        return real_steps_per_s(env_name, seconds)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_web import real_steps_per_s as browser_steps_per_s
+
+    return browser_steps_per_s(1, seconds)
+
+
+def compare_real(model_dir: Path, a: argparse.Namespace) -> None:
+    """Real steps/s of each family in `--real` beside synthetic steps/s with sharing off and on."""
+    import datetime
+    import os
+
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}, torch threads {a.threads}")
+    syn = {}
+    for share in (False, True):
+        syn[share] = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns, group=a.group, share=share,
+                                           warmup=1)
+        b = syn[share]["backend"]
+        print(f"synthetic {a.env}, sharing {'on ' if share else 'off'}: {syn[share]['per_s']:.2f} transitions/s "
+              f"({syn[share]['transitions']} in {syn[share]['model_calls']} batched calls, "
+              f"{syn[share]['seconds']:.1f}s; rows decoded {b.get('rows_decoded')}/{b.get('rows')}, prompt tokens "
+              f"prefilled {b.get('prefilled_tokens')}/{b.get('prompt_tokens')}; {syn[share]['failures']} failure "
+              f"states)", flush=True)
+    print(f"experience model {model_dir} ({a.env}), x{a.episodes} episodes in groups of {a.group}, {a.turns} turns")
+    print("| real family | real steps/s | synthetic/real, sharing off | synthetic/real, sharing on |")
+    print("|---|---|---|---|")
+    for name in a.real.split(","):
+        real, n = real_family_steps_per_s(name, a.seconds)
+        print(f"| {name} | {real:.2f} ({n} steps) | {syn[False]['per_s'] / real:.4f} | "
+              f"{syn[True]['per_s'] / real:.4f} |", flush=True)
+    print(f"sharing on/off: {syn[True]['per_s'] / syn[False]['per_s']:.2f}x")
 
 
 def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) -> None:
@@ -177,11 +231,15 @@ def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--env", default="dial")
+    ap.add_argument("--env", default="dial", help="the synthetic side's family")
     ap.add_argument("--model", help="experience-model checkpoint (default: train a small one, cached)")
+    ap.add_argument("--real", default="dial,alfworld,webshop,miniwob", help="real families to compare with")
+    ap.add_argument("--seconds", type=float, default=10.0, help="seconds each real family is stepped")
     ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--group", type=int, default=8, help="episodes sharing a task and reset seed (a GRPO group)")
     ap.add_argument("--turns", type=int, default=6, help="batched turns to time")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (2 on a loaded 2-core machine decode several times slower than 1)")
     ap.add_argument("--structured", action="store_true",
                     help="compare free and structured decoding (held-out answers in-process and over HTTP, "
                          "synthetic steps/s) instead of synthetic versus real")
@@ -196,13 +254,7 @@ def main() -> None:
     if a.structured:
         compare_structured(model_dir, a.env, a)
         return
-    real, real_n = real_steps_per_s(a.env)
-    syn = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns)
-    print(f"env={a.env} model={model_dir} torch threads={a.threads}")
-    print(f"real environment:   {real:10.1f} steps/s ({real_n} steps, one process)")
-    print(f"synthetic (x{a.episodes}):   {syn['per_s']:10.1f} transitions/s ({syn['transitions']} transitions in "
-          f"{syn['model_calls']} batched model calls, {syn['seconds']:.1f}s, {syn['failures']} failure states)")
-    print(f"ratio synthetic/real: {syn['per_s'] / real:.4f}")
+    compare_real(model_dir, a)
 
 
 if __name__ == "__main__":

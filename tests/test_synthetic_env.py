@@ -454,3 +454,28 @@ def test_hidden_outcomes_are_copied_from_real_transitions_of_the_same_game():
     env, llm, model = dream(copy=True, t=variant)
     obs, _, _, _, _ = env.step("go to desk 1")
     assert f"Observation: {real_obs}" in obs and llm.calls == [] and model.stats["hidden_copied"] == 1
+
+
+def test_dream_batches_step_alike_with_and_without_sharing_on_the_tiny_model():
+    """A dream batch as GRPO makes it (groups of one task and reset seed): the experience model's backend shares
+    repeated queries and common prefixes, and every greedy step comes out as it does without sharing."""
+    model = ExperienceModel.load(trained_dial_model(), buffer=_buffer(), device="cpu")
+    assert model.llm.share_prompts
+
+    def dream(share: bool) -> tuple[list, dict]:
+        model.llm.share_prompts = share
+        model.llm.stats = dict.fromkeys(model.llm.stats, 0)
+        envs = [SyntheticEnv(model, add_to_buffer=False) for _ in range(8)]
+        for i, e in enumerate(envs):
+            e.reset(seed=i // 4)
+        steps = []
+        for actions in (["turn up", "turn up", "turn down", "submit"] * 2, ["turn up"] * 8):
+            live = [e for e in envs if not e._done]
+            steps += SyntheticEnv.step_batch(live, actions[:len(live)])
+        return [(obs, r, term, trunc, info["reasoning"]) for obs, r, term, trunc, info in steps], model.llm.stats
+
+    plain, plain_stats = dream(False)
+    shared, stats = dream(True)
+    assert shared == plain
+    assert stats["rows"] == plain_stats["rows"] and stats["rows_decoded"] < plain_stats["rows_decoded"]
+    assert stats["prefilled_tokens"] < plain_stats["prefilled_tokens"]

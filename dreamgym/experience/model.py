@@ -235,5 +235,6 @@ class ExperienceModel:
             from dreamgym.llm.hf import HFBackend
 
             model, tokenizer = load_checkpoint_model(path, device=device)
-            llm = HFBackend(model, tokenizer, batch_size=batch_size)
+            # A batch of queries shares much (a GRPO group's task, repeated steps): computed once, see HFBackend.
+            llm = HFBackend(model, tokenizer, batch_size=batch_size, share_prompts=True)
         return cls(llm, buffer=buffer, config=cfg, env=meta.get("env"))

@@ -17,6 +17,16 @@ Contract details trainers rely on:
   row samples from its masked logits, but its log-probs are still the raw model's.
 - Seeds: request `i` of a call with `SamplingParams.seed = s` samples from its own generator seeded with
   `row_seed(s, i)`, so its output does not depend on how the batch is chunked or what else is in it.
+
+Sharing (`share_prompts=True`, the experience model's backend): what a batch's requests have in common is computed
+once. Requests with the same prompt, settings and (when sampled) seed are decoded once and the completion copied,
+which the seed contract makes exact; and requests whose prompts open with the same tokens (a GRPO group's task
+line, a batch's common prefix) have that prefix prefilled once, its KV cache expanded to every row that shares it
+(`DynamicCache.batch_select_indices`), then only the rest of each prompt prefilled. A shared prefix changes only
+the shapes the model computes with, so a greedy completion is the one decoded alone up to float rounding in the
+last bits (tested equal on the experience model's prompts); a sampled one draws the same uniforms, so it differs
+only where such rounding moves a draw across a token boundary. Off by default: trainers' own log-probs stay the
+computation they have always been.
 """
 
 from __future__ import annotations
@@ -57,10 +67,16 @@ class _Row:
 class HFBackend:
     """`LLM` over a local `transformers` causal LM. `batch_size` bounds the rows decoded together."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32):
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32, share_prompts: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
+        self.share_prompts = share_prompts
+        self.stats = {"rows": 0, "rows_decoded": 0, "prompt_tokens": 0, "prefilled_tokens": 0}
+        """Requests asked for, rows decoded after merging identical ones, their prompt tokens, and the prompt
+        tokens actually prefilled (fewer than `prompt_tokens` where prefixes were shared)."""
+        # The last prompts rendered, so fitting a prompt to its budget and generating from it tokenize it once.
+        self._ids_cache: dict[str, list[int]] = {}
         self._lock = threading.Lock()  # one generation at a time: the model and its mode are shared state
         self._trigger_cache: dict[frozenset[str], frozenset[int]] = {}
         self._grammar: Grammars | None = None
@@ -90,12 +106,12 @@ class HFBackend:
 
     @classmethod
     def from_preset(cls, name: str, *, device: str | None = None, batch_size: int = 32,
-                    dtype: Any = None) -> HFBackend:
+                    dtype: Any = None, share_prompts: bool = False) -> HFBackend:
         """A backend over `dreamgym.presets.load_preset(name)` (preset name, local path or HF id)."""
         from dreamgym.presets import load_preset
 
         model, tokenizer = load_preset(name, device=device, dtype=dtype)
-        return cls(model, tokenizer, batch_size=batch_size)
+        return cls(model, tokenizer, batch_size=batch_size, share_prompts=share_prompts)
 
     @property
     def device(self) -> torch.device:
@@ -107,7 +123,13 @@ class HFBackend:
         """Token ids of the chat-templated request with the assistant generation prompt. The template is
         rendered to text once and tokenized without adding special tokens again (the template has them)."""
         text = self.tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = self._ids_cache.get(text)
+        if ids is None:
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(self._ids_cache) >= _IDS_CACHE_SIZE:
+                self._ids_cache.clear()
+            self._ids_cache[text] = ids
+        return list(ids)
 
     def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
@@ -131,19 +153,29 @@ class HFBackend:
             base = {id(p): int(torch.randint(0, 2**62, (1,)).item()) for p in plist if p.seed is None}
             seeds = [row_seed(p.seed if p.seed is not None else base[id(p)], i) for i, p in enumerate(plist)]
         rows = [_Row(list(map(int, pr)), p, int(s)) for pr, p, s in zip(prompts, plist, seeds)]
+        # `first[i]`: the row decoded for request i (itself, or an identical earlier request when sharing).
+        first = _identical(rows) if self.share_prompts else list(range(n))
+        todo = [i for i in range(n) if first[i] == i]
         # Similar lengths together means less padding; each row has its own generator, so order is free.
-        order = sorted(range(n), key=lambda i: -len(rows[i].prompt))
+        order = sorted(todo, key=lambda i: -len(rows[i].prompt))
         with self._lock:
             was_training = self.model.training
             self.model.eval()
             try:
                 with torch.inference_mode():
-                    for k in range(0, n, self.batch_size):
+                    for k in range(0, len(order), self.batch_size):
                         self._decode([rows[i] for i in order[k:k + self.batch_size]])
             finally:
                 self.model.train(was_training)
-        return [Completion(text=r.text or "", token_ids=r.tokens, logprobs=r.logprobs, finish_reason=r.finish or
-                           "length", prompt_token_ids=r.prompt) for r in rows]
+            self.stats["rows"] += n
+            self.stats["rows_decoded"] += len(todo)
+            self.stats["prompt_tokens"] += sum(len(rows[i].prompt) for i in todo)
+        out = []
+        for i in range(n):
+            r = rows[first[i]]
+            out.append(Completion(text=r.text or "", token_ids=list(r.tokens), logprobs=list(r.logprobs),
+                                  finish_reason=r.finish or "length", prompt_token_ids=rows[i].prompt))
+        return out
 
     # ----------------------------------------------------------------------------------------- decoding
 
@@ -153,6 +185,46 @@ class HFBackend:
         kw[self._cache_kw] = cache
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         return out.logits[:, -1, :].float()
+
+    def _padded(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, mask, positions) of `prompts` left-padded to the longest. Left padding puts every row's last token
+        in the same column; positions skip the padding so each row sees exactly the positions it would alone
+        (needed for logprobs to match a plain forward)."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p):] = torch.tensor(list(p))
+            mask[b, width - len(p):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        dev = self.device
+        return ids.to(dev), mask.to(dev), pos.to(dev)
+
+    def _prefill(self, prompts: list[list[int]], cache: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prefill whole prompts into `cache`: (last-position logits, attention mask so far, next positions)."""
+        ids, mask, pos = self._padded(prompts)
+        self.stats["prefilled_tokens"] += sum(map(len, prompts))
+        return self._forward(ids, mask, pos, cache), mask, pos[:, -1] + 1
+
+    def _prefill_shared(self, prompts: list[list[int]], plan: list[tuple[int, int]],
+                        cache: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`_prefill` with shared prefixes: `plan[b]` is (the prefix group of row b, its prefix length); each
+        group's prefix is prefilled once, its cache rows copied to every member, then each row's rest is prefilled
+        after them. The attention mask holds both paddings (before the prefixes, between a prefix and its rest)."""
+        groups: dict[int, int] = {}
+        for g, length in plan:
+            groups[g] = length
+        heads = [prompts[next(b for b, (gb, _) in enumerate(plan) if gb == g)][:groups[g]] for g in sorted(groups)]
+        _, head_mask, _ = self._prefill(heads, cache)
+        cache.batch_select_indices(torch.tensor([g for g, _ in plan], device=self.device))
+        rests = [p[length:] for p, (_, length) in zip(prompts, plan)]
+        ids, rest_mask, rest_pos = self._padded(rests)
+        self.stats["prefilled_tokens"] += sum(map(len, rests))
+        offsets = torch.tensor([length for _, length in plan], device=self.device)
+        pos = (rest_pos + offsets[:, None]) * rest_mask  # pads' positions do not matter: they are masked
+        mask = torch.cat([head_mask[[g for g, _ in plan]], rest_mask], dim=1)
+        return self._forward(ids, mask, pos, cache), mask, offsets + torch.tensor([len(r) for r in rests],
+                                                                                     device=self.device)
 
     def _decode(self, rows: list[_Row]) -> None:
         """Decode one batch of rows to completion, filling each row's tokens, logprobs, text and finish."""
@@ -166,16 +238,6 @@ class HFBackend:
                 r.text, r.finish = "", "length"
         if not live or max_new <= 0:
             return
-        # Left padding puts every row's last prompt token in the same column; positions skip the padding so
-        # each row sees exactly the positions it would alone (needed for logprobs to match a plain forward).
-        width = max(len(r.prompt) for r in live)
-        ids = torch.full((len(live), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(live), width), dtype=torch.long)
-        for b, r in enumerate(live):
-            ids[b, width - len(r.prompt):] = torch.tensor(r.prompt)
-            mask[b, width - len(r.prompt):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
         # All of a row's uniforms are drawn up front from its own generator: outputs depend only on its seed.
         uniforms = torch.stack([torch.rand(max_new, generator=torch.Generator().manual_seed(r.seed))
                                 for r in live]).to(dev)  # [B, max_new] float32
@@ -188,8 +250,11 @@ class HFBackend:
                     self._grammars().row(r.params.constraint, r.params.max_tokens) for r in live]
         bitmask = self._grammars().bitmask(len(live)) if any(matchers) else None
         cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, pos, cache)
-        next_pos = pos[:, -1] + 1
+        plan = _shared_prefixes([r.prompt for r in live]) if self.share_prompts else None
+        if plan is None:
+            logits, mask, next_pos = self._prefill([r.prompt for r in live], cache)
+        else:
+            logits, mask, next_pos = self._prefill_shared([r.prompt for r in live], plan, cache)
         for step in range(max_new):
             rows_t = [live[s].params for s in slots]
             sampled = [p.temperature > 0 for p in rows_t]
@@ -283,6 +348,71 @@ class HFBackend:
             r.text, r.finish = self._text(r.tokens), "length"
             return True
         return False
+
+
+_IDS_CACHE_SIZE = 4096
+"""Rendered prompts whose token ids `prompt_ids` keeps (the cache is emptied when full)."""
+MIN_SHARED_PREFIX = 16
+"""Prompt tokens a group of rows must share for their prefix to be prefilled once."""
+
+
+def _identical(rows: list[_Row]) -> list[int]:
+    """For each row, the first row with the same prompt, settings and sampling seed (a greedy row's seed is never
+    used, so greedy rows match whatever their seeds): decoding that one gives this one's completion."""
+    seen: dict[tuple[Any, ...], int] = {}
+    first = []
+    for i, r in enumerate(rows):
+        p = r.params
+        key = (tuple(r.prompt), p.temperature, p.top_p, p.max_tokens, tuple(p.stop), p.constraint,
+               r.seed if p.temperature > 0 else None)
+        first.append(seen.setdefault(key, i))
+    return first
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of `a` and `b`."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _shared_prefixes(prompts: list[list[int]]) -> list[tuple[int, int]] | None:
+    """How to prefill `prompts` with shared prefixes: per row (its prefix group, the group's prefix length), or
+    None when sharing would not prefill fewer padded token positions than one plain left-padded batch.
+
+    Rows are grouped greedily in token order: a row joins the group of the row before it while they share at least
+    `MIN_SHARED_PREFIX` tokens; a group's prefix is what all its rows share, less the last token of its shortest
+    prompt (every row keeps at least one token to prefill, whose logits start its decoding). A row alone in its
+    group is prefilled whole in the first pass (its prefix is all but its last token)."""
+    if len(prompts) < 2 or min(map(len, prompts)) < 2:
+        return None
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    plan: list[tuple[int, int]] = [(0, 0)] * len(prompts)
+    groups: list[list[int]] = []
+    shared: list[int] = []
+    for i in order:
+        if groups:
+            common = min(shared[-1], _common(prompts[groups[-1][0]], prompts[i]))
+            if common >= MIN_SHARED_PREFIX:
+                groups[-1].append(i)
+                shared[-1] = common
+                continue
+        groups.append([i])
+        shared.append(len(prompts[i]))
+    if len(groups) == len(prompts):
+        return None
+    for g, (members, common) in enumerate(zip(groups, shared)):
+        length = min(common, min(len(prompts[i]) for i in members) - 1)
+        for i in members:
+            plan[i] = (g, length)
+    heads = max(length for _, length in plan)
+    rests = max(len(p) - length for p, (_, length) in zip(prompts, plan))
+    if len(groups) * heads + len(prompts) * rests >= len(prompts) * max(map(len, prompts)):
+        return None
+    return plan
 
 
 def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, u: torch.Tensor, *,

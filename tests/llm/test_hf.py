@@ -226,3 +226,47 @@ def test_lora_wrapped_model_generates_with_exact_logprobs(backend):
     assert o.token_ids != backend.generate(chats()[:1], SamplingParams(temperature=1.0, max_tokens=12,
                                                                         seed=0))[0].token_ids
 
+
+
+# ------------------------------------------------------------------------------ sharing what a batch holds in common
+
+GROUP = ("Task: set the dial to 7 and press submit. Examples: ## 1 State: [dial] 4 [button] turn up "
+         "[button] turn down [button] submit Action: turn up")
+SHARED = [GROUP + " History: turn up", GROUP + " History: turn down ; submit", GROUP, "hi",
+          GROUP + " History: turn up", "Task: turn up", "hi"]
+"""Prompts of a dream batch in miniature: a group sharing a long prefix, repeated requests, unrelated ones."""
+
+
+def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tokens():
+    """Identical requests are decoded once and shared prefixes prefilled once, yet each greedy completion is the
+    one decoded without sharing, with log-probs still those of a plain forward pass."""
+    torch.set_num_threads(1)
+    plain = HFBackend.from_preset("tiny", device="cpu")
+    shared = HFBackend(plain.model, plain.tokenizer, share_prompts=True)
+    params = SamplingParams(temperature=0, max_tokens=16)
+    a, b = plain.generate(chats(SHARED), params), shared.generate(chats(SHARED), params)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b] and [x.text for x in a] == [x.text for x in b]
+    assert [x.prompt_token_ids for x in a] == [x.prompt_token_ids for x in b]
+    for o in b:
+        ref = forward_logprobs(plain.model, o.prompt_token_ids, o.token_ids)
+        assert max(abs(p - q) for p, q in zip(ref, o.logprobs)) < 1e-4
+    st = shared.stats
+    assert st["rows"] == 7 and st["rows_decoded"] == 5  # two repeats
+    assert st["prefilled_tokens"] < st["prompt_tokens"] * 0.7  # the group's prefix once, not three times
+    assert plain.stats["prefilled_tokens"] == plain.stats["prompt_tokens"]
+
+
+def test_shared_prompts_merge_sampled_requests_only_with_the_same_seed():
+    """Sampled requests with one seed draw one completion; with their own seeds they are decoded apart and draw
+    what they draw without sharing (the uniforms are the row's own)."""
+    torch.set_num_threads(1)
+    plain = HFBackend.from_preset("tiny", device="cpu")
+    shared = HFBackend(plain.model, plain.tokenizer, share_prompts=True)
+    params = SamplingParams(temperature=1.0, max_tokens=16)
+    same = shared.generate(chats([GROUP] * 4), params, seeds=[9] * 4)
+    assert len({tuple(x.token_ids) for x in same}) == 1 and shared.stats["rows_decoded"] == 1
+    seeds = [1, 2, 3, 4, 5, 6, 7]
+    own_a = plain.generate(chats(SHARED), params, seeds=seeds)
+    own_b = shared.generate(chats(SHARED), params, seeds=seeds)
+    assert shared.stats["rows_decoded"] == 1 + 7
+    assert [x.token_ids for x in own_a] == [x.token_ids for x in own_b]
