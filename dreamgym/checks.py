@@ -11,6 +11,8 @@ model's training use, never imports that package back).
 
 from __future__ import annotations
 
+import math
+
 import re
 from pathlib import Path
 
@@ -106,8 +108,26 @@ def server_urls(spec: str) -> None:
 
 
 def policy_mix(spec: str) -> None:
-    """A scripted-policy mix such as `oracle:0.5,random:0.5` (`dreamgym.collect.parse_mix`)."""
-    from dreamgym.collect import parse_mix
-
+    """A scripted-policy mix such as `oracle:0.5,random:0.5` (`parse_mix`)."""
     parse_mix(spec)
+
+
+def parse_mix(spec: str) -> dict[str, float]:
+    """"oracle:0.5,noisy:0.3,random:0.2" -> {"oracle": 0.5, ...}; a bare name has weight 1."""
+    mix: dict[str, float] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, w = part.partition(":")
+        try:
+            weight = float(w) if w else 1.0
+        except ValueError:
+            raise ValueError(f"bad policy weight in {part!r} (expected name:number)") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"policy weight must be a finite number >= 0, got {part!r}")
+        mix[name.strip()] = mix.get(name.strip(), 0.0) + weight
+    if not mix or sum(mix.values()) <= 0:
+        raise ValueError(f"empty policy mix {spec!r}")
+    return mix
 

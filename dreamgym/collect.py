@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import dreamgym
-from dreamgym.checks import env_family, family_choices
+from dreamgym.checks import env_family, family_choices, parse_mix
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
 from dreamgym.envs import family
@@ -124,26 +124,6 @@ def run_episode(env: Any, policy: Any, seed: int, task: Task | None = None, poli
 
 
 # ------------------------------------------------------------------------------------------- schedule
-
-def parse_mix(spec: str) -> dict[str, float]:
-    """"oracle:0.5,noisy:0.3,random:0.2" -> {"oracle": 0.5, ...}; a bare name has weight 1."""
-    mix: dict[str, float] = {}
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, w = part.partition(":")
-        try:
-            weight = float(w) if w else 1.0
-        except ValueError:
-            raise ValueError(f"bad policy weight in {part!r} (expected name:number)") from None
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"policy weight must be a finite number >= 0, got {part!r}")
-        mix[name.strip()] = mix.get(name.strip(), 0.0) + weight
-    if not mix or sum(mix.values()) <= 0:
-        raise ValueError(f"empty policy mix {spec!r}")
-    return mix
-
 
 def policy_counts(mix: dict[str, float], episodes: int) -> dict[str, int]:
     """Exact episode counts per policy (largest remainder, ties broken by name order)."""

@@ -132,6 +132,13 @@ def test_every_module_opens_with_a_docstring(name):
     assert ast.get_docstring(tree), f"{name} has no module docstring"
 
 
+def test_no_module_is_over_700_lines():
+    """One concept per module: a module past 700 lines is doing several jobs and is split (as `llm.capabilities`
+    left `llm.http` and `envserve.guard` left `envserve.server`)."""
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 700}
+    assert not long, f"modules over 700 lines: {long}"
+
+
 SCRIPTS = sorted(p for d in ("benchmarks", "experiments") for p in (ROOT.parent / d).glob("*.py"))
 
 

@@ -15,15 +15,15 @@ environment per connection, isolated from the others, messages `{"type": "reset"
 task_id}}`, `{"type": "step", "data": {"action": TEXT}}`, `{"type": "state"}`, `{"type": "close"}`. `POST /reset`,
 `POST /step` and `GET /state` are OpenEnv's stateless forms (a fresh environment per request; a step with no episode
 is taken on the one a reset with no fields starts, on a session too); `GET /schema` (the state's schema is
-`EpisodeState`'s, as `/state` answers), `/metadata`, `/health`. A reset's unknown fields are dropped as OpenEnv
-drops them, but counted (`/stats`), logged once per name and named in the answer's `info["ignored_reset_fields"]`,
-so a typo is seen. HTTP errors have FastAPI's shape (`error_body`: `detail` a list, validation errors at 422).
+`EpisodeState`'s, as `/state` answers), `/metadata`, `/health`. A reset's unknown fields are dropped as OpenEnv drops
+them, but counted (`/stats`), logged once per name and named in the answer's `info["ignored_reset_fields"]`, so a typo
+is seen. HTTP errors have FastAPI's shape (`envserve.guard.error_body`: `detail` a list, validation errors at 422).
 Added here: `GET /stats` (episodes, steps, batch sizes reached, buffer size) and, for a dream, `POST
 /buffer/transitions` (other processes add transitions through the owner; answered once they are durable) and `GET
 /buffer/stats`. OpenEnv's MCP routes are replaced: these environments have no MCP tools, and its HTTP form creates
-sessions that no connection holds, so `POST /mcp` answers JSON-RPC (no tools; any other method an error naming
-/ws) and every session is a `/ws` connection. A message OpenEnv's session loop cannot take (`message_problem`) is
-answered with an error naming it, the session going on.
+sessions that no connection holds, so `POST /mcp` answers JSON-RPC (no tools; any other method an error naming /ws)
+and every session is a `/ws` connection. A message OpenEnv's session loop cannot take (`envserve.guard`) is answered
+with an error naming it, the session going on.
 
 Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
 `idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
@@ -42,10 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import functools
-import hmac
-import json
 import logging
 import os
 import threading
@@ -67,7 +64,6 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, SchemaResponse
 from pydantic import BaseModel, Field, ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dreamgym import provenance, serving
 from dreamgym.checks import env_family, family_choices, trajectory_file
@@ -75,6 +71,7 @@ from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
 from dreamgym.envserve.gather import StepGatherer
+from dreamgym.envserve.guard import Guard, error_body
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
 from dreamgym.filecheck import output_path
 from dreamgym.types import Task, Transition
@@ -83,23 +80,10 @@ log = logging.getLogger(__name__)
 
 TOKEN_ENV = "DREAMGYM_ENV_TOKEN"
 """The environment variable a server reads its bearer token from (a command line would show it to `ps`)."""
-OPEN_PATHS = frozenset({"/health"})
-"""Paths answered without the token: a load balancer's or a client pool's health check."""
 
 
-ERROR_TYPES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "too_large",
-               422: "validation_error", 429: "too_many_requests", 500: "internal_error", 503: "unavailable"}
-"""The `type` of an error that is not a validation error, by status (FastAPI's validation errors bring their own)."""
 RESET_FIELDS = ("seed", "episode_id", "task", "task_id")
 """The fields a reset takes; any other is dropped (OpenEnv's convention), counted and reported (see ServedEnv)."""
-
-
-def error_body(status: int, message: str, errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """FastAPI's (and so OpenEnv's) error shape: `detail` a list of {type, loc, msg} (a request's validation errors
-    as FastAPI lists them, else one entry), plus the status and the problem in one line (`message`)."""
-    detail = errors if errors is not None else [{"type": ERROR_TYPES.get(status, "http_error"), "loc": [],
-                                                 "msg": message}]
-    return {"detail": detail, "message": message, "status": status}
 
 
 def _usable_checkpoint(path: str) -> None:
@@ -393,129 +377,6 @@ class ServedEnv(Environment[TextAction, TextObservation, EpisodeState]):
             log.exception("closing a served environment failed")
 
 
-def message_problem(message: Message) -> tuple[str, str] | None:
-    """Why a WebSocket message cannot be a session message, as (OpenEnv error code, words), or None when OpenEnv
-    can take it. OpenEnv's session loop ends the session (SESSION_ERROR, connection closed) on each of these, so they
-    are answered here and never passed on: a binary frame, text that is JSON but not an object, JSON nested deeper
-    than the parser goes, and strings holding a lone surrogate (valid JSON escapes, but not Unicode text: the answer
-    that echoes one cannot be encoded). Text that is not JSON at all is left to OpenEnv, which answers it in place."""
-    text = message.get("text")
-    if text is None:
-        return "INVALID_JSON", ("a binary frame; send each message as a JSON text frame, such as "
-                                '{"type": "step", "data": {"action": "..."}}')
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        return "INVALID_JSON", "the message is JSON nested too deeply"
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        kind = "JSON null" if value is None else {list: "a JSON array", str: "a JSON string",
-                                                  bool: "a JSON boolean"}.get(type(value), "a JSON number")
-        return "VALIDATION_ERROR", ('a message must be a JSON object such as {"type": "step", "data": {"action": '
-                                    f'"..."}}}}, got {kind}')
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as e:
-        return "VALIDATION_ERROR", (f"the message holds a lone surrogate ({e.object[e.start:e.end]!a}) in a string, "
-                                    "which is not Unicode text")
-    return None
-
-
-def presented_token(authorization: str) -> str:
-    """The token an Authorization header carries: `Bearer TOKEN`, or Basic credentials whose password is the token
-    (any user name). Basic is what a stock client sends for a URL with credentials in it
-    (`http://token:TOKEN@host:port`: OpenEnv's `EnvClient` connects with `websockets`, and `requests` and `httpx`
-    do the same), since those clients take no headers. "" when there is none."""
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip()
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
-        except (ValueError, UnicodeDecodeError):
-            return ""
-    return ""
-
-
-class _Guard:
-    """The bearer token on every request (but `OPEN_PATHS`), a size limit on WebSocket messages, and the messages
-    OpenEnv's session loop cannot take (`message_problem`).
-
-    An oversized or unusable message is not passed on: the session gets an OpenEnv error message naming the problem
-    and stays open. (uvicorn's own `ws_max_size`, set well above, closes the connection for anything larger still.)
-    A client that leaves while its step is computed is logged in one line: the step's answer is dropped instead of
-    failing inside OpenEnv's loop (whose error answer would fail the same way, ending in an ASGI traceback)."""
-
-    def __init__(self, app: ASGIApp, token: str | None, max_message_bytes: int):
-        self.app, self.token, self.max_message_bytes = app, token, max_message_bytes
-
-    def _authorized(self, scope: Scope) -> bool:
-        if not self.token or scope.get("path") in OPEN_PATHS:
-            return True
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
-        return hmac.compare_digest(presented_token(given).encode(), self.token.encode())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
-            data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token> (or the token as "
-                                              "the password of the URL: http://token:<token>@host:port)")).encode()
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})
-            await send({"type": "http.response.body", "body": data})
-            return
-        if scope["type"] != "websocket":
-            await self.app(scope, receive, send)
-            return
-        if not self._authorized(scope):
-            await receive()  # the connect event
-            await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
-            return
-        if scope.get("path") != "/ws":  # OpenEnv's WS /mcp, say (see create_env_app)
-            await receive()  # the connect event
-            await send({"type": "websocket.accept"})
-            await send({"type": "websocket.close", "code": 4404,
-                        "reason": f"no WebSocket route {scope.get('path')}; sessions are at /ws"})
-            return
-        limit = self.max_message_bytes
-        gone = False
-
-        async def error(code: str, text: str) -> None:
-            await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
-                "code": code, "message": text}})})
-
-        async def checked() -> Message:
-            while True:
-                message = await receive()
-                if message["type"] != "websocket.receive":
-                    return message
-                size = len(message.get("text") or "") + len(message.get("bytes") or b"")
-                if size > limit:
-                    await error("MESSAGE_TOO_LARGE", f"the message ({size} bytes) is over this server's limit of "
-                                                     f"{limit} bytes; it was dropped")
-                    continue
-                problem = message_problem(message)
-                if problem is None:
-                    return message
-                await error(problem[0], f"{problem[1]}; it was dropped")
-
-        async def quiet(message: Message) -> None:
-            nonlocal gone
-            if gone:
-                return
-            try:
-                await send(message)
-            except OSError:  # the client has gone (uvicorn's ClientDisconnected is an OSError)
-                gone = True
-                if message["type"] != "websocket.close":  # OpenEnv closes after "close": nothing to say then
-                    client = scope.get("client") or ("?", "?")
-                    log.info("serve-env: the client %s:%s left during a step; its answer was dropped and its session "
-                             "closed", client[0], client[1])
-
-        await self.app(scope, checked, quiet)
-
-
 class _TransitionsBody(BaseModel):
     transitions: list[dict[str, Any]] = Field(description="transition records (dreamgym.types.Transition.to_dict)")
     seed_data: bool = Field(default=False, description="offline real seed data (evicted last)")
@@ -609,7 +470,7 @@ def create_env_app(host: EnvHost, *, token: str | None = None, limits: serving.L
         async def buffer_stats() -> dict[str, Any]:
             return await asyncio.wrap_future(host.gatherer.call(buffer.stats))
 
-    app.add_middleware(_Guard, token=token, max_message_bytes=limits.max_body_bytes)
+    app.add_middleware(Guard, token=token, max_message_bytes=limits.max_body_bytes)
     return app
 
 

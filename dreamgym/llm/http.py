@@ -22,12 +22,13 @@ A request whose params carry an `OutputConstraint` sends its regex as vLLM's `st
 (honoured by vLLM on both endpoints and by `dreamgym serve-model`; vLLM's older `guided_regex` is silently ignored by
 current servers, so it is not used); its token budgets cannot be sent and only `max_tokens` bounds the answer.
 
-Start-up capability probe (`probe_server`, run by `HTTPTokenBackend` for each server): token-id prompts with ids
-returned, log-probs, runtime LoRA loading and structured output (checked by the answer matching, not the status) are
-found out with a few tiny greedy requests and printed in one line. A server without token-id prompts (a chat-only
-one, e.g. `transformers serve`, which refuses vLLM's fields with 422) gets chat requests and the local tokenizer
-re-derives the ids from the text; one without structured output gets no constraint; one lacking what the caller
-`needs` (the policy backend: runtime LoRA) is refused at once with `ServerCapabilityError`, a one-line `ConfigError`.
+Start-up capability probe (`dreamgym.llm.capabilities.probe_server`, run by `HTTPTokenBackend` for each server):
+token-id prompts with ids returned, log-probs, runtime LoRA loading and structured output (checked by the answer
+matching, not the status) are found out with a few tiny greedy requests and printed in one line. A server without
+token-id prompts (a chat-only one, e.g. `transformers serve`, which refuses vLLM's fields with 422) gets chat requests
+and the local tokenizer re-derives the ids from the text; one without structured output gets no constraint; one
+lacking what the caller `needs` (the policy backend: runtime LoRA) is refused at once with `ServerCapabilityError`, a
+one-line `ConfigError`.
 
 Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
 `return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -47,31 +47,21 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from dreamgym.config import ConfigError
-from dreamgym.llm.base import ChatRequest, Completion, OutputConstraint, SamplingParams, row_seed
+from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, ServerCapabilities, ServerCapabilityError,
+                                       probe_server, shorten)
+from dreamgym.llm.capabilities import Rejected as _Rejected
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
 _CHAT_PROMPTS_KEPT = 4096  # prompts remembered for chat-only servers (a few rollout batches' worth)
-
-
-class LLMEndpointError(RuntimeError):
-    """The endpoint could not be reached or kept failing after retries, or rejected every request of a batch."""
-
-
-class _Rejected(Exception):
-    """A 4xx answer to one request: retrying cannot help, the request itself is at fault."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
 
 
 class OpenAIHTTPBackend:
@@ -356,121 +346,6 @@ def split_urls(spec: str) -> tuple[list[str], str | None]:
     return urls, names.pop() if names else None
 
 
-# ------------------------------------------------------------------------------------------------ capability probe
-CAPABILITIES = {"token_ids": "token-id prompts", "logprobs": "log-probs", "lora": "runtime LoRA loading",
-                "structured": "structured output"}
-"""What `probe_server` finds out about a server, each with the words its one line uses."""
-
-PROBE_REQUEST: ChatRequest = [{"role": "user", "content": "Write a number."}]
-"""The prompt of the probe's requests (sent as token ids, or as chat where ids are refused)."""
-
-PROBE_REGEX = "[0-9]{2}"
-"""The probe's structured-output regex: an unconstrained model is all but sure to write something else, so a server
-that accepts the field yet ignores it (vLLM answers the retired `guided_regex` with 200 and ignores it; servers that
-drop unknown fields) is caught by its answer, not by its status."""
-
-
-class ServerCapabilityError(ConfigError):
-    """A server cannot serve what the run needs (or no server answered at start-up): one line naming the server and
-    the missing endpoint or capability, found before any work starts."""
-
-    def __init__(self, url: str, problem: str):
-        super().__init__(url, problem)
-
-
-@dataclass(frozen=True)
-class ServerCapabilities:
-    """What one OpenAI-compatible server was found to do at start-up (`probe_server`)."""
-
-    url: str
-    model: str
-    token_ids: bool
-    """`POST /completions` takes token-id prompts and returns the sampled ids (vLLM's `return_token_ids`); without
-    it rows go to `POST /chat/completions` and the local tokenizer re-derives the ids from the text."""
-    logprobs: bool
-    """The answers of the endpoint used carry the sampled tokens' log-probs."""
-    lora: bool
-    """`POST /load_lora_adapter` exists (vLLM with runtime LoRA updating, `dreamgym serve-model`)."""
-    structured: bool
-    """A `structured_outputs` regex is accepted and the answer matches it; without it constraints are not sent and
-    answers are parsed leniently."""
-    why_not: dict[str, str] = field(default_factory=dict)
-    """Each missing capability -> what the server answered."""
-
-    def has(self) -> dict[str, bool]:
-        """Capability -> found, in the order of `CAPABILITIES`."""
-        return {"token_ids": self.token_ids, "logprobs": self.logprobs, "lora": self.lora,
-                "structured": self.structured}
-
-    def line(self) -> str:
-        """The probe's outcome and what is used instead of each missing capability, in one line."""
-        instead = {"token_ids": "chat completions, token ids re-derived by the local tokenizer",
-                   "logprobs": "the learner recomputes them when a trainer needs them",
-                   "lora": "no adapters can be pushed", "structured": "constraints not sent, answers parsed leniently"}
-        parts = [f"{CAPABILITIES[k]} yes" if ok else
-                 f"{CAPABILITIES[k]} no ({_short(self.why_not.get(k, ''))}; {instead[k]})"
-                 for k, ok in self.has().items()]
-        return f"server {self.url} (model {self.model}): " + "; ".join(parts)
-
-    def missing(self, needs: Mapping[str, str]) -> str | None:
-        """One line naming the first capability of `needs` (capability -> what needs it) this server lacks, else
-        None."""
-        for key, purpose in needs.items():
-            if not self.has()[key]:
-                return (f"the server has no {CAPABILITIES[key]} ({_short(self.why_not.get(key, ''))}), which "
-                        f"{purpose}")
-        return None
-
-
-def probe_server(client: OpenAIHTTPBackend, prompt_ids: Sequence[int]) -> ServerCapabilities:
-    """Find out what the server behind `client` does with a few tiny greedy requests: a token-id completion of
-    `prompt_ids` (else a chat completion of `PROBE_REQUEST`), an empty `POST /load_lora_adapter` (a 404 or 405 means
-    no such endpoint; a refusal of the empty body means there is one) and a completion constrained to
-    `PROBE_REGEX` whose answer must match it. Raises `LLMEndpointError` when the server is unreachable and
-    `ServerCapabilityError` when it serves neither kind of completion."""
-    model = client.model
-    why: dict[str, str] = {}
-    params = SamplingParams(temperature=0.0, max_tokens=4, seed=0)
-    ids = [int(t) for t in prompt_ids]
-    token_ids = logprobs = False
-    try:
-        logprobs = bool(client._one_ids(model, ids, params, 0).logprobs)
-        token_ids = True
-    except _Rejected as e:
-        why["token_ids"] = f"POST /completions: {e}"
-    if not token_ids:
-        try:
-            logprobs = bool(client._one(model, PROBE_REQUEST, params, 0).logprobs)
-        except _Rejected as e:
-            raise ServerCapabilityError(client.base_url, f"serves neither token-id completions ({why['token_ids']}) "
-                                                         f"nor chat completions (POST /chat/completions: {e})") from e
-    if not logprobs:
-        why["logprobs"] = "the answers carry none"
-    lora = True
-    try:
-        client._call("POST", "/load_lora_adapter", {}, parse=False)
-    except _Rejected as e:
-        lora = e.status not in (404, 405)
-        if not lora:
-            why["lora"] = f"POST /load_lora_adapter: {e}"
-    constrained = SamplingParams(temperature=0.0, max_tokens=8, seed=0, constraint=OutputConstraint(PROBE_REGEX))
-    structured = False
-    try:
-        answer = (client._one_ids(model, ids, constrained, 0) if token_ids else
-                  client._one(model, PROBE_REQUEST, constrained, 0)).text
-        structured = re.fullmatch(PROBE_REGEX, answer) is not None
-        if not structured:
-            why["structured"] = f"accepted, but the answer {answer[:40]!r} ignores the regex {PROBE_REGEX}"
-    except _Rejected as e:
-        why["structured"] = str(e)
-    return ServerCapabilities(client.base_url, model, token_ids, logprobs, lora, structured, why)
-
-
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class HTTPTokenBackend:
     """`LLM` over one or more vLLM-style servers that all serve the same model, with prompts written here.
 
@@ -609,7 +484,7 @@ class HTTPTokenBackend:
         if not self.capabilities:
             self._close_clients()
             raise ServerCapabilityError(", ".join(self.down), "no server answered at start-up: "
-                                        + "; ".join(_short(e) for e in self.down.values()))
+                                        + "; ".join(shorten(e) for e in self.down.values()))
         for url, error in self.down.items():
             log.warning("server %s marked down at start-up (%s); its requests go to the other servers", url, error)
 
