@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from dreamgym.collect import _kv, check_env_kwargs
+from dreamgym.checks import family_choices
+from dreamgym.collect import _family, _kv, check_env_kwargs
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import load_trajectories
-from dreamgym.envs import CheckFamilyError, check_family, family_names
+from dreamgym.envs import CheckFamilyError, check_family
 from dreamgym.provenance import check_trajectories
 from dreamgym.types import Trajectory
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = CommandParser(prog="dreamgym check-family", description=(
         "Check an environment family against its contract: types on real play, and its members and hooks replayed "
         "on real episodes (its scripted policies' own, probe steps and --data files), counting disagreements."))
-    ap.add_argument("--env", required=True, choices=sorted(family_names()), help="environment family")
+    ap.add_argument("--env", required=True, type=_family, help=f"environment family: {family_choices()}")
     ap.add_argument("--data", action="append", default=[], metavar="FILE",
                     help="recorded real episodes of the family (a collected .jsonl/.parquet) to replay too, repeatable")
     ap.add_argument("--episodes-per-policy", type=at_least(1), default=1,

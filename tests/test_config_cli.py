@@ -18,6 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "config"
 BAD_INPUT: dict[str, list[str]] = {
     "quickstart": ["--config", str(FIXTURES / "malformed.yaml")],
     "collect": ["--env", "dial", "--episodes", "0", "--out", "never.jsonl"],
+    "check-family": ["--env", "dial", "--episodes-per-policy", "0"],
     "train-em": ["--data", "{data}", "batch_size=0"],
     "eval-em": ["--env", "dial", "--model", "{garbled_checkpoint}", "--data", "{data}"],
     "export-em": ["{garbled_checkpoint}", "exported"],
