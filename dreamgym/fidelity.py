@@ -457,7 +457,10 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as e:  # DataError names the file and line of unreadable retrieval data
                 return fail("eval-em", e)
             buf = buffers[key]
-        model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size, url=a.url)
+        try:  # a server that cannot serve the model (another model, no completions) is refused here, in one line
+            model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size, url=a.url)
+        except ConfigError as e:
+            return fail("eval-em", e)
         variants = [(_label(meta, path), model.config)]
         if a.inference_ablations:
             if model.config.use_retrieval:

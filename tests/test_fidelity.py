@@ -202,8 +202,9 @@ def test_the_tables_failure_share_counts_every_prediction_as_the_json_does():
     assert f"failure states {m.stats['failures']} of {m.stats['predictions']} predictions" in table
 
 
-def test_eval_em_exits_1_in_one_line_when_most_predictions_are_backend_errors(tmp_path, capsys):
-    """A server that refuses every request used to give exit code 0 and a full table of failure states."""
+def test_eval_em_refuses_a_server_that_cannot_serve_the_model_at_start_up_in_one_line(tmp_path, capsys):
+    """A server that refuses every request (it serves another model) used to give exit code 0 and a full table of
+    failure states; the start-up probe now finds it out before any prediction: exit 2, one line naming the model."""
     from dreamgym.llm.server import start_server
 
     model = ExperienceModel.load(trained_dial_model(), device="cpu")
@@ -215,5 +216,5 @@ def test_eval_em_exits_1_in_one_line_when_most_predictions_are_backend_errors(tm
                    meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
                    "--max-transitions", "6", "--max-episodes", "2"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 1 and not (tmp_path / "fid.json").exists()
-    assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "--url" in err[-1]
+    assert rc == 2 and not (tmp_path / "fid.json").exists()
+    assert err[-1].startswith("dreamgym eval-em: ") and "this server serves 'another'" in err[-1], err
