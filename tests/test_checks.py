@@ -182,7 +182,7 @@ def test_a_family_field_allows_the_built_in_families_and_those_installed_package
     assert f"{rule} (found: lamps)" in " ".join(dreamgym("collect", "--help").stdout.split())
     reference = " ".join(((ROOT / "docs/reference/config.md").read_text() + (ROOT / "docs/reference/cli.md").read_text())
                          .split())
-    assert reference.count(rule) == 6  # the five configs' env fields and collect's --env and "found:" not in reference and "{alfworld,dial" not in reference
+    assert reference.count(rule) == 7  # the five configs' env fields, collect's and check-family's --env and "found:" not in reference and "{alfworld,dial" not in reference
 
 
 def test_paths_of_the_wrong_kind_or_under_a_file_are_refused(tmp_path, capsys):
