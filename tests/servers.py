@@ -21,7 +21,7 @@ import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,12 +52,34 @@ def server_process(cmd: list[str], timeout: float = 120.0,
                 raise AssertionError(f"server did not start: {line!r} {log.read()[-2000:]}")
             yield proc, f"http://127.0.0.1:{m.group(1)}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, grace=15)
+
+
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """Terminate a server process, killing it when it outlives `grace` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, log: IO[str], what: str, timeout: float, interval: float) -> None:
+    """Poll `url` every `interval` s until it answers 200; a process that exits or stays unready for `timeout` s fails
+    with the end of its `log`."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while True:
+        if proc.poll() is not None or time.time() > deadline:
+            why = f"exit {proc.returncode}" if proc.returncode is not None else f"not ready in {timeout:.0f} s"
+            log.seek(0)
+            raise AssertionError(f"{what} did not start ({why}): {log.read()[-3000:]}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(interval)
 
 
 def cli_server(args: list[str], timeout: float = 120.0,
@@ -84,8 +106,6 @@ def vllm_server(model_dir: str | Path, name: str, *, lora: bool = True, max_lora
     fails on missing distribution metadata) over `model_dir`, served as `name`, with prefix caching, and with LoRA
     and runtime adapter loading when `lora`. Yields (process, base URL with /v1) once `/health` answers 200; the
     server is stopped on exit. A server that exits or stays unready fails with the end of its log."""
-    import httpx
-
     port = free_port()
     cmd = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
@@ -100,26 +120,10 @@ def vllm_server(model_dir: str | Path, name: str, *, lora: bool = True, max_lora
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.time() + timeout
-            while True:
-                if proc.poll() is not None or time.time() > deadline:
-                    why = f"exit {proc.returncode}" if proc.returncode is not None else f"not ready in {timeout:.0f} s"
-                    log.seek(0)
-                    raise AssertionError(f"vLLM did not start ({why}): {log.read()[-3000:]}")
-                try:
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(1.0)
+            wait_healthy(proc, url + "/health", log, "vLLM", timeout, interval=1.0)
             yield proc, url + "/v1"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, grace=30)
 
 
 @dataclass

@@ -7,16 +7,14 @@ or a field dropped before the app sees it, as a server that ignores it would).""
 import contextlib
 import copy
 import json
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from model_fixtures import em_checkpoint, warm_model_dir
+from servers import free_port, stop, wait_healthy
 
 from dreamgym import serving
 from dreamgym.cli import main as cli
@@ -31,38 +29,20 @@ REQS = [[{"role": "user", "content": t}] for t in ("Task: set the dial to 3", "S
 TRANSFORMERS = Path(sys.executable).with_name("transformers")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def transformers_server():
     """`transformers serve` on loopback with no model forced: each request's `model` (a local folder) is loaded on
     first use, so the one server serves the dial policy and the experience model. Yields its /v1 URL."""
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen([str(TRANSFORMERS), "serve", "--host", "127.0.0.1", "--port", str(port),
                                  "--device", "cpu"], stdout=log, stderr=log)
         try:
-            url, deadline = f"http://127.0.0.1:{port}/v1", time.time() + 180
-            while time.time() < deadline and proc.poll() is None:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                log.seek(0)
-                raise AssertionError(f"transformers serve did not start: {log.read()[-2000:]}")
+            url = f"http://127.0.0.1:{port}/v1"
+            wait_healthy(proc, f"{url}/models", log, "transformers serve", 180, interval=0.5)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, grace=15)
 
 
 @pytest.fixture(scope="module")
@@ -244,13 +224,13 @@ def test_unusable_servers_are_refused_at_start_up_in_one_line(tiny_backend, tiny
     with serve_model(tiny_backend, drop_routes=("/v1/completions", "/v1/chat/completions")) as handle:
         with pytest.raises(ServerCapabilityError, match="serves neither token-id completions .* nor chat"):
             HTTPTokenBackend(handle.url, copy.deepcopy(tok), max_retries=0)
-    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ServerCapabilityError, match=f"{dead}: no server answered at start-up"):
         HTTPTokenBackend(dead, copy.deepcopy(tok), served_model="tiny", max_retries=0)
 
 
 def test_eval_refuses_a_served_policy_it_cannot_use_in_one_line(capsys):
-    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
     assert cli(["eval", "--env", "dial", "--policy", dead, "--max-tasks", "1"]) == 2
     assert capsys.readouterr().err.strip() == (f"dreamgym eval: --policy: {dead} names no model: add #MODEL (the "
                                                "served model's name, also where its tokenizer loads from) or give "
