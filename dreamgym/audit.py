@@ -28,10 +28,11 @@ from typing import Any
 from dreamgym.env import TextEnv
 from dreamgym.episode import Episode
 from dreamgym.paths import atomic_write_text
+from dreamgym.synthetic_env import REAL_START_SEED
 
 AUDIT_FILE = "dream_audit.jsonl"
 """In a dream's run folder: one row per audited episode (`Replay.to_row`), every iteration's rows in order."""
-REPLAY_SEED = 0
+REPLAY_SEED = REAL_START_SEED
 """The real environment's reset seed for a replay: the one the synthetic environment starts a dream from."""
 
 

@@ -52,6 +52,10 @@ from dreamgym.envs.family import is_admissible
 from dreamgym.seeds import text_seed
 from dreamgym.types import Task, Transition
 
+REAL_START_SEED = 0
+"""The real environment's reset seed for a dream's initial state (one per task, whatever the rollout's seed): a
+replay of a dream in the real environment (the audit, the viewer) resets with it to start where the dream did."""
+
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 """What `TextEnv.step` returns: (obs, reward, terminated, truncated, info)."""
 
@@ -140,7 +144,7 @@ class SyntheticEnv(TextEnv):
         if real is None:
             return None
         try:
-            _, info = real.reset(seed=0, options={"task": task})
+            _, info = real.reset(seed=REAL_START_SEED, options={"task": task})
             state = info.get("abstract_state")
             return state if isinstance(state, str) and state.strip() else None
         except Exception:  # noqa: BLE001 - e.g. a curriculum variant the real env has no game for

@@ -5,8 +5,8 @@ model's reasoning and the examples it retrieved) and the three ways to build one
 a real one on the real side, a dream one on the dream side), `replay_in_model` (a real episode's actions replayed in
 an experience model, free-running from the real initial state as `dreamgym eval-em` does, or teacher-forced from
 each real state) and `replay_in_env` (a recorded dream episode's actions replayed in the real environment from the
-same task and seed); `ModelCache`, which loads each experience-model checkpoint once with the buffer it was
-trained against.
+same task, reset with the seed every dream starts from); `ModelCache`, which loads each experience-model checkpoint
+once with the buffer it was trained against.
 Must not know: HTTP, HTML, run folders.
 """
 
@@ -113,14 +113,17 @@ def _fill(pair: StepPair, pred: Any, state: str) -> None:
 
 
 def replay_in_env(traj: Trajectory, model: Any = None) -> Comparison:
-    """A recorded dream episode beside the real environment's answers to the same actions (reset to the same task
-    and seed). With `model`, each step also shows the examples that model retrieves for it."""
+    """A recorded dream episode beside the real environment's answers to the same actions, the real environment reset
+    to the same task with the seed a dream starts from (`audit.REPLAY_SEED`, not the rollout's seed: ALFWorld draws
+    its search order from the reset seed, so the rollout's seed would start the replay elsewhere than the dream).
+    With `model`, each step also shows the examples that model retrieves for it."""
+    from dreamgym.audit import REPLAY_SEED
     from dreamgym.envs import family
 
     cmp = recorded(traj)
     try:
         env = family(traj.task.env).make_env(traj.task.split if traj.task.split not in ("", "generated") else "train")
-        _, info = env.reset(seed=traj.seed, options={"task": traj.task})
+        _, info = env.reset(seed=REPLAY_SEED, options={"task": traj.task})
     except Exception as e:  # noqa: BLE001 - e.g. a curriculum variant the real environment has no game for
         cmp.notes.append(f"The real environment cannot replay this episode: {type(e).__name__}: {e}")
         return cmp
