@@ -89,6 +89,8 @@ case "$cmd" in
     if [ $# -eq 0 ]; then
       "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
       "$VENV/bin/mypy"
+      # The whole suite ends with its 25 slowest tests: where its time goes, in every CI log.
+      set -- --durations=25
     fi
     # pytest exits 5 when no test ran: that is a failure here, never a pass.
     exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
