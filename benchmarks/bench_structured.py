@@ -7,8 +7,8 @@ The model is the untrained tiny preset sampled at `--temperature` (the hard case
 the experience model's default budgets (`max_new_tokens` 512, `max_think_tokens` 160) and no retry, so every figure
 is one generate call per batch of `--steps` real steps (played by the family's noisy and random scripted policies,
 `tests/em_helpers.family_steps`). `--http` adds the same predictions through `dreamgym serve-model` (the constraint
-sent as `structured_outputs`, its per-field token budgets not: see docs/log). Tokens are the generated ids each
-backend returns.
+sent as `structured_outputs`, its per-field token budgets as character bounds in the regex: see docs/concepts.md).
+Tokens are the generated ids each backend returns.
 """
 
 from __future__ import annotations

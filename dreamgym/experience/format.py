@@ -37,8 +37,9 @@ Output (strict; the model is trained to write exactly this, the parser is lenien
 
 With `structured_output` (the default) the answer is decoded inside `output_regex`, which is this format with
 no `<` inside a field and a reward the config trains on, so it always parses; budgets close the trace after
-`max_think_tokens` and each field in time for the rest to fit in `max_new_tokens`. The parser stays lenient for
-backends that ignore the constraint (a server without structured outputs, `structured_output: false`).
+`max_think_tokens` and each field in time for the rest to fit in `max_new_tokens`. Servers, which cannot count a
+field's tokens, get the budgets as character bounds (`server_regex`). The parser stays lenient for backends that
+ignore the constraint (a server without structured outputs, `structured_output: false`).
 
 `done` means the task dynamics ended the episode (the real environment's `terminated`); truncation by a step
 limit is the synthetic environment's business, not the model's. The initial state of an episode is the answer
@@ -211,14 +212,41 @@ def output_regex(cfg: ExperienceModelConfig) -> str:
 def output_constraint(cfg: ExperienceModelConfig) -> OutputConstraint:
     """`output_regex` with per-field token budgets: the <think> trace closes after `max_think_tokens` tokens or
     when only the rest of the answer fits in `max_new_tokens`; the state closes when only its tail fits. Each
-    token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer."""
+    token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer. Servers get the
+    budgets as character bounds (`server_regex`)."""
     reward = "1" if cfg.binary_reward else _LONGEST_REWARD
     tail = len(f"</state>\n<reward>{reward}</reward>\n<done>false{STOP}".encode())
     state_opening = len(b"</think>\n<state>\n") + 1  # and one character of state
     state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail)
     budgets = (FieldBudget(after=1, max_tokens=cfg.max_think_tokens, reserve=tail + state_opening), state) \
         if cfg.use_reasoning else (state,)
-    return OutputConstraint(regex=output_regex(cfg), mark=_MARK, budgets=budgets)
+    server_regex, longest = _server_regex(cfg, tail)
+    return OutputConstraint(regex=output_regex(cfg), mark=_MARK, budgets=budgets, server_regex=server_regex,
+                            server_max_tokens=longest)
+
+
+SERVER_CHARS_PER_TOKEN = 4
+"""Characters a field sent to a server may hold per token of its budget: English text runs at about 4 characters
+per token under BPE tokenizers (WebShop's states at ~3.75 under the tiny preset's), so a field bounded this way
+holds about what its token budget holds in process; a bound of one character per token would cut such states."""
+_LEADING_SPACE = 16  # whitespace a state may open with before its first visible character
+
+
+def _server_regex(cfg: ExperienceModelConfig, tail: int) -> tuple[str, int]:
+    """(`output_regex` with each field bounded in characters, the most characters a match holds). A server cannot
+    count a field's tokens, but it can count its characters: the <think> trace holds `SERVER_CHARS_PER_TOKEN` per
+    token of `max_think_tokens`, the state as many per token of the most it may take in process (`max_new_tokens`
+    less the tags around it). Asked for as many tokens as the longest match has characters, a server completes every
+    answer, as a token writes at least one byte (one character in ASCII text)."""
+    opening = "<think></think>\n<state>\n" if cfg.use_reasoning else "<state>\n"
+    think_chars = SERVER_CHARS_PER_TOKEN * cfg.max_think_tokens
+    state_chars = SERVER_CHARS_PER_TOKEN * max(1, cfg.max_new_tokens - len(opening) - tail)
+    think = f"<think>[^<]{{0,{think_chars}}}</think>\n" if cfg.use_reasoning else ""
+    state = rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}"
+    reward = _BINARY_REWARD if cfg.binary_reward else _DECIMAL_REWARD
+    regex = f"{think}<state>\n{state}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
+    longest = len(opening) + tail + (think_chars if cfg.use_reasoning else 0) + _LEADING_SPACE + state_chars
+    return regex, longest
 
 
 @dataclass

@@ -34,12 +34,20 @@ class FieldBudget:
 class OutputConstraint:
     """Structured output: every completion matches `regex` whole (it is written token by token inside the regex's
     language, so nothing else can be written). Backends that decode locally enforce it and `budgets` at each
-    token; servers receive `regex` as vLLM's `structured_outputs: {"regex": ...}` and the budgets not at all."""
+    token. A server cannot count tokens per field: it receives `server_regex` (else `regex`) as vLLM's
+    `structured_outputs: {"regex": ...}`, and a request's `max_tokens` of `server_max_tokens` where its context has
+    room (`dreamgym.llm.http`)."""
 
     regex: str
     mark: str = "<"
     """The character that opens and closes the fields of `budgets` (kept out of their contents by `regex`)."""
     budgets: tuple[FieldBudget, ...] = ()
+    server_regex: str | None = None
+    """`regex` with each budgeted field bounded in characters (a language inside `regex`'s), so a server closes
+    every field within `server_max_tokens` tokens; None: servers receive `regex`."""
+    server_max_tokens: int = 0
+    """The most characters (each one byte in ASCII text, and a token writes at least one byte) an answer matching
+    `server_regex` holds: a server asked for this many tokens always completes it."""
 
 
 @dataclass

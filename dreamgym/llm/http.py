@@ -20,7 +20,11 @@ The stop string is kept in the text as the seam promises: servers that strip it 
 
 A request whose params carry an `OutputConstraint` sends its regex as vLLM's `structured_outputs: {"regex": ...}`
 (honoured by vLLM on both endpoints and by `dreamgym serve-model`; vLLM's older `guided_regex` is silently ignored by
-current servers, so it is not used); its token budgets cannot be sent and only `max_tokens` bounds the answer.
+current servers, so it is not used). A server cannot count a field's tokens, so what it receives is the constraint's
+`server_regex` (its fields bounded in characters) where there is one, and a token-id request asks for up to the
+constraint's `server_max_tokens` (the longest answer, one token per character) as far as the served model's context
+(`max_model_len` in `GET /models`, as vLLM and `serve-model` report it) leaves room beside the prompt: then every
+answer completes inside the format. A chat request, whose prompt length is not known here, keeps `max_tokens`.
 
 Start-up capability probe (`dreamgym.llm.capabilities.probe_server`, run by `HTTPTokenBackend` for each server):
 token-id prompts with ids returned, log-probs, runtime LoRA loading and structured output (checked by the answer
@@ -79,6 +83,8 @@ class OpenAIHTTPBackend:
         self.extra_body = dict(extra_body or {})
         self.errors = 0
         """Requests answered with finish_reason 'error' so far (rejected by the server)."""
+        self._context: int | None = None
+        self._context_asked = False
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(timeout, connect=connect_timeout),
@@ -100,6 +106,21 @@ class OpenAIHTTPBackend:
         """Model ids the server lists at `GET {base_url}/models`."""
         data = self._call("GET", "/models")
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
+
+    def context_length(self) -> int | None:
+        """The served model's context length in tokens as `GET /models` reports it (`max_model_len`: vLLM's and
+        `dreamgym serve-model`'s cards), None when the server does not say. Asked once."""
+        if not self._context_asked:
+            try:
+                listed = self._call("GET", "/models").get("data", [])
+            except _Rejected:  # a server without the listing says nothing about its context
+                listed = []
+            cards = [m for m in listed if isinstance(m, dict)]
+            sizes = [m.get("max_model_len") for m in cards if m.get("id") == self.model] + \
+                [m.get("max_model_len") for m in cards]
+            self._context = next((int(n) for n in sizes if isinstance(n, int) and n > 0), None)
+            self._context_asked = True
+        return self._context
 
     def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
@@ -183,14 +204,14 @@ class OpenAIHTTPBackend:
 
     def _one_ids(self, model: str, prompt: list[int], params: SamplingParams, seed: int | None) -> Completion:
         body: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1, "temperature": params.temperature,
-                                "top_p": params.top_p, "max_tokens": params.max_tokens, "logprobs": 0,
-                                "return_token_ids": True, "include_stop_str_in_output": True}
+                                "top_p": params.top_p, "max_tokens": self._answer_tokens(params, len(prompt)),
+                                "logprobs": 0, "return_token_ids": True, "include_stop_str_in_output": True}
         if params.stop:
             body["stop"] = list(params.stop)
         if seed is not None:
             body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
         if params.constraint is not None:
-            body["structured_outputs"] = {"regex": params.constraint.regex}
+            body["structured_outputs"] = {"regex": params.constraint.server_regex or params.constraint.regex}
         body.update(self.extra_body)
         data = self._call("POST", "/completions", body)
         try:
@@ -206,7 +227,7 @@ class OpenAIHTTPBackend:
         if seed is not None:
             body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
         if params.constraint is not None:
-            body["structured_outputs"] = {"regex": params.constraint.regex}
+            body["structured_outputs"] = {"regex": params.constraint.server_regex or params.constraint.regex}
         if self.logprobs:
             body["logprobs"] = True
         body.update(self.extra_body)
@@ -215,6 +236,18 @@ class OpenAIHTTPBackend:
             return _parse_choice(data, params)
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise _Rejected(200, f"malformed chat completion from {self.base_url}: {e!r}") from e
+
+    def _answer_tokens(self, params: SamplingParams, prompt_tokens: int) -> int:
+        """The request's `max_tokens`: `params.max_tokens`, raised towards the constraint's `server_max_tokens` (the
+        longest answer its `server_regex` allows) as far as the served model's context leaves room beside a prompt
+        of `prompt_tokens` tokens; not raised when the context is not reported (a raise could be refused)."""
+        c = params.constraint
+        if c is None or c.server_max_tokens <= params.max_tokens:
+            return params.max_tokens
+        context = self.context_length()
+        if context is None:
+            return params.max_tokens
+        return max(params.max_tokens, min(c.server_max_tokens, context - prompt_tokens))
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
               parse: bool = True) -> dict[str, Any]:

@@ -107,6 +107,37 @@ def test_a_reward_outside_the_allowed_set_cannot_be_written_token_by_token():
     assert row.accept(zero) and not row.accept(point)
 
 
+@pytest.mark.parametrize("cfg", [ExperienceModelConfig(max_new_tokens=90, max_think_tokens=5),
+                                 ExperienceModelConfig(max_new_tokens=90, use_reasoning=False, binary_reward=False)])
+def test_the_regex_servers_get_bounds_each_field_in_characters_and_its_longest_answer_fills_server_max_tokens(cfg):
+    """A server cannot count a field's tokens, so the budgets reach it as character bounds: `SERVER_CHARS_PER_TOKEN`
+    per token of the think budget, and of what the state may take in process. An answer with every field full
+    matches both regexes and has exactly `server_max_tokens` characters; one character more in a field does not."""
+    from dreamgym.experience.format import SERVER_CHARS_PER_TOKEN
+
+    c = output_constraint(cfg)
+    reward = "1" if cfg.binary_reward else "0.125"
+    opening = "<think></think>\n<state>\n" if cfg.use_reasoning else "<state>\n"
+    tail = f"</state>\n<reward>{reward}</reward>\n<done>false</done>"
+    think_chars = SERVER_CHARS_PER_TOKEN * cfg.max_think_tokens if cfg.use_reasoning else 0
+    state_chars = SERVER_CHARS_PER_TOKEN * (cfg.max_new_tokens - len(opening) - len(tail))
+
+    def answer(think: int, lead: int, state: int) -> str:
+        head = f"<think>{'t' * think}</think>\n" if cfg.use_reasoning else ""
+        return f"{head}<state>\n{' ' * lead}{'s' * state}{tail}"
+
+    longest = answer(think_chars, 16, state_chars)
+    assert len(longest) == c.server_max_tokens
+    assert re.fullmatch(c.server_regex, longest) and re.fullmatch(c.regex, longest)
+    assert not re.fullmatch(c.server_regex, answer(think_chars, 16, state_chars + 1))
+    assert not re.fullmatch(c.server_regex, answer(think_chars, 17, state_chars))
+    assert not re.fullmatch(c.server_regex, answer(think_chars, 16, 0))  # a state needs a visible character
+    if cfg.use_reasoning:
+        assert not re.fullmatch(c.server_regex, answer(think_chars + 1, 0, 1))
+    assert re.fullmatch(c.server_regex, format_completion("[dial] 2", float(reward), False, "why",
+                                                          use_reasoning=cfg.use_reasoning))
+
+
 # ------------------------------------------------------------------------------------------------ prompts
 
 

@@ -1,5 +1,6 @@
 """The HTTP backend against `dreamgym serve-model` on loopback: same outputs as the local backend, errors, retries."""
 
+import dataclasses
 import json
 import re
 import socket
@@ -108,6 +109,25 @@ def test_structured_outputs_regex_is_honoured_on_both_endpoints(local, remote, s
     raw = httpx.post(server.url + "/chat/completions", json={
         "messages": REQS[1], "max_tokens": 8, "seed": 1, "structured_outputs": {"regex": "(yes|no)"}}).json()
     assert raw["choices"][0]["message"]["content"] in ("yes", "no")
+
+
+def test_a_constraint_reaches_servers_as_its_bounded_regex_with_room_to_complete_it(local, remote):
+    """A server cannot count a field's tokens: it gets the constraint's `server_regex` (fields bounded in characters)
+    and, on token-id requests, max_tokens raised to `server_max_tokens` (the longest answer) as far as the model's
+    context has room, so every answer completes; 6 tokens alone would cut them all."""
+    bounded = r"<a>[^<]{0,3}</a>\n<b>(yes|no)</b>"
+    constraint = OutputConstraint(REGEX, server_regex=bounded, server_max_tokens=len("<a>xxx</a>\n<b>yes</b>"))
+    params = SamplingParams(temperature=1.2, max_tokens=6, seed=3, stop=["</b>"], constraint=constraint)
+    prompts = [local.prompt_ids(r) for r in REQS]
+    for c in remote.generate_from_ids(prompts, params):
+        assert re.fullmatch(bounded, c.text) and 6 < len(c.token_ids) <= constraint.server_max_tokens, c.text
+    # More than the context holds (2048 positions): raised only as far as it has room, so no request is refused.
+    huge = dataclasses.replace(params, constraint=dataclasses.replace(constraint, server_max_tokens=10**6))
+    assert all(re.fullmatch(bounded, c.text) for c in remote.generate_from_ids(prompts, huge))
+    assert remote.context_length() == local.model.config.max_position_embeddings
+    # A chat request's prompt length is not known here: its max_tokens is kept, the bounded regex still sent.
+    for c in remote.generate(REQS, params):
+        assert len(c.token_ids) <= 6 and c.text.startswith("<a>"), c.text
 
 
 @pytest.mark.parametrize("extra, message", [

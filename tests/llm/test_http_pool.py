@@ -121,8 +121,8 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
     assert cli(["export-em", str(ckpt), str(out)]) == 2  # never over an existing folder
 
     served_model, served_tok = load_preset(str(out), device="cpu")
-    # Free decoding on both sides: structured decoding's per-field token budgets apply in-process only (a server
-    # gets the regex alone), so with this untrained model's 40 tokens the two would differ by design.
+    # Free decoding on both sides: structured decoding's per-field budgets count tokens in process and characters
+    # on a server, so with this untrained model's 40 tokens the two would differ by design.
     overrides = ["max_new_tokens=40", "retries=0", "max_prompt_tokens=200", "structured_output=false"]
     queries = [dial_query(v, a, tid=f"q{v}") for v, a in ((1, "turn up"), (4, "turn down"), (3, "submit"))]
     served = CountingBackend(served_model, served_tok, batch_size=8)
