@@ -100,16 +100,20 @@ def free_port() -> int:
 
 @contextmanager
 def vllm_server(model_dir: str | Path, name: str, *, lora: bool = True, max_lora_rank: int = 16,
-                dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int = 1, timeout: float = 1800.0,
+                dtype: str = "float32", max_model_len: int = 2048, max_num_batched_tokens: int = 16384,
+                kv_cache_gib: int = 1, timeout: float = 1800.0,
                 extra: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, str]]:
     """vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`: the `vllm` script of the CPU wheel
     fails on missing distribution metadata) over `model_dir`, served as `name`, with prefix caching, and with LoRA
     and runtime adapter loading when `lora`. Yields (process, base URL with /v1) once `/health` answers 200; the
-    server is stopped on exit. A server that exits or stays unready fails with the end of its log."""
+    server is stopped on exit. A server that exits or stays unready fails with the end of its log.
+    `max_num_batched_tokens` above the prompts of a batch: on the CPU build a seeded request whose prefill is split
+    over two steps stops the engine (`CPU Generator does not use offset`, docs/models-and-hardware.md)."""
     port = free_port()
     cmd = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-           "--max-model-len", str(max_model_len), "--enable-prefix-caching", "--seed", "0", *extra]
+           "--max-model-len", str(max_model_len), "--max-num-batched-tokens", str(max_num_batched_tokens),
+           "--enable-prefix-caching", "--seed", "0", *extra]
     if lora:
         cmd += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", "4"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
