@@ -20,8 +20,8 @@
 #
 # Environment: RUN (default runs/smollm2-dial; the configs name this folder), DREAMGYM_PYTHON (default
 # .venv/bin/python), DREAMGYM_VLLM_PYTHON (default .venv-vllm/bin/python), POLICY_PORT / EM_PORT (8301 / 8302),
-# SEEDS (evaluation seeds, default 0-9), VLLM_CPU_OMP_THREADS_BIND (default 0-1: both cores decode; vLLM's own
-# default keeps one core for its scheduler and decodes on one).
+# SEEDS (evaluation seeds, default 0-9), OMP_NUM_THREADS (torch threads of the dreamgym commands, default 1),
+# VLLM_CPU_OMP_THREADS_BIND (vLLM's own default, auto, decodes on one core and keeps the other for its scheduler).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${RUN:-runs/smollm2-dial}
@@ -31,7 +31,8 @@ POLICY_PORT=${POLICY_PORT:-8301}
 EM_PORT=${EM_PORT:-8302}
 SEEDS=${SEEDS:-0,1,2,3,4,5,6,7,8,9}
 CFG=configs/dial/smollm2
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# One torch thread per process: on cores other jobs share, two threads wait for each other (train-em warns of 8-15x).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 [ "$RUN" = runs/smollm2-dial ] || echo "note: RUN=$RUN, but the configs in $CFG read and write runs/smollm2-dial" >&2
 mkdir -p "$RUN"
 { date -u; grep -m1 'model name' /proc/cpuinfo; nproc; } > "$RUN/machine.txt"
@@ -66,7 +67,7 @@ serve() {  # serve MODEL_DIR NAME PORT: vLLM's OpenAI server (flags as tests/ser
     exit 2
   fi
   VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 \
-    VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-1} PYTHONPATH= \
+    PYTHONPATH= \
     "$VPY" -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name "$name" \
     --host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 2048 --enable-prefix-caching --seed 0 \
     --enable-lora --max-lora-rank 16 --max-loras 4 > "$RUN/vllm-$name.log" 2>&1 &
