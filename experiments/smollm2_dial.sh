@@ -35,7 +35,7 @@ CFG=configs/dial/smollm2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 [ "$RUN" = runs/smollm2-dial ] || echo "note: RUN=$RUN, but the configs in $CFG read and write runs/smollm2-dial" >&2
 mkdir -p "$RUN"
-{ date -u; grep -m1 'model name' /proc/cpuinfo; nproc; } > "$RUN/machine.txt"
+{ date -u; grep -m1 'model name' /proc/cpuinfo; nproc --all; } > "$RUN/machine.txt"
 dg() { "$PY" -m dreamgym.cli "$@"; }
 
 phase() {  # phase NAME CMD...: run CMD, append "NAME<TAB>seconds" to timings.tsv
