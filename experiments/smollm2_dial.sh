@@ -70,7 +70,7 @@ serve() {  # serve MODEL_DIR NAME PORT: vLLM's OpenAI server (flags as tests/ser
     PYTHONPATH= \
     "$VPY" -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name "$name" \
     --host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 2048 --enable-prefix-caching --seed 0 \
-    --enable-lora --max-lora-rank 16 --max-loras 4 > "$RUN/vllm-$name.log" 2>&1 &
+    --enable-lora --max-lora-rank 16 --max-loras 4 --max-num-batched-tokens 16384 > "$RUN/vllm-$name.log" 2>&1 &
   SERVERS+=("$!")
   local pid=$!
   until curl -s -o /dev/null -f "http://127.0.0.1:$port/health"; do
