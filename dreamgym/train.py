@@ -34,6 +34,7 @@ from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
 from dreamgym.filecheck import output_path
+from dreamgym.llm.http import HTTPPolicyBackend
 from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
@@ -292,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard) if main_rank else None
     progress = not args.no_progress
     t0 = time.time()
+    backend: object = None  # set once built: closed at the end when it samples on servers
     try:
         eval_tasks = fam.tasks(cfg.eval_split)
         evaluation = Evaluation(fam, cfg.eval_split, eval_tasks[: cfg.eval_max_tasks] if cfg.eval_max_tasks else
@@ -339,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if logger is not None:
             logger.close()
+        if isinstance(backend, HTTPPolicyBackend):  # its adapter off the servers, its temporary folder deleted
+            backend.close()
     distributed.barrier("finishing")
     if not main_rank:
         distributed.shutdown()

@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -590,6 +591,10 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         self._own_dir = adapter_dir is None
         self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \
             Path(tempfile.mkdtemp(prefix="dreamgym-adapters-"))
+        # A temporary adapter folder goes with the backend even when no one calls close (a recipe's row, a crash):
+        # every push writes a full adapter there.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.adapter_dir, ignore_errors=True) \
+            if self._own_dir else None
         self.adapter_prefix = adapter_prefix or f"policy-{uuid.uuid4().hex[:8]}"
         self.adapter: str | None = None
         """The adapter name requests are sent to (None: the served model itself)."""
@@ -637,8 +642,8 @@ class HTTPPolicyBackend(HTTPTokenBackend):
                 log.warning("could not unload %s: %s", self.adapter, e)
             self.adapter = None
         super().close()
-        if self._own_dir:
-            shutil.rmtree(self.adapter_dir, ignore_errors=True)
+        if self._cleanup is not None:
+            self._cleanup()
 
     def __enter__(self) -> HTTPPolicyBackend:
         return self

@@ -2,6 +2,7 @@
 trainer samples through a real loopback server, pushes its adapter, and the server's log-probs are the learner's."""
 
 import copy
+import tempfile
 
 import httpx
 import pytest
@@ -215,10 +216,10 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
         handle.stop()
 
 
-def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  # noqa: F811
+def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path, monkeypatch):  # noqa: F811
     """`dreamgym train model.policy_url=...` builds the HTTP policy backend: a real GRPO iteration on the dial samples
-    on the server (its request count rises) while the LoRA policy trains here; without LoRA the URL is refused at
-    start-up."""
+    on the server (its request count rises) while the LoRA policy trains here, and at the end the pushed adapter is
+    unloaded from the server and its temporary folder deleted; without LoRA the URL is refused at start-up."""
     from dreamgym.config import ConfigError, load_config
     from dreamgym.loops import build_backend
     from dreamgym.train import TrainConfig, main
@@ -228,6 +229,9 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  
     with pytest.raises(ConfigError, match="policy_url"):
         load_config(TrainConfig, None, ["model.policy_url=ftp://x", "model.lora=true"])
     model, tok = tiny_preset
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the backend makes its adapter folder
     handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
     try:
         url = f"{handle.url}#tiny"
@@ -250,5 +254,8 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path):  
                    "save_every=0"])
         assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server
         assert (tmp_path / "run" / "metrics.jsonl").is_file()
+        # Before: each run left its last adapter loaded on the server and its adapter folder in the temp dir.
+        assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
+        assert not list(temp.glob("dreamgym-adapters-*"))
     finally:
         handle.stop()
