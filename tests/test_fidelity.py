@@ -202,20 +202,29 @@ def test_the_tables_failure_share_counts_every_prediction_as_the_json_does():
     assert f"failure states {m.stats['failures']} of {m.stats['predictions']} predictions" in table
 
 
-def test_eval_em_refuses_a_server_that_cannot_serve_the_model_at_start_up_in_one_line(tmp_path, capsys):
-    """A server that refuses every request (it serves another model) used to give exit code 0 and a full table of
-    failure states; the start-up probe now finds it out before any prediction: exit 2, one line naming the model."""
+def _eval_em_on_a_server(tmp_path, capsys, served_as: str, context: int | None = None) -> tuple[int, list[str]]:
+    """`dreamgym eval-em --url` on a few held-out dial steps against `dreamgym serve-model` serving the trained dial
+    experience model under the name `served_as` (with a `context` shorter than its own where given). Returns (exit
+    code, stderr lines)."""
     from dreamgym.llm.server import start_server
 
     model = ExperienceModel.load(trained_dial_model(), device="cpu")
+    if context is not None:
+        model.llm.model.config.max_position_embeddings = context
     held = tmp_path / "held.jsonl"
     write_jsonl(held, dial_trajectories(3, split="test", seed=5))
     meta = json.loads((trained_dial_model() / "em_config.json").read_text())
-    with start_server(model.llm, model_name="another") as server:
+    with start_server(model.llm, model_name=served_as) as server:
         rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
                    meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
                    "--max-transitions", "6", "--max-episodes", "2"])
-    err = capsys.readouterr().err.strip().splitlines()
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def test_eval_em_refuses_a_server_that_cannot_serve_the_model_at_start_up_in_one_line(tmp_path, capsys):
+    """A server that refuses every request (it serves another model) used to give exit code 0 and a full table of
+    failure states; the start-up probe now finds it out before any prediction: exit 2, one line naming the model."""
+    rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="another")
     assert rc == 2 and not (tmp_path / "fid.json").exists()
     assert err[-1].startswith("dreamgym eval-em: ") and "this server serves 'another'" in err[-1], err
 
@@ -224,17 +233,6 @@ def test_eval_em_exits_1_without_a_report_when_most_predictions_are_backend_erro
     """A server that passes the start-up probe but refuses the experience model's own requests (here its context is
     shorter than their prompts: 400 context_length_exceeded) would leave a table of failure states that judges the
     model by a backend it never used: exit 1, the count and the server's reason on stderr, no report written."""
-    from dreamgym.llm.server import start_server
-
-    model = ExperienceModel.load(trained_dial_model(), device="cpu")
-    model.llm.model.config.max_position_embeddings = 48  # the probe's few tokens fit; no prediction's prompt does
-    held = tmp_path / "held.jsonl"
-    write_jsonl(held, dial_trajectories(3, split="test", seed=5))
-    meta = json.loads((trained_dial_model() / "em_config.json").read_text())
-    with start_server(model.llm, model_name="em") as server:
-        rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
-                   meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
-                   "--max-transitions", "6", "--max-episodes", "2"])
-    err = capsys.readouterr().err.strip().splitlines()
+    rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="em", context=48)  # the probe fits; no prompt does
     assert rc == 1 and not (tmp_path / "fid.json").exists()
     assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "context" in err[-1], err
