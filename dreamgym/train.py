@@ -34,7 +34,6 @@ from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
 from dreamgym.filecheck import output_path
-from dreamgym.llm.http import HTTPPolicyBackend
 from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
@@ -341,8 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if logger is not None:
             logger.close()
-        if isinstance(backend, HTTPPolicyBackend):  # its adapter off the servers, its temporary folder deleted
-            backend.close()
+        if cfg.model.policy_url:  # it sampled on servers: its adapter off them, its temporary folder deleted
+            from dreamgym.llm.http import HTTPPolicyBackend  # loaded only where build_backend made one
+
+            if isinstance(backend, HTTPPolicyBackend):
+                backend.close()
     distributed.barrier("finishing")
     if not main_rank:
         distributed.shutdown()
