@@ -204,9 +204,14 @@ _LONGEST_REWARD = "0.125"
 def output_regex(cfg: ExperienceModelConfig) -> str:
     """The strict output format (module docstring) as a regex: what structured decoding lets the model write. The
     reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`."""
-    think = f"<think>{_FIELD}</think>\n" if cfg.use_reasoning else ""
+    return _answer_regex(cfg, _FIELD, _STATE)
+
+
+def _answer_regex(cfg: ExperienceModelConfig, think: str, state: str) -> str:
+    """The output format as a regex with `think` and `state` as the patterns of those fields."""
+    trace = f"<think>{think}</think>\n" if cfg.use_reasoning else ""
     reward = _BINARY_REWARD if cfg.binary_reward else _DECIMAL_REWARD
-    return f"{think}<state>\n{_STATE}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
+    return f"{trace}<state>\n{state}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
 
 
 def output_constraint(cfg: ExperienceModelConfig) -> OutputConstraint:
@@ -241,10 +246,8 @@ def _server_regex(cfg: ExperienceModelConfig, tail: int) -> tuple[str, int]:
     opening = "<think></think>\n<state>\n" if cfg.use_reasoning else "<state>\n"
     think_chars = SERVER_CHARS_PER_TOKEN * cfg.max_think_tokens
     state_chars = SERVER_CHARS_PER_TOKEN * max(1, cfg.max_new_tokens - len(opening) - tail)
-    think = f"<think>[^<]{{0,{think_chars}}}</think>\n" if cfg.use_reasoning else ""
-    state = rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}"
-    reward = _BINARY_REWARD if cfg.binary_reward else _DECIMAL_REWARD
-    regex = f"{think}<state>\n{state}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
+    regex = _answer_regex(cfg, f"[^<]{{0,{think_chars}}}",
+                          rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}")
     longest = len(opening) + tail + (think_chars if cfg.use_reasoning else 0) + _LEADING_SPACE + state_chars
     return regex, longest
 
