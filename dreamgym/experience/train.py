@@ -80,6 +80,14 @@ class HeldOutConfig:
     """Held-out steps scored at most (sampled by the seed), which bounds the report's time."""
     batch_size: int = ranged(16, ge=1)
     """Predictions per generate call while scoring."""
+    every: int = ranged(0, ge=0)
+    """Also score the split every N optimiser steps (the fidelity curve: `heldout_curve` in the summary, `em/heldout/*`
+    in the metrics); 0: only at the end."""
+    patience: int = ranged(0, ge=0)
+    """Stop training once next-state F1 has not beaten its best by `min_delta` for this many scorings in a row (needs
+    `every`); 0: train every step."""
+    min_delta: float = ranged(0.005, ge=0)
+    """Least rise of next-state F1 over its best that counts as an improvement for `patience`."""
     min_format_validity: float = ranged(0.95, ge=0, le=1)
     """Least share of answers parsed without the failure state."""
     min_state_f1: float = ranged(0.5, ge=0, le=1)
@@ -165,6 +173,9 @@ class TrainEMConfig:
     def validate(self) -> None:
         if self.model.policy_url:
             raise ConfigError("model.policy_url", "train-em samples no rollouts", "empty")
+        if self.heldout.patience and not self.heldout.every:
+            raise ConfigError("heldout.patience", "stopping early needs a held-out score during training",
+                              "0, or heldout.every > 0")
 
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -224,6 +235,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     # OMP_NUM_THREADS would otherwise change the trained weights.
     # Several processes (torchrun): each takes its share of every step's micro-batches; rank 0 alone writes.
     distributed.init()
+    if cfg.heldout.every and distributed.world() > 1:
+        raise ConfigError("heldout.every", f"scoring during training runs in one process, not {distributed.world()}",
+                          "0 with torchrun (the final report still runs)")
     device = cfg.device or (distributed.device() if distributed.launched() else pick_device())
     pin_threads(max(1, cfg.threads), torch_threads=not str(device).startswith("cuda"))
     out = cfg.resolved_out()
@@ -319,11 +333,15 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     params = trainable_parameters(model)
     opt = make_optimizer(params, optim)
     step = 0
+    curve: list[dict[str, Any]] = []  # the held-out scorings so far: {"step", "time_s", figures}, saved and resumed
+    stopped_early = False  # saved too: a run that stopped early is finished, and resuming it trains no further
     if ckpt is not None:
         state = read_checkpoint_state(ckpt, model)
         load_optimizer_state(model, opt, state)
         step = int(state["global_step"])
         set_rng_state(state["rng"])
+        curve = list(state.get("heldout_curve", []))  # absent in checkpoints of earlier versions
+        stopped_early = bool(state.get("stopped_early", False))
         say(f"resuming from step {step}")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     torch_device = model_device(model)
@@ -336,7 +354,8 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
         if not distributed.is_main():
             return weights
         write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
-                         {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step},
+                         {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step,
+                          "heldout_curve": curve, "stopped_early": stopped_early},
                          {"algo": "experience-model", "base": cfg.model.preset, "iteration": step // n_batches,
                           "global_step": step, "config": to_dict(cfg)}, weights)
         return weights
@@ -348,13 +367,55 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     metrics = MetricsLogger(out, tensorboard=False) if distributed.is_main() else None
     if metrics is not None:
         metrics.resume(step if ckpt is not None else None)  # rows logged after the checkpoint are logged again
+
+    held_steps: list[Transition] = []
+    if heldout_report is not None and held_trajectories:
+        held = em_transitions(held_trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
+        held_steps = [t for t in held if t.action != RESET_ACTION]
+        if len(held_steps) > cfg.heldout.max_steps:
+            held_steps = random.Random(f"heldout-steps-{cfg.seed}").sample(held_steps, cfg.heldout.max_steps)
+
+    def score() -> dict[str, Any]:
+        """The held-out report of the model as it is now. Scored as a dream would use the model (its buffer holds
+        the training data only), in eval mode and with the RNG states put back after, so a run that scores during
+        training trains exactly the weights of one that does not."""
+        assert heldout_report is not None
+        saved, was_training = rng_state(), model.training
+        model.eval()
+        t = time.perf_counter()
+        try:
+            em = ExperienceModel(HFBackend(model, tokenizer, batch_size=cfg.heldout.batch_size), buffer=buf,
+                                 config=mcfg, env=cfg.env)
+            report = heldout_report(em, held_steps, cfg.heldout)
+        finally:
+            set_rng_state(saved)
+            model.train(was_training)
+        report["time_s"] = time.perf_counter() - t
+        point = {"step": step, "time_s": report["time_s"], **report["metrics"]}
+        if curve and curve[-1]["step"] == step:  # a resumed finished run re-scoring its last weights: logged already
+            curve[-1] = point
+        else:
+            curve.append(point)
+            if metrics is not None:
+                metrics.log(step, report["metrics"], prefix=EM + "heldout/")
+        say(f"held-out at step {step}: next-state F1 {report['state_f1']:.3f}, format validity "
+            f"{report['format_validity']}, done accuracy {report['done_acc']:.3f} ({report['time_s']:.0f}s)")
+        return report
+
+    def stalled() -> bool:
+        """Whether next-state F1 has not beaten its best by `min_delta` for `patience` scorings in a row."""
+        f1 = [p["state_f1"] for p in curve]
+        k = cfg.heldout.patience
+        return 0 < k < len(f1) and max(f1[-k:]) < max(f1[:-k]) + cfg.heldout.min_delta
+
+    last_report: dict[str, Any] | None = None
     model.train()
     t0 = time.perf_counter()
     tokens_seen, loss_sum, loss_n = 0, 0.0, 0
     last_loss = float("nan")
     epoch_batches: tuple[int, list[list[int]]] = (-1, [])
     try:
-        while step < total:
+        while step < total and not stopped_early:
             epoch, pos = divmod(step, n_batches)
             if epoch_batches[0] != epoch:
                 epoch_batches = (epoch, schedule(epoch))
@@ -372,6 +433,13 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                                        "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
                 say(f"step {step}/{total} loss {last_loss:.4f} ({el:.0f}s)")
                 loss_sum, loss_n = 0.0, 0
+            if held_steps and cfg.heldout.every and step % cfg.heldout.every == 0 and step < total:
+                last_report = score()
+                if cfg.heldout.patience and stalled():
+                    say(f"held-out next-state F1 has not improved by {cfg.heldout.min_delta} for "
+                        f"{cfg.heldout.patience} scorings: stopping at step {step} of {total}")
+                    stopped_early = True
+                    break
             if cfg.save_every and step % cfg.save_every == 0 and step < total:
                 save_state()
     finally:
@@ -385,7 +453,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
                "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
-               "processes": distributed.world()}
+               "processes": distributed.world(), "stopped_early": stopped_early}
     final = {} if weights is None else {"state_dict": weights}  # a sharded model's, gathered by save_state
     if not distributed.is_main():
         return summary
@@ -398,22 +466,16 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             "steps": step, "final": True}
     atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
     if heldout_report is not None and held_trajectories:
-        # Scored as a dream would use the model: its buffer holds the training data only.
-        held = em_transitions(held_trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
-        steps = [t for t in held if t.action != RESET_ACTION]
-        if len(steps) > cfg.heldout.max_steps:
-            steps = random.Random(f"heldout-steps-{cfg.seed}").sample(steps, cfg.heldout.max_steps)
-        t0 = time.perf_counter()
-        em = ExperienceModel(HFBackend(model, tokenizer, batch_size=cfg.heldout.batch_size), buffer=buf,
-                             config=mcfg, env=cfg.env)
-        report = heldout_report(em, steps, cfg.heldout)
-        report["time_s"] = time.perf_counter() - t0
-        summary["heldout"] = report
-        after = MetricsLogger(out, tensorboard=False)
-        try:
-            after.log(step, report["metrics"], prefix=EM + "heldout/")
-        finally:
-            after.close()
+        # The last scoring when it was of these weights (a stop after scoring), else a new one.
+        if last_report is None or curve[-1]["step"] != step:
+            metrics = MetricsLogger(out, tensorboard=False)
+            try:
+                last_report = score()
+            finally:
+                metrics.close()
+        summary["heldout"] = last_report
+        if cfg.heldout.every:
+            summary["heldout_curve"] = curve
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
 

@@ -92,3 +92,38 @@ def test_checkpoints_from_before_compact_states_read_it_as_off(tmp_path):
     cfg = checkpoint_model_config(read_checkpoint_meta(tmp_path))
     assert cfg.k == 1 and cfg.compact_states is False
     assert checkpoint_model_config({"model": {"compact_states": True}}).compact_states is True
+
+
+def test_train_em_scores_its_held_out_split_during_training_without_changing_what_it_trains(tmp_path):
+    """`heldout.every` adds a fidelity curve (summary, metrics) and leaves the trained weights byte for byte those of
+    a run that scores only at the end; `heldout.patience` stops a run whose next-state F1 stalls, and resuming the
+    stopped run trains no further."""
+    from dreamgym.data import write_jsonl
+    from dreamgym.fidelity import train_em_main
+
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, dial_trajectories(20))
+    common = ["--env", "dial", "--data", str(data), "max_steps=6", "batch_size=4", "em.embedder=hashing", "em.k=1",
+              "em.max_new_tokens=96", "heldout.max_steps=4", "task_writing=0", "threads=1", "log_every=2"]
+
+    def run(name: str, *extra: str) -> dict:
+        assert train_em_main(common + ["--out", str(tmp_path / name), *extra]) == 0
+        return json.loads((tmp_path / name / "train_summary.json").read_text())
+
+    plain, curved = run("plain"), run("curved", "heldout.every=2")
+    assert "heldout_curve" not in plain and not plain["stopped_early"]
+    assert [p["step"] for p in curved["heldout_curve"]] == [2, 4, 6]
+    assert curved["heldout_curve"][-1]["state_f1"] == curved["heldout"]["state_f1"]
+    rows = [json.loads(line) for line in (tmp_path / "curved" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "em/heldout/state_f1" in r] == [2, 4, 6]
+    weights = "model/model.safetensors"
+    assert (tmp_path / "plain" / weights).read_bytes() == (tmp_path / "curved" / weights).read_bytes()
+
+    # No rise can reach a min_delta of 2 (F1 is at most 1): the second scoring is one without improvement.
+    stop = ("heldout.every=2", "heldout.patience=1", "heldout.min_delta=2")
+    stopped = run("stopped", *stop)
+    assert stopped["stopped_early"] and stopped["steps"] == 4
+    assert [p["step"] for p in stopped["heldout_curve"]] == [2, 4]
+    again = run("stopped", *stop)
+    assert again["steps"] == 4 and [p["step"] for p in again["heldout_curve"]] == [2, 4]
+    assert train_em_main(common + ["--out", str(tmp_path / "bad"), "heldout.patience=2"]) == 2
