@@ -196,6 +196,7 @@ def agent_config_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from dreamgym.config import CommandParser, ConfigError, fail, from_dict, load_config, parse_overrides, to_dict
     from dreamgym.envs import family
+    from dreamgym.llm.capabilities import LLMEndpointError
     from dreamgym.llm.hf import HFBackend
     from dreamgym.presets import PresetError
 
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail("eval", f"no {args.split} tasks {kept}left after skipping {args.skip_tasks}")
     try:
         result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
+    except LLMEndpointError as e:  # a served policy's server gone or too slow: said in one line, naming the setting
+        return fail("eval", e)
     finally:
         if served is not None:
             backend.close()
