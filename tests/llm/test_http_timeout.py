@@ -16,8 +16,8 @@ from dreamgym.llm.hf import HFBackend
 from dreamgym.llm.http import HTTPTokenBackend, LLMTimeoutError
 from dreamgym.llm.server import start_server
 
-TIMEOUT = 5
-"""Seconds: well past a start-up probe of the tiny model on a loaded 2-core machine (0.5 s was not)."""
+TIMEOUT = 8
+"""Seconds: well past a start-up probe of the warm tiny model on a loaded 2-core machine (0.5 s was not)."""
 
 
 class SlowBackend(HFBackend):
@@ -26,16 +26,20 @@ class SlowBackend(HFBackend):
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
-        self.fast, self.decodes, self.rows = 0, 0, 0
+        self.fast, self.decodes, self.rows, self.busy = 0, 0, 0, 0
         self.gate = threading.Event()
         self.gate.set()
 
     def generate_from_ids(self, prompts, params, **kw):
         self.decodes += 1
-        if self.decodes > self.fast:
-            self.gate.wait(60)
-            self.rows += len(prompts)
-        return super().generate_from_ids(prompts, params, **kw)
+        self.busy += 1
+        try:
+            if self.decodes > self.fast:
+                self.gate.wait(60)
+                self.rows += len(prompts)
+            return super().generate_from_ids(prompts, params, **kw)
+        finally:
+            self.busy -= 1
 
     def slowed(self, *, after_probe: bool = False) -> None:
         self.fast, self.decodes, self.rows = 2 if after_probe else 0, 0, 0
@@ -43,9 +47,18 @@ class SlowBackend(HFBackend):
 
     def release(self) -> int:
         """Let the held decodes go and return the rows they decoded once the server is idle (a copy sent again would
-        be queued behind the held one, and is decoded now)."""
+        be queued behind the held one, and is decoded now). Idle: no decode for a second; the next test's probe must
+        not wait behind this one's decodes."""
         self.gate.set()
-        time.sleep(2.0)
+        deadline, idle_since = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            if self.busy:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 1.0:
+                break
+            time.sleep(0.05)
         return self.rows
 
 
