@@ -82,6 +82,9 @@ class DreamConfig:
     em_url: str = checked("", server_urls, SERVER_URLS)
     """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as
     exported by `dreamgym export-em`; prompts are still fitted here by its tokenizer. Empty: in this process."""
+    em_timeout_s: float = ranged(120.0, gt=0)
+    """Seconds an `em_url` server may take to answer one generation request; one that takes longer fails its batch
+    (the dream episodes waiting on it end, their error naming this field) and is not sent again."""
     audit_episodes: int = ranged(4, ge=0)
     """Dream episodes per iteration replayed action by action in the real environment to measure the dream's outcome
     agreement (`dream/audit/*`, `dream_audit.jsonl`); their real steps are counted apart, never charged to the
@@ -130,7 +133,9 @@ class DreamWorld:
             distributed.barrier("rank 0 opening the replay buffer")
         self.model: ExperienceModel = ExperienceModel.load(dream.em, buffer=self.buffer, device=device,
                                                            config_overrides=dream.em_overrides,
-                                                           url=dream.em_url or None)
+                                                           url=dream.em_url or None,
+                                                           timeout_s=dream.em_timeout_s,
+                                                           timeout_field="dream.em_timeout_s")
         self.base_tasks = task_pool(self.family.tasks("train"), dream.task_pool, name="dream.task_pool", env=env_name,
                                     buffer=self.buffer)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.

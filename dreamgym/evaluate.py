@@ -44,6 +44,9 @@ class EvalConfig:
     checkpoint)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout engine settings (turn cap, tokens per turn, timeouts)."""
+    policy_timeout_s: float = ranged(120.0, gt=0)
+    """`dreamgym eval` of a served `--policy`: seconds a server may take to answer one generation request; one that
+    takes longer fails the evaluation with an error naming this field and is not sent again."""
 
 
 @dataclass
@@ -193,6 +196,7 @@ def agent_config_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from dreamgym.config import CommandParser, ConfigError, fail, from_dict, load_config, parse_overrides, to_dict
     from dreamgym.envs import family
+    from dreamgym.llm.capabilities import LLMEndpointError
     from dreamgym.llm.hf import HFBackend
     from dreamgym.presets import PresetError
 
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in trained_rollout and key not in given.get("rollout", {}):
                 setattr(cfg.rollout, key, type(getattr(cfg.rollout, key))(trained_rollout[key]))
         validate_config(cfg)
-        backend: Any = HFBackend(model, tok) if served is None else _served_backend(served, tok)
+        backend: Any = HFBackend(model, tok) if served is None else _served_backend(served, tok, cfg.policy_timeout_s)
     except (ValueError, PresetError, OSError, ImportError) as e:
         return fail("eval", e)
     tasks = tasks[args.skip_tasks:]
@@ -282,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail("eval", f"no {args.split} tasks {kept}left after skipping {args.skip_tasks}")
     try:
         result = evaluate_policy(backend, lambda: fam.make_env(args.split), tasks, seeds, cfg)
+    except LLMEndpointError as e:  # a served policy's server gone or too slow: said in one line, naming the setting
+        return fail("eval", e)
     finally:
         if served is not None:
             backend.close()
@@ -324,10 +330,11 @@ def served_policy(spec: str, tokenizer: str | None) -> tuple[list[str], str | No
     return urls, name, where
 
 
-def _served_backend(served: tuple[list[str], str | None, str], tokenizer: Any) -> Any:
+def _served_backend(served: tuple[list[str], str | None, str], tokenizer: Any, timeout_s: float) -> Any:
     """The rollout engine's backend over the servers of a served policy: prompts written by `tokenizer`, each server
-    probed first (`dreamgym.llm.http.HTTPTokenBackend`), so one it cannot use is refused in one line."""
+    probed first (`dreamgym.llm.http.HTTPTokenBackend`), so one it cannot use is refused in one line; each request
+    waits `timeout_s` seconds for its answer (`policy_timeout_s`)."""
     from dreamgym.llm.http import HTTPTokenBackend
 
     urls, name, _ = served
-    return HTTPTokenBackend(urls, tokenizer, served_model=name)
+    return HTTPTokenBackend(urls, tokenizer, served_model=name, timeout=timeout_s, timeout_field="policy_timeout_s")

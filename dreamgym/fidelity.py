@@ -404,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--url", default=None, help="generate on servers serving the (one) --model exported by "
                                                 "`dreamgym export-em`: " + checks.SERVER_URLS)
+    p.add_argument("--timeout-s", type=at_least(1), default=120,
+                   help="with --url: seconds a server may take to answer one generation request (one that takes "
+                        "longer is not sent again; its predictions fail, naming this option)")
     a = p.parse_args(argv)
 
     import random
@@ -458,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                 return fail("eval-em", e)
             buf = buffers[key]
         try:  # a server that cannot serve the model (another model, no completions) is refused here, in one line
-            model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size, url=a.url)
+            model = ExperienceModel.load(path, buffer=buf, device=a.device, batch_size=a.batch_size, url=a.url,
+                                   timeout_s=a.timeout_s, timeout_field="--timeout-s")
         except ConfigError as e:
             return fail("eval-em", e)
         variants = [(_label(meta, path), model.config)]

@@ -103,7 +103,8 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
         model = model.merge_and_unload()
     if cfg.model.policy_url:
         urls, served = split_urls(cfg.model.policy_url)
-        return HTTPPolicyBackend(urls, model, tok, served_model=served)
+        return HTTPPolicyBackend(urls, model, tok, served_model=served, timeout=cfg.model.policy_timeout_s,
+                                 timeout_field="model.policy_timeout_s")
     return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
 
 

@@ -20,7 +20,8 @@ call per retry round); one still malformed after that becomes the failure state 
 done True, `failed=True`) and increments `stats["failures"]`; when its last attempt was a backend error (the
 call raised: a server down or refusing the request) it also increments `stats["backend_failures"]` and its
 `error` names the backend's, so a caller can tell a model that writes nonsense from a backend it cannot use.
-Nothing here raises on bad output.
+A batch whose call ran past the backend's time limit (`GenerationTimeout`) is not re-generated: the same batch would
+take as long again on a backend already too slow for it. Nothing here raises on bad output.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
                                         completed_state, output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
-from dreamgym.llm.base import LLM, ChatRequest, SamplingParams
+from dreamgym.llm.base import LLM, ChatRequest, GenerationTimeout, SamplingParams
 from dreamgym.types import Task, Transition
 
 if TYPE_CHECKING:
@@ -107,8 +108,9 @@ class ExperienceModel:
                               seed=seed, constraint=output_constraint(cfg) if cfg.structured_output else None)
 
     def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
-                  seeds: list[int] | None = None) -> tuple[list[str], str]:
-        """The completions' texts and "" or, when the backend raised, empty texts and the backend's error."""
+                  seeds: list[int] | None = None) -> tuple[list[str], str, bool]:
+        """The completions' texts and "" or, when the backend raised, empty texts and the backend's error; and
+        whether the backend ran out of time (`GenerationTimeout`)."""
         self.stats["generate_calls"] += 1
         try:
             # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
@@ -116,12 +118,12 @@ class ExperienceModel:
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
                 raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
-            return texts, ""
+            return texts, "", False
         except Exception as e:  # noqa: BLE001 - a backend error is a malformed output for every request in it
             self.stats["backend_errors"] += 1
             log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
             self.last_backend_error = f"{type(e).__name__}: {' '.join(str(e).split())}"
-            return [""] * len(reqs), f"backend error ({self.last_backend_error})"
+            return [""] * len(reqs), f"backend error ({self.last_backend_error})", isinstance(e, GenerationTimeout)
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                 seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
@@ -155,7 +157,7 @@ class ExperienceModel:
             examples = self.retrieve(queries)
         reqs = self.requests(queries, examples)
         base = 0 if seed is None else int(seed)
-        texts, backend_error = self._generate(reqs, self._params(self.config.temperature, base), seeds)
+        texts, backend_error, timed_out = self._generate(reqs, self._params(self.config.temperature, base), seeds)
         results: list[Prediction | None] = [None] * len(queries)
         attempts = [1] * len(queries)
         pending = list(range(len(queries)))
@@ -182,7 +184,7 @@ class ExperienceModel:
                 else:
                     results[i] = Prediction(state, parsed.reward, parsed.done, parsed.reasoning,
                                             attempts=attempts[i], text=text, examples=examples[i])
-            if not still or attempt == self.config.retries:
+            if not still or attempt == self.config.retries or timed_out:
                 pending_texts = dict(still)
                 break
             pending = [i for i, _ in still]
@@ -190,9 +192,9 @@ class ExperienceModel:
             for i in pending:
                 attempts[i] += 1
             shift = 1000 * (attempt + 1)
-            texts, backend_error = self._generate([reqs[i] for i in pending],
-                                                  self._params(RETRY_TEMPERATURE, base + shift),
-                                                  None if seeds is None else [seeds[i] + shift for i in pending])
+            texts, backend_error, timed_out = self._generate(
+                [reqs[i] for i in pending], self._params(RETRY_TEMPERATURE, base + shift),
+                None if seeds is None else [seeds[i] + shift for i in pending])
         else:  # pragma: no cover - the loop always breaks
             pending_texts = {}
         for i, r in enumerate(results):
@@ -214,7 +216,8 @@ class ExperienceModel:
 
     @classmethod
     def load(cls, path: str | Path, buffer: ReplayBuffer | None = None, *, device: str | None = None,
-             batch_size: int = 32, config_overrides: Sequence[str] = (), url: str | None = None) -> ExperienceModel:
+             batch_size: int = 32, config_overrides: Sequence[str] = (), url: str | None = None,
+             timeout_s: float = 120.0, timeout_field: str = "timeout_s") -> ExperienceModel:
         """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `config_overrides` are `key=value`
         settings of its `ExperienceModelConfig` (e.g. `["temperature=1.0"]`), validated before the model loads.
         `buffer` is used for retrieval as is; `dreamgym.experience.data.checkpoint_buffer` builds the one the
@@ -222,7 +225,8 @@ class ExperienceModel:
 
         `url` (`http://host:port/v1#MODEL`, several comma-separated): generate on those servers instead, which
         serve this checkpoint's weights (`dreamgym export-em`). Only the tokenizer loads here, so prompts are fitted
-        and tokenized exactly as in training and sent as token ids (`HTTPTokenBackend`)."""
+        and tokenized exactly as in training and sent as token ids (`HTTPTokenBackend`), each request given
+        `timeout_s` seconds to answer (`timeout_field`: the setting an error past it names)."""
         meta = read_checkpoint_meta(path)
         cfg = checkpoint_model_config(meta, list(config_overrides))
         llm: LLM
@@ -230,7 +234,8 @@ class ExperienceModel:
             from dreamgym.llm.http import HTTPTokenBackend, split_urls
 
             urls, served = split_urls(url)
-            llm = HTTPTokenBackend(urls, load_checkpoint_tokenizer(path), served_model=served)
+            llm = HTTPTokenBackend(urls, load_checkpoint_tokenizer(path), served_model=served, timeout=timeout_s,
+                                   timeout_field=timeout_field)
         else:
             from dreamgym.llm.hf import HFBackend
 

@@ -19,6 +19,11 @@ class ConstraintError(ValueError):
     """An `OutputConstraint` a backend cannot enforce (an invalid or unsupported regex)."""
 
 
+class GenerationTimeout(RuntimeError):
+    """A generation that ran past the backend's time limit. A caller should not send it again: the same request
+    would take as long again, on a backend already too slow for it (its message names the setting to raise)."""
+
+
 @dataclass(frozen=True)
 class FieldBudget:
     """At most `max_tokens` generated tokens (None: no count of its own) in the field that opens with the

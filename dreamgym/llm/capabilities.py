@@ -1,9 +1,10 @@
 """What an OpenAI-compatible server can do, found out at start-up, and how its refusals reach a caller.
 
-Owns: the endpoint errors (`LLMEndpointError`: unreachable or failing after retries; `Rejected`: a 4xx to one
-request), the capability probe (`probe_server`: token-id prompts with ids returned, log-probs, runtime LoRA loading,
-structured output checked by the answer matching, not the status) and its one-line report (`ServerCapabilities`),
-and the refusal of a server that lacks what a run needs (`ServerCapabilityError`, a one-line `ConfigError`).
+Owns: the endpoint errors (`LLMEndpointError`: unreachable or failing after retries; `LLMTimeoutError`: no answer in
+time; `Rejected`: a 4xx to one request), the capability probe (`probe_server`: token-id prompts with ids returned,
+log-probs, runtime LoRA loading, structured output checked by the answer matching, not the status) and its one-line
+report (`ServerCapabilities`), and the refusal of a server that lacks what a run needs (`ServerCapabilityError`, a
+one-line `ConfigError`).
 Must not know: how requests are sent, retried or spread over servers (`dreamgym.llm.http`; the probe talks through
 the `ProbeClient` seam that `OpenAIHTTPBackend` satisfies), environments, trainers.
 """
@@ -16,11 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dreamgym.config import ConfigError
-from dreamgym.llm.base import ChatRequest, Completion, OutputConstraint, SamplingParams
+from dreamgym.llm.base import ChatRequest, Completion, GenerationTimeout, OutputConstraint, SamplingParams
 
 
 class LLMEndpointError(RuntimeError):
     """The endpoint could not be reached or kept failing after retries, or rejected every request of a batch."""
+
+
+class LLMTimeoutError(LLMEndpointError, GenerationTimeout):
+    """A request the server got but did not answer within the client's timeout; it was not sent again."""
 
 
 class Rejected(Exception):

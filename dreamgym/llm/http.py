@@ -2,8 +2,8 @@
 and the backends whose samples come from one or more such servers (vLLM or `dreamgym serve-model`).
 
 Owns: the chat-completions and token-id completions request/response mapping, vLLM's runtime LoRA calls
-(`load_lora_adapter` / `unload_lora_adapter`), concurrency for a batch, timeouts, retries with exponential backoff,
-the errors a caller sees when an endpoint is dead or rejects a request; `HTTPTokenBackend`: an `LLM` whose prompts
+(`load_lora_adapter` / `unload_lora_adapter`), concurrency for a batch, timeouts, retries with exponential backoff, the
+errors a caller sees when an endpoint is dead, too slow or rejects a request; `HTTPTokenBackend`: an `LLM` whose prompts
 are tokenized here (an experience model fitted exactly as in training) and whose rows are spread over several
 servers with failover; and `HTTPPolicyBackend`: the rollout engine's `PolicyBackend` over those servers, which pushes
 the locally trained policy's LoRA adapter to all of them whenever its weights changed since the last push.
@@ -34,6 +34,15 @@ and the local tokenizer re-derives the ids from the text; one without structured
 lacking what the caller `needs` (the policy backend: runtime LoRA) is refused at once with `ServerCapabilityError`, a
 one-line `ConfigError`.
 
+Retries: a request the server never got (refused or timed-out connection, a dropped one) and one it answered with
+408, 409, 429 or a 5xx is sent again after a backoff; 4xx otherwise is the request's own fault and is not. A POST
+that got no answer within `timeout` is not sent again (`LLMTimeoutError`, naming `timeout_field`, the setting to
+raise): the server got it and may still be generating it. vLLM aborts a generation whose client disconnects (its
+OpenAI routes are wrapped in `with_cancellation`), `dreamgym serve-model` finishes it regardless, and the copy sent
+again would be as long, on the same loaded server, as the one that ran out of time; so a re-send would only add
+load where there is too much. Only a GET (the model listing) is sent again after a read timeout. Several servers: a
+timeout does not mark its server down either (it is slow, not gone), so the row is not failed over.
+
 Token-id generation (`generate_from_ids`) uses `POST {base_url}/completions` with the prompt as token ids,
 `return_token_ids`, `include_stop_str_in_output` and `logprobs: 0`, the fields of vLLM's OpenAI server: ids and
 log-probs come back exactly as sampled, so a trainer can train on them (vLLM's default log-probs are the raw
@@ -59,8 +68,8 @@ from typing import Any
 import httpx
 
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
-from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, ServerCapabilities, ServerCapabilityError,
-                                       probe_server, shorten)
+from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, LLMTimeoutError, ServerCapabilities,
+                                       ServerCapabilityError, probe_server, shorten)
 from dreamgym.llm.capabilities import Rejected as _Rejected
 
 log = logging.getLogger(__name__)
@@ -71,13 +80,17 @@ _CHAT_PROMPTS_KEPT = 4096  # prompts remembered for chat-only servers (a few rol
 
 class OpenAIHTTPBackend:
     """`LLM` over `POST {base_url}/chat/completions`. `base_url` includes the API prefix, e.g.
-    `http://127.0.0.1:8000/v1`. `model=None` asks the server (`GET /models`) and uses the first model listed."""
+    `http://127.0.0.1:8000/v1`. `model=None` asks the server (`GET /models`) and uses the first model listed.
+    `timeout`: seconds a request waits for its answer; `timeout_field`: the setting that sets it (a config field such
+    as `dream.em_timeout_s`), named in the error of a request that ran past it."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, *,
-                 timeout: float = 120.0, connect_timeout: float = 5.0, max_retries: int = 3, backoff: float = 0.5,
-                 concurrency: int = 16, logprobs: bool = True, extra_body: dict[str, Any] | None = None):
+                 timeout: float = 120.0, timeout_field: str = "timeout", connect_timeout: float = 5.0,
+                 max_retries: int = 3, backoff: float = 0.5, concurrency: int = 16, logprobs: bool = True,
+                 extra_body: dict[str, Any] | None = None):
         self.base_url = base_url.rstrip("/")
         self._model = model
+        self.timeout, self.timeout_field = float(timeout), timeout_field
         self.max_retries = max(0, int(max_retries))
         self.backoff = float(backoff)
         self.logprobs = logprobs
@@ -253,8 +266,9 @@ class OpenAIHTTPBackend:
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
               parse: bool = True) -> dict[str, Any]:
         """One HTTP call with retries on connection errors, timeouts, 429 and 5xx (exponential backoff with
-        jitter, honouring Retry-After). 4xx raises `_Rejected` at once. `parse=False` for endpoints that answer
-        success in plain text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`."""
+        jitter, honouring Retry-After), except a POST's read timeout, which raises `LLMTimeoutError` at once (see
+        the module's doc). 4xx raises `_Rejected` at once. `parse=False` for endpoints that answer success in plain
+        text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`."""
         url = self.base_url + path
         last, last_response = "", None
         for attempt in range(self.max_retries + 1):
@@ -264,7 +278,15 @@ class OpenAIHTTPBackend:
             last_response = None
             try:
                 resp = self._client.request(method, url, json=body)
-            except httpx.TransportError as e:  # refused, DNS, timeouts, dropped connections
+            except httpx.ReadTimeout as e:
+                if method != "GET":
+                    raise LLMTimeoutError(
+                        f"{url} sent no answer within {self.timeout:g} s and the request was not sent again (the "
+                        f"server may still be generating it); raise {self.timeout_field} (now {self.timeout:g}) if "
+                        "its generations take longer on a loaded server") from e
+                last = f"{type(e).__name__}: {e}"
+                continue
+            except httpx.TransportError as e:  # refused, DNS, connect timeouts, dropped connections
                 last = f"{type(e).__name__}: {e}"
                 continue
             if resp.status_code < 400:
@@ -388,11 +410,11 @@ class HTTPTokenBackend:
     and tokenizer never touch the prompt, so a model trained on prompts fitted by `tokenizer` sees the same ids
     wherever it runs, and `prompt_ids` lets callers fit prompts to a token budget as in training.
 
-    Several servers: the rows of a batch are dealt round-robin over them (the start rotating between calls) and
-    sent together. A server that stays unreachable after the client's retries is marked down for this backend's
-    lifetime and its rows go to the others (`failovers` counts them); when every server is down the call raises
-    `LLMEndpointError` naming each one and why. Seeds are fixed per row before the rows are dealt, so which server
-    answers a row does not change its sample.
+    Several servers: the rows of a batch are dealt round-robin over them (the start rotating between calls) and sent
+    together. A server that stays unreachable after the client's retries is marked down for this backend's lifetime and
+    its rows go to the others (`failovers` counts them; a row past its timeout is not, see above); when every server is
+    down the call raises `LLMEndpointError` naming each one and why. Seeds are fixed per row before the rows are dealt,
+    so which server answers a row does not change its sample.
     """
 
     def __init__(self, base_url: str | Sequence[str], tokenizer: Any, *, served_model: str | None = None,
@@ -457,6 +479,8 @@ class HTTPTokenBackend:
                     rejected.append(e)
                     out.append(Completion(text="", finish_reason="error"))
                     break
+                except LLMTimeoutError:  # a slow server, not a gone one: failing the row over would re-send it
+                    raise
                 except LLMEndpointError as e:  # this server is gone: the row goes to another one
                     self._mark_down(c, e)
                     c = self._live()[i % len(self._live())]

@@ -74,6 +74,9 @@ class ModelConfig:
     """Sample the policy's rollouts on OpenAI-compatible servers (`dreamgym serve-model`, vLLM) serving the same base
     model, `http://host:port/v1#MODEL` (several: comma-separated); the LoRA adapter trained here is pushed to each
     whenever it changed. Empty: sample in this process."""
+    policy_timeout_s: float = ranged(120.0, gt=0)
+    """Seconds a `policy_url` server may take to answer one generation request; one that takes longer fails its batch
+    with an error naming this field and is not sent again (the server may still be generating it)."""
 
     fsdp: bool = False
     """Shard the trained weights, their gradients and AdamW state over the ranks (FSDP2, one unit per decoder

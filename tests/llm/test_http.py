@@ -1,4 +1,5 @@
-"""The HTTP backend against `dreamgym serve-model` on loopback: same outputs as the local backend, errors, retries."""
+"""The HTTP backend against `dreamgym serve-model` on loopback: same outputs as the local backend, errors, retries
+(and the generation past its timeout that is not retried)."""
 
 import dataclasses
 import json
@@ -16,7 +17,7 @@ from dreamgym.llm import SamplingParams, row_seed
 from dreamgym.llm.base import FieldBudget, OutputConstraint
 from dreamgym.llm.load import load_llm
 from dreamgym.llm.hf import HFBackend
-from dreamgym.llm.http import LLMEndpointError, OpenAIHTTPBackend
+from dreamgym.llm.http import LLMEndpointError, LLMTimeoutError, OpenAIHTTPBackend
 from dreamgym.llm.server import main as serve_main
 from dreamgym.llm.server import start_server
 
@@ -206,6 +207,59 @@ def test_retries_with_backoff_on_5xx_and_429():
         with pytest.raises(LLMEndpointError, match="2 attempts .HTTP 429: busy.; the server is reachable"):
             OpenAIHTTPBackend(backend.base_url, model="m", max_retries=1, backoff=0.01).generate(
                 REQS[:1], SamplingParams())
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """A real HTTP server that takes `delay` seconds over every answer, counting the requests of each method."""
+
+    delay = 1.0
+    calls: dict[str, int] = {}
+
+    def _answer(self, body: bytes) -> None:
+        type(self).calls[self.command] = self.calls.get(self.command, 0) + 1
+        time.sleep(self.delay)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the client gave up and closed the connection
+            pass
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._answer(json.dumps({"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}).encode())
+
+    def do_GET(self):  # noqa: N802
+        self._answer(b'{"data": [{"id": "m"}]}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_generation_past_its_timeout_is_not_sent_again_and_names_the_setting():
+    """A read timeout on a generation (POST) raises at once: the server got the request and may still be working on
+    it, so a re-send would only add to the load of a server already too slow. The error names the URL, the timeout
+    and the setting to raise. The model listing (GET) is retried as before: it costs the server nothing."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/v1"
+        backend = OpenAIHTTPBackend(url, model="m", timeout=0.3, timeout_field="dream.em_timeout_s", max_retries=3,
+                                    backoff=0.01)
+        t = time.perf_counter()
+        with pytest.raises(LLMTimeoutError, match=re.escape(f"{url}/chat/completions sent no answer within 0.3 s")
+                           + ".*not sent again.*raise dream.em_timeout_s .now 0.3."):
+            backend.generate(REQS[:1], SamplingParams(max_tokens=4))
+        assert time.perf_counter() - t < 1.0 and _Slow.calls == {"POST": 1}  # before: 4 POSTs, then a vaguer error
+        with pytest.raises(LLMEndpointError, match="4 attempts .ReadTimeout"):
+            backend.models()
+        assert _Slow.calls == {"POST": 1, "GET": 4}
+        _Slow.delay = 0.0  # a server fast enough answers as before
+        assert backend.generate(REQS[:1], SamplingParams(max_tokens=4))[0].text == "ok"
     finally:
         srv.shutdown()
         srv.server_close()
