@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dreamgym.llm.base import GENERATION_TIMEOUT_S
 from dreamgym import audit, distributed
 from dreamgym.checks import SERVER_URLS, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
@@ -82,7 +83,7 @@ class DreamConfig:
     em_url: str = checked("", server_urls, SERVER_URLS)
     """Run the experience model (and the curriculum's task writer) on OpenAI-compatible servers serving `em` as
     exported by `dreamgym export-em`; prompts are still fitted here by its tokenizer. Empty: in this process."""
-    em_timeout_s: float = ranged(120.0, gt=0)
+    em_timeout_s: float = ranged(GENERATION_TIMEOUT_S, gt=0)
     """Seconds an `em_url` server may take to answer one generation request; one that takes longer fails its batch
     (the dream episodes waiting on it end, their error naming this field) and is not sent again."""
     audit_episodes: int = ranged(4, ge=0)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym.llm.base import GENERATION_TIMEOUT_S
 from dreamgym.config import ranged, validate_config
 from dreamgym.agent import AgentConfig
 from dreamgym.env import TextEnv
@@ -44,7 +45,7 @@ class EvalConfig:
     checkpoint)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout engine settings (turn cap, tokens per turn, timeouts)."""
-    policy_timeout_s: float = ranged(120.0, gt=0)
+    policy_timeout_s: float = ranged(GENERATION_TIMEOUT_S, gt=0)
     """`dreamgym eval` of a served `--policy`: seconds a server may take to answer one generation request; one that
     takes longer fails the evaluation with an error naming this field and is not sent again."""
 

@@ -38,7 +38,7 @@ from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
                                         completed_state, output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
-from dreamgym.llm.base import LLM, ChatRequest, GenerationTimeout, SamplingParams
+from dreamgym.llm.base import GENERATION_TIMEOUT_S, LLM, ChatRequest, GenerationTimeout, SamplingParams
 from dreamgym.types import Task, Transition
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ class ExperienceModel:
     @classmethod
     def load(cls, path: str | Path, buffer: ReplayBuffer | None = None, *, device: str | None = None,
              batch_size: int = 32, config_overrides: Sequence[str] = (), url: str | None = None,
-             timeout_s: float = 120.0, timeout_field: str = "timeout_s") -> ExperienceModel:
+             timeout_s: float = GENERATION_TIMEOUT_S, timeout_field: str = "timeout_s") -> ExperienceModel:
         """A trained checkpoint (`dreamgym.experience.train`) with an HFBackend. `config_overrides` are `key=value`
         settings of its `ExperienceModelConfig` (e.g. `["temperature=1.0"]`), validated before the model loads.
         `buffer` is used for retrieval as is; `dreamgym.experience.data.checkpoint_buffer` builds the one the

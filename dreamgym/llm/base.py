@@ -19,6 +19,10 @@ class ConstraintError(ValueError):
     """An `OutputConstraint` a backend cannot enforce (an invalid or unsupported regex)."""
 
 
+GENERATION_TIMEOUT_S = 120.0
+"""The default seconds a generation server may take to answer one request (every `*_timeout_s` setting's default)."""
+
+
 class GenerationTimeout(RuntimeError):
     """A generation that ran past the backend's time limit. A caller should not send it again: the same request
     would take as long again, on a backend already too slow for it (its message names the setting to raise)."""

@@ -67,7 +67,7 @@ from typing import Any
 
 import httpx
 
-from dreamgym.llm.base import ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.base import GENERATION_TIMEOUT_S, ChatRequest, Completion, SamplingParams, row_seed
 from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, LLMTimeoutError, ServerCapabilities,
                                        ServerCapabilityError, probe_server, shorten)
 from dreamgym.llm.capabilities import Rejected as _Rejected
@@ -85,7 +85,7 @@ class OpenAIHTTPBackend:
     as `dream.em_timeout_s`), named in the error of a request that ran past it."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, *,
-                 timeout: float = 120.0, timeout_field: str = "timeout", connect_timeout: float = 5.0,
+                 timeout: float = GENERATION_TIMEOUT_S, timeout_field: str = "timeout", connect_timeout: float = 5.0,
                  max_retries: int = 3, backoff: float = 0.5, concurrency: int = 16, logprobs: bool = True,
                  extra_body: dict[str, Any] | None = None):
         self.base_url = base_url.rstrip("/")

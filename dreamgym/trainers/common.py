@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dreamgym.llm.base import GENERATION_TIMEOUT_S
 from dreamgym import distributed, fsdp
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
@@ -74,7 +75,7 @@ class ModelConfig:
     """Sample the policy's rollouts on OpenAI-compatible servers (`dreamgym serve-model`, vLLM) serving the same base
     model, `http://host:port/v1#MODEL` (several: comma-separated); the LoRA adapter trained here is pushed to each
     whenever it changed. Empty: sample in this process."""
-    policy_timeout_s: float = ranged(120.0, gt=0)
+    policy_timeout_s: float = ranged(GENERATION_TIMEOUT_S, gt=0)
     """Seconds a `policy_url` server may take to answer one generation request; one that takes longer fails its batch
     with an error naming this field and is not sent again (the server may still be generating it)."""
 
