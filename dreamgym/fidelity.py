@@ -482,10 +482,11 @@ def main(argv: list[str] | None = None) -> int:
             r["model_stats"] = dict(model.stats)
             r["train_summary"] = _train_summary(path)
             if unusable_backend(r):  # a report of failure states would judge a model by a backend it never used
+                # A timeout's own message names --timeout-s; otherwise the likely cause is where it generates.
+                hint = "" if model.stats["timeouts"] else \
+                    f"; {'check that --url serves this checkpoint' if a.url else 'check --device'}"
                 print(f"dreamgym eval-em: {r['backend_failures']} of {r['predictions']} predictions of {label} were "
-                      f"backend errors ({model.last_backend_error or 'no message'}); "
-                      f"{'check that --url serves this checkpoint' if a.url else 'check --device'}",
-                      file=sys.stderr)
+                      f"backend errors ({model.last_backend_error or 'no message'}){hint}", file=sys.stderr)
                 return 1
             rows[label] = r
             print(f"{label}: " + ", ".join(f"{k}={v:.3f}" for k, v in r.items() if isinstance(v, float)),

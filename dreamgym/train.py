@@ -34,6 +34,7 @@ from dreamgym.dream import DreamConfig, DreamWorld, online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
 from dreamgym.filecheck import output_path
+from dreamgym.llm.capabilities import LLMEndpointError
 from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
@@ -337,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
         trainer.save(run_dir / "checkpoint", run_state())
         trainer.save(run_dir / "final", run_state())
         after = evaluation.recorded_at(iteration()) or evaluation(backend, "final", iteration())
+    except LLMEndpointError as e:
+        # A policy server gone or too slow: one line naming the server and the setting to raise (as `dreamgym eval`
+        # says it), and where the run can go on from; the checkpoints and metrics written so far stay.
+        saved = run_dir / "checkpoint"
+        again = f"; `--resume` goes on from {saved}" if saved.is_dir() else ""
+        return fail("train", f"{e}{again}")
     finally:
         if logger is not None:
             logger.close()

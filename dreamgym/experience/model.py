@@ -123,7 +123,10 @@ class ExperienceModel:
             self.stats["backend_errors"] += 1
             log.warning("experience model: generate failed (%s: %s)", type(e).__name__, e)
             self.last_backend_error = f"{type(e).__name__}: {' '.join(str(e).split())}"
-            return [""] * len(reqs), f"backend error ({self.last_backend_error})", isinstance(e, GenerationTimeout)
+            timed_out = isinstance(e, GenerationTimeout)
+            if timed_out:
+                self.stats["timeouts"] += 1
+            return [""] * len(reqs), f"backend error ({self.last_backend_error})", timed_out
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                 seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:

@@ -103,6 +103,27 @@ def test_model_policy_timeout_s_reaches_the_policy_servers_client(slow):
         backend.close()
 
 
+def test_dreamgym_train_ends_in_one_line_when_its_policy_server_times_out(slow, tmp_path, capsys):
+    """A GRPO run sampling on a server that stops answering: exit 2 with `dreamgym train: ...` naming the setting, as
+    `dreamgym eval` says it (before: a traceback), the metrics file closed and the adapter taken off the server."""
+    import httpx
+
+    from dreamgym.train import main
+
+    url, served = slow
+    served.slowed(after_probe=True)
+    rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
+               f"model.policy_url={url}#tiny", "model.lora=true", f"model.policy_timeout_s={TIMEOUT}", "group_size=2",
+               "tasks_per_iteration=2", "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false",
+               "tensorboard=false", "save_every=0", "--no-progress"])
+    err = capsys.readouterr().err
+    [line] = [x for x in err.splitlines() if x.startswith("dreamgym train:")]
+    assert rc == 2 and "Traceback" not in err and err.strip().endswith(line)
+    assert f"sent no answer within {TIMEOUT:g} s" in line and f"raise model.policy_timeout_s (now {TIMEOUT:g})" in line
+    assert served.release() >= 1
+    assert [m["id"] for m in httpx.get(f"{url}/models").json()["data"]] == ["tiny"]
+
+
 def test_dream_em_timeout_s_reaches_the_experience_models_client(slow, tmp_path):
     """The dream's experience model on a server: the prediction whose call ran out of time fails (the episode waiting
     on it ends), naming the field; neither the client nor the model's own retry sends the batch again."""
@@ -147,4 +168,6 @@ def test_eval_em_timeout_s_reaches_the_experience_models_client(slow, tmp_path, 
     rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(data), "--train-data", str(data),
                "--url", f"{url}#tiny", "--timeout-s", str(TIMEOUT), "--max-transitions", "1", "--max-episodes", "1",
                "--out", str(tmp_path / "fidelity.json")])
-    assert rc == 1 and f"raise --timeout-s (now {TIMEOUT})" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 1 and f"raise --timeout-s (now {TIMEOUT})" in err
+    assert "check that --url serves" not in err  # the server is fine, only slow
