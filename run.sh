@@ -89,8 +89,13 @@ case "$cmd" in
     if [ $# -eq 0 ]; then
       "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
       "$VENV/bin/mypy"
-      # The whole suite ends with its 25 slowest tests: where its time goes, in every CI log.
+      # The whole suite runs on every core up to 4 (pytest-xdist; DREAMGYM_TEST_WORKERS overrides, 0: one process),
+      # a test file per worker at a time, so a module's servers and trained fixtures start once; it ends with its 25
+      # slowest tests: where its time goes, in every CI log.
+      workers=${DREAMGYM_TEST_WORKERS:-$(nproc)}
+      [ "$workers" -le 4 ] || workers=4
       set -- --durations=25
+      [ "$workers" -le 1 ] || set -- "$@" -n "$workers" --dist loadfile
     fi
     # pytest exits 5 when no test ran: that is a failure here, never a pass.
     exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
