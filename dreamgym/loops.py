@@ -2,7 +2,8 @@
 (`dreamgym.dream`) and the recipe's rows (`dreamgym.recipe`).
 
 Owns: the two trainer surfaces the loops may use (`OnlineTrainer`, `OfflineTrainer`), building a policy backend and
-a trainer of either kind (`build_backend`, `build_online_trainer`, `build_offline_trainer`), the offline loop
+a trainer of either kind (`build_backend` and its undoing, `close_backend`; `build_online_trainer`,
+`build_offline_trainer`), the offline loop
 (`train_offline`), the one evaluation path (`Evaluation`), which train tasks a run draws from (`task_pool`) and how
 one iteration draws them (`iteration_tasks`).
 Must not know: trainers' internals (only the two protocols), the synthetic environment or the experience model,
@@ -106,6 +107,15 @@ def build_backend(cfg: TrainerConfig, init: str = "", device: str | None = None)
         return HTTPPolicyBackend(urls, model, tok, served_model=served, timeout=cfg.model.policy_timeout_s,
                                  timeout_field="model.policy_timeout_s")
     return HFBackend(model, tok, batch_size=cfg.model.generation_batch_size)
+
+
+def close_backend(backend: object) -> None:
+    """Undo what `build_backend` set up outside this process: a served policy's adapter taken off its servers and its
+    temporary folder deleted. An in-process backend (or None: nothing was built) holds nothing to release."""
+    from dreamgym.llm.http import HTTPPolicyBackend
+
+    if isinstance(backend, HTTPPolicyBackend):
+        backend.close()
 
 
 def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig,

@@ -32,7 +32,8 @@ from dreamgym.episode import RolloutConfig
 from dreamgym.evaluate import EvalConfig, EvalResult
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.train import TrainEMConfig
-from dreamgym.loops import Evaluation, OnlineTrainer, build_backend, build_offline_trainer, build_online_trainer
+from dreamgym.loops import (Evaluation, OnlineTrainer, build_backend, build_offline_trainer, build_online_trainer,
+                            close_backend)
 from dreamgym.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.paths import atomic_write_text
 from dreamgym.run import LoopSettings, RunState, train
@@ -171,25 +172,27 @@ class Recipe:
             sft_cfg = dataclasses.replace(sft_cfg, stop_at=stop_at, check_every=check_every or sft_cfg.check_every)
         cfg = dataclasses.replace(self.base, algo="sft", sft=sft_cfg,
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
-        if (out / "trainer_state.json").is_file():
-            backend = build_backend(cfg, str(out))
-        else:
-            from dreamgym.data import load_trajectories
-            from dreamgym.trainers.sft import SFTTrainer
+        trained = (out / "trainer_state.json").is_file()  # an earlier run of this recipe saved it: evaluated only
+        backend = build_backend(cfg, str(out) if trained else "")
+        try:
+            if not trained:
+                from dreamgym.data import load_trajectories
+                from dreamgym.trainers.sft import SFTTrainer
 
-            backend = build_backend(cfg)
-            lg = MetricsLogger(self.run / "sft", tensorboard=False)
-            trainer = build_offline_trainer(backend, cfg, cfg.sft, logger=lg,
-                                            admissible_fn=self.family.admissible_from_state)
-            demos = load_trajectories(self.demos_path)
-            assert isinstance(trainer, SFTTrainer)  # an SFTConfig builds one; its stop record is SFT's own
-            trainer.fit(demos, progress=self.progress)
-            stop = {"step": trainer.global_step, "replay_success": trainer.replay_success(demos),
-                    "criterion_met": bool(trainer.stopped_at)}
-            trainer.save(out)
-            atomic_write_text(self.run / "sft" / "stop.json", json.dumps(stop))
-            lg.close()
-        self.record("SFT", self.evaluate(backend), real_steps=0, real_data=self.real_demos, wall=time.time() - t0)
+                lg = MetricsLogger(self.run / "sft", tensorboard=False)
+                trainer = build_offline_trainer(backend, cfg, cfg.sft, logger=lg,
+                                                admissible_fn=self.family.admissible_from_state)
+                demos = load_trajectories(self.demos_path)
+                assert isinstance(trainer, SFTTrainer)  # an SFTConfig builds one; its stop record is SFT's own
+                trainer.fit(demos, progress=self.progress)
+                stop = {"step": trainer.global_step, "replay_success": trainer.replay_success(demos),
+                        "criterion_met": bool(trainer.stopped_at)}
+                trainer.save(out)
+                atomic_write_text(self.run / "sft" / "stop.json", json.dumps(stop))
+                lg.close()
+            self.record("SFT", self.evaluate(backend), real_steps=0, real_data=self.real_demos, wall=time.time() - t0)
+        finally:
+            close_backend(backend)
         stop_file = self.run / "sft" / "stop.json"
         if stop_file.is_file():
             self.results["SFT"]["sft_stop"] = json.loads(stop_file.read_text())
@@ -209,9 +212,13 @@ class Recipe:
         lg = MetricsLogger(self.run / "dpo", tensorboard=False)
         trainer = build_offline_trainer(backend, cfg, cfg.dpo, logger=lg,
                                         admissible_fn=self.family.admissible_from_state)
-        trainer.fit(load_trajectories(self.offline_path), progress=self.progress)
-        lg.close()
-        self.record("DPO", self.evaluate(backend), real_steps=0, real_data=self.real_offline, wall=time.time() - t0)
+        try:
+            trainer.fit(load_trajectories(self.offline_path), progress=self.progress)
+            lg.close()
+            self.record("DPO", self.evaluate(backend), real_steps=0, real_data=self.real_offline,
+                        wall=time.time() - t0)
+        finally:
+            close_backend(backend)
         done()
 
     # -- one RL row -----------------------------------------------------------------------------------
@@ -247,21 +254,24 @@ class Recipe:
             curve.append((step, res.success_rate))
             lg.log(step, {"success_rate": res.success_rate, "real_steps": float(state.budget.used)}, prefix="eval/")
 
-        if eval_every:
-            evaluate("start", 0)
-        world = None
-        if mode != "real" and not from_method:
-            dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
-            world = DreamWorld(self.env, dcfg, method_dir, self.seed, algo=algo)
-        phases = online_phases(mode, self.family, self.env, self.seed, world=world,
-                               real_iterations=real_iterations, dream_iterations=dream_iterations,
-                               tasks_per_iteration=tasks_per_iteration,
-                               dream_log=self.run / self._slug(from_method) if from_method else None)
-        train(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
-                                                      progress=self.progress),
-              logger=lg, evaluate=evaluate)
-        trainer.save(method_dir / "final", state.state_dict())
-        res = self.evaluate(trainer.backend)
+        try:
+            if eval_every:
+                evaluate("start", 0)
+            world = None
+            if mode != "real" and not from_method:
+                dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
+                world = DreamWorld(self.env, dcfg, method_dir, self.seed, algo=algo)
+            phases = online_phases(mode, self.family, self.env, self.seed, world=world,
+                                   real_iterations=real_iterations, dream_iterations=dream_iterations,
+                                   tasks_per_iteration=tasks_per_iteration,
+                                   dream_log=self.run / self._slug(from_method) if from_method else None)
+            train(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
+                                                          progress=self.progress),
+                  logger=lg, evaluate=evaluate)
+            trainer.save(method_dir / "final", state.state_dict())
+            res = self.evaluate(trainer.backend)
+        finally:
+            close_backend(trainer.backend)  # a served policy's adapter off its servers once the row is scored
         if eval_every and (not curve or curve[-1][0] != state.iteration):
             curve.append((state.iteration, res.success_rate))
         lg.close()

@@ -35,7 +35,7 @@ from dreamgym.envs.family import EnvFamily
 from dreamgym.evaluate import EvalConfig
 from dreamgym.filecheck import output_path
 from dreamgym.llm.capabilities import LLMEndpointError
-from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
+from dreamgym.loops import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer, close_backend,
                             build_online_trainer, task_pool, train_offline)
 from dreamgym.metrics import MetricsLogger, machine_info
 from dreamgym.paths import atomic_write_text
@@ -347,11 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if logger is not None:
             logger.close()
-        if cfg.model.policy_url:  # it sampled on servers: its adapter off them, its temporary folder deleted
-            from dreamgym.llm.http import HTTPPolicyBackend  # loaded only where build_backend made one
-
-            if isinstance(backend, HTTPPolicyBackend):
-                backend.close()
+        close_backend(backend)
     distributed.barrier("finishing")
     if not main_rank:
         distributed.shutdown()

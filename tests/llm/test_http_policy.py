@@ -259,3 +259,28 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path, mo
         assert not list(temp.glob("dreamgym-adapters-*"))
     finally:
         handle.stop()
+
+
+def test_recipe_rows_take_their_adapter_off_the_policy_server(tiny_preset, tmp_path, monkeypatch):  # noqa: F811
+    """The recipe's rows sampling on a policy server (SFT's evaluation, a real GRPO row): after each, its pushed
+    adapter is unloaded from the server and its temporary folder deleted (before: every row left both behind)."""
+    from dreamgym.recipe import Recipe
+
+    model, tok = tiny_preset
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the backend makes its adapter folder
+    handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
+    try:
+        r = Recipe("dial", tmp_path / "run", eval_tasks=2, progress=False, threads=1,
+                   train_overrides=[f"model.policy_url={handle.url}#tiny", "model.lora=true", "rollout.max_turns=2",
+                                    "rollout.max_new_tokens=8"])
+        r.collect_offline(8, "oracle:1", "oracle")
+        r.sft(epochs=1)
+        r.run_method("GRPO real", algo="grpo", mode="real", budget=16, real_iterations=1, tasks_per_iteration=2,
+                     group_size=2)
+        assert {"SFT", "GRPO real"} <= set(r.results)
+        assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
+        assert not list(temp.glob("dreamgym-adapters-*"))
+    finally:
+        handle.stop()
