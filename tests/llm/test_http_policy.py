@@ -216,7 +216,22 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
         handle.stop()
 
 
-def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path, monkeypatch):  # noqa: F811
+@pytest.fixture
+def fresh_server(tiny_preset, tmp_path, monkeypatch):  # noqa: F811
+    """(a `dreamgym serve-model` of its own over the tiny model, the temp dir where HTTP policy backends make their
+    adapter folders): what a run leaves on the server or in that folder is the test's to see."""
+    model, tok = tiny_preset
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
+    try:
+        yield handle, temp
+    finally:
+        handle.stop()
+
+
+def test_dreamgym_train_samples_through_the_policy_url(fresh_server, tmp_path):
     """`dreamgym train model.policy_url=...` builds the HTTP policy backend: a real GRPO iteration on the dial samples
     on the server (its request count rises) while the LoRA policy trains here, and at the end the pushed adapter is
     unloaded from the server and its temporary folder deleted; without LoRA the URL is refused at start-up."""
@@ -228,59 +243,45 @@ def test_dreamgym_train_samples_through_the_policy_url(tiny_preset, tmp_path, mo
         load_config(TrainConfig, None, ["model.policy_url=http://127.0.0.1:1/v1"])  # lora left to auto
     with pytest.raises(ConfigError, match="policy_url"):
         load_config(TrainConfig, None, ["model.policy_url=ftp://x", "model.lora=true"])
-    model, tok = tiny_preset
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the backend makes its adapter folder
-    handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
-    try:
-        url = f"{handle.url}#tiny"
-        cfg = load_config(TrainConfig, None, [f"model.policy_url={url}", "model.lora=true"])
-        backend = build_backend(cfg)
-        assert isinstance(backend, HTTPPolicyBackend)
-        backend.close()
-        served = []
-        batcher = handle._app.state.batcher  # counts what the server samples (no public hook for it)
-        original = batcher.submit
+    handle, temp = fresh_server
+    url = f"{handle.url}#tiny"
+    cfg = load_config(TrainConfig, None, [f"model.policy_url={url}", "model.lora=true"])
+    backend = build_backend(cfg)
+    assert isinstance(backend, HTTPPolicyBackend)
+    backend.close()
+    served = []
+    batcher = handle._app.state.batcher  # counts what the server samples (no public hook for it)
+    original = batcher.submit
 
-        def counting(*a, **k):
-            served.append(1)
-            return original(*a, **k)
+    def counting(*a, **k):
+        served.append(1)
+        return original(*a, **k)
 
-        batcher.submit = counting
-        rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
-                   f"model.policy_url={url}", "model.lora=true", "group_size=2", "tasks_per_iteration=2",
-                   "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
-                   "save_every=0"])
-        assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server
-        assert (tmp_path / "run" / "metrics.jsonl").is_file()
-        # Before: each run left its last adapter loaded on the server and its adapter folder in the temp dir.
-        assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
-        assert not list(temp.glob("dreamgym-adapters-*"))
-    finally:
-        handle.stop()
+    batcher.submit = counting
+    rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
+               f"model.policy_url={url}", "model.lora=true", "group_size=2", "tasks_per_iteration=2",
+               "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
+               "save_every=0"])
+    assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
+    # Before: each run left its last adapter loaded on the server and its adapter folder in the temp dir.
+    assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
+    assert not list(temp.glob("dreamgym-adapters-*"))
 
 
-def test_recipe_rows_take_their_adapter_off_the_policy_server(tiny_preset, tmp_path, monkeypatch):  # noqa: F811
+def test_recipe_rows_take_their_adapter_off_the_policy_server(fresh_server, tmp_path):
     """The recipe's rows sampling on a policy server (SFT's evaluation, a real GRPO row): after each, its pushed
     adapter is unloaded from the server and its temporary folder deleted (before: every row left both behind)."""
     from dreamgym.recipe import Recipe
 
-    model, tok = tiny_preset
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the backend makes its adapter folder
-    handle = start_server(HFBackend(copy.deepcopy(model), tok, batch_size=64), model_name="tiny")
-    try:
-        r = Recipe("dial", tmp_path / "run", eval_tasks=2, progress=False, threads=1,
-                   train_overrides=[f"model.policy_url={handle.url}#tiny", "model.lora=true", "rollout.max_turns=2",
-                                    "rollout.max_new_tokens=8"])
-        r.collect_offline(8, "oracle:1", "oracle")
-        r.sft(epochs=1)
-        r.run_method("GRPO real", algo="grpo", mode="real", budget=16, real_iterations=1, tasks_per_iteration=2,
-                     group_size=2)
-        assert {"SFT", "GRPO real"} <= set(r.results)
-        assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
-        assert not list(temp.glob("dreamgym-adapters-*"))
-    finally:
-        handle.stop()
+    handle, temp = fresh_server
+    r = Recipe("dial", tmp_path / "run", eval_tasks=2, progress=False, threads=1,
+               train_overrides=[f"model.policy_url={handle.url}#tiny", "model.lora=true", "rollout.max_turns=2",
+                                "rollout.max_new_tokens=8"])
+    r.collect_offline(8, "oracle:1", "oracle")
+    r.sft(epochs=1)
+    r.run_method("GRPO real", algo="grpo", mode="real", budget=16, real_iterations=1, tasks_per_iteration=2,
+                 group_size=2)
+    assert {"SFT", "GRPO real"} <= set(r.results)
+    assert [m["id"] for m in httpx.get(f"{handle.url}/models").json()["data"]] == ["tiny"]
+    assert not list(temp.glob("dreamgym-adapters-*"))
