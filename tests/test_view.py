@@ -70,8 +70,10 @@ def server(runs):
         yield srv
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium through Playwright's sync API, which keeps an asyncio loop running on this thread while it is open:
+    closed with this module, so no later test in the process meets that loop (`asyncio.run` refuses to start)."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path("/usr/bin/chromium").exists():
         pytest.skip("needs Debian's chromium at /usr/bin/chromium")
