@@ -89,11 +89,14 @@ case "$cmd" in
     if [ $# -eq 0 ]; then
       "$VENV/bin/ruff" check dreamgym tests benchmarks experiments
       "$VENV/bin/mypy"
-      # The whole suite runs on every core up to 4 (pytest-xdist; DREAMGYM_TEST_WORKERS overrides, 0: one process),
-      # a test file per worker at a time, so a module's servers and trained fixtures start once; it ends with its 25
-      # slowest tests: where its time goes, in every CI log.
-      workers=${DREAMGYM_TEST_WORKERS:-$(nproc)}
-      [ "$workers" -le 4 ] || workers=4
+      # The whole suite runs on every core up to 4 (pytest-xdist; DREAMGYM_TEST_WORKERS sets the count, 0 or 1: one
+      # process), a test file per worker at a time, so a module's servers and trained fixtures start once; it ends
+      # with its 25 slowest tests: where its time goes, in every CI log.
+      cores=$(nproc)
+      workers=${DREAMGYM_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+      case "$workers" in
+        ''|*[!0-9]*) echo "run.sh: DREAMGYM_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;;
+      esac
       set -- --durations=25
       [ "$workers" -le 1 ] || set -- "$@" -n "$workers" --dist loadfile
     fi
