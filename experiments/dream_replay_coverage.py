@@ -25,8 +25,9 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="offline real trajectories (JSONL or Parquet)")
     ap.add_argument("--dream", required=True, help="a dream run's folder (with dream_episodes/)")
     a = ap.parse_args()
-    real = {(t.task.id, s.state, s.action) for t in load_trajectories(a.data) for s in t.steps}
-    states = {(t.task.id, s.state) for t in load_trajectories(a.data) for s in t.steps}
+    recorded = [(t.task.id, s.state, s.action) for t in load_trajectories(a.data) for s in t.steps]
+    real = set(recorded)
+    states = {(task, state) for task, state, _ in recorded}
     steps, hits, rewarded, rewarded_hits = 0, 0, 0, 0
     by_index: collections.Counter[tuple[int, bool]] = collections.Counter()
     first_state_known = episodes = 0
