@@ -4,7 +4,7 @@ experience model's SFT (tokens/s) and real GRPO on the dial (seconds per iterati
     python benchmarks/bench_distributed.py [--procs 1 2] [--em-steps 12] [--grpo-iterations 3] [--fsdp]
         [--grpo-args init=PATH agent.show_admissible=false ...]
 
-With --fsdp every configuration also runs sharded (`fsdp=true` / `model.fsdp=true`, dreamgym/fsdp.py) beside the
+With --fsdp every configuration also runs sharded (`fsdp=true` / `model.fsdp=true`, dreamgym/utils/fsdp.py) beside the
 replicated run, so the cost of sharding (all-gathers in every forward and backward, gathering for generation) is
 read side by side.
 
@@ -62,7 +62,7 @@ def main() -> None:
     from em_helpers import dial_trajectories
 
     from dreamgym.data import write_jsonl
-    from dreamgym.metrics import describe_machine, machine_info
+    from dreamgym.utils.metrics import describe_machine, machine_info
 
     print(describe_machine(machine_info()), f"load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -95,7 +95,7 @@ def bench_http(preset: str, counts: list[int], batch_sizes: list[int], new_token
     from pathlib import Path
 
     from dreamgym.llm.http import HTTPTokenBackend
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     root = Path(__file__).resolve().parents[1]
     _, tok = load_preset(preset, device="cpu")
@@ -144,7 +144,7 @@ def bench_vllm(preset: str, batch_sizes: list[int], new_tokens: int, repeats: in
     import sys
     from pathlib import Path
 
-    from dreamgym.presets import build_preset, load_preset
+    from dreamgym.llm.presets import build_preset, load_preset
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from servers import vllm_server

@@ -78,7 +78,7 @@ def peak_tflops(device: torch.device) -> tuple[float, str]:
 
 def build_model(name: str, device: torch.device, small: bool) -> tuple[Any, int]:
     """(model in the device's default dtype, in eval mode as `load_preset` returns it; pad id)."""
-    from dreamgym.presets import default_dtype, load_preset
+    from dreamgym.llm.presets import default_dtype, load_preset
 
     if name == "tiny":
         model, tok = load_preset("tiny", device=str(device))
@@ -193,7 +193,7 @@ def em_latency(args: argparse.Namespace, device: torch.device) -> list[dict[str,
         em = ExperienceModel.load(args.em, buf, device=str(device), batch_size=batch)
     else:
         from dreamgym.llm.hf import HFBackend
-        from dreamgym.presets import load_preset
+        from dreamgym.llm.presets import load_preset
 
         model, tok = load_preset("tiny", device=str(device))
         em = ExperienceModel(HFBackend(model, tok, batch_size=batch), env="dial",

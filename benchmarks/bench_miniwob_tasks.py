@@ -5,7 +5,7 @@
 
 Each task of `--tasks` (a choice as the split takes it: `all`, `default`, or comma-separated names) is played at
 its first `--seeds` held-out test seeds (the `test:<tasks>` split) by each policy, one episode per (task, seed,
-policy), with `dreamgym.collect.run_episode`, as `dreamgym collect` plays them. `--browsers` environments play in
+policy), with `dreamgym.commands.collect.run_episode`, as `dreamgym collect` plays them. `--browsers` environments play in
 parallel, one browser each. A task the oracle has no rule for is not played by the oracle (nor the noisy oracle):
 its row says "no rule", which is what a collection would report as a failed episode. An episode that fails (a page
 that breaks, a browser that hangs) is counted apart with its reason. Prints a Markdown table (task, then wins/
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write every episode's outcome here")
     args = ap.parse_args(argv)
 
-    from dreamgym.collect import EpisodeFailed, run_episode
+    from dreamgym.commands.collect import EpisodeFailed, run_episode
     from dreamgym.envs import family
     from dreamgym.envs.web.browser import BrowserPool
     from dreamgym.envs.web.miniwob_policies import ORACLE_TASKS
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               f"tasks")
     print(f"{len(rows)} episodes in {wall:.0f}s ({os.cpu_count()} CPUs, {args.browsers} browsers)")
     if args.json:
-        from dreamgym.paths import atomic_write_text
+        from dreamgym.utils.paths import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"split": split, "seeds": args.seeds, "max_steps": args.max_steps,
                                                  "wall_time_s": wall, "episodes": rows}, indent=1))

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from dreamgym.agent import parse_action, parse_thought
-from dreamgym.curriculum import Curriculum
+from dreamgym.curriculum.generator import Curriculum
 from dreamgym.experience.format import parse_completion
 
 ANSWER = "<state>\n[dial] 3\n</state>\n<reward>0</reward>\n<done>false</done>"

@@ -38,7 +38,7 @@ def measure(preset: str, block_size: str, prefix_tokens: int, requests: int) -> 
     """(hits, queries, server start seconds) for one server with `block_size` ("default": the build's own)."""
     import httpx
 
-    from dreamgym.presets import build_preset, load_preset
+    from dreamgym.llm.presets import build_preset, load_preset
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from servers import vllm_server

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from dreamgym.vector_index import VectorIndex
+from dreamgym.replay.vector_index import VectorIndex
 
 
 def unit_rows(n: int, dim: int, seed: int, chunk: int = 100_000) -> np.ndarray:
@@ -81,8 +81,8 @@ def bench_index(sizes: list[int], dim: int, batch: int, k: int, repeats: int) ->
 def bench_e2e(n: int, n_minilm: int, batch: int, k: int, repeats: int) -> None:
     import random
 
-    from dreamgym.buffer import ReplayBuffer
-    from dreamgym.embed import HashingEmbedder, MiniLMEmbedder
+    from dreamgym.replay.buffer import ReplayBuffer
+    from dreamgym.replay.embed import HashingEmbedder, MiniLMEmbedder
     from dreamgym.types import Task, Transition
 
     rng = random.Random(0)

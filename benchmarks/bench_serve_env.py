@@ -97,7 +97,7 @@ def served(em: Path, sessions: int, seconds: float, max_batch: int, threads: int
 def in_process(em: Path, episodes: int, seconds: float) -> dict:
     from dreamgym.envs import family
     from dreamgym.experience import ExperienceModel, checkpoint_buffer
-    from dreamgym.synthetic_env import SyntheticBatcher, SyntheticEnv
+    from dreamgym.dream.synthetic_env import SyntheticBatcher, SyntheticEnv
 
     model = ExperienceModel.load(em, buffer=checkpoint_buffer(em), device="cpu", batch_size=max(episodes, 1))
     batcher, fam = SyntheticBatcher(), family("dial")

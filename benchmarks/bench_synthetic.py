@@ -48,10 +48,10 @@ def real_steps_per_s(env_name: str, seconds: float = 3.0) -> tuple[float, int]:
 
 
 def default_model(env_name: str) -> Path:
-    from dreamgym.collect import collect
+    from dreamgym.commands.collect import collect
     from dreamgym.experience import ExperienceModelConfig
     from dreamgym.experience.train import TrainEMConfig, train
-    from dreamgym.paths import cache_dir
+    from dreamgym.utils.paths import cache_dir
 
     spec = {"env": env_name, "episodes": 600, "max_steps": 300, "k": 2, "embedder": "hashing", "v": 1}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
@@ -73,7 +73,7 @@ def held_out_transitions(model_dir: Path, env_name: str, episodes: int) -> list:
     """Transitions of `episodes` test-split episodes of the family's scripted policies (none of them trained on)."""
     import tempfile
 
-    from dreamgym.collect import collect
+    from dreamgym.commands.collect import collect
     from dreamgym.data import load_trajectories
     from dreamgym.experience import em_transitions, read_checkpoint_meta
 
@@ -125,7 +125,7 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
     """Synthetic transitions/s over `turns` batched turns (after `warmup` untimed ones) of `episodes` episodes in
     groups of `group` sharing a reset seed; `share` sets the backend's prompt sharing (None: as loaded)."""
     from dreamgym.envs import family
-    from dreamgym.synthetic_env import SyntheticBatcher, SyntheticEnv
+    from dreamgym.dream.synthetic_env import SyntheticBatcher, SyntheticEnv
 
     model = load_model(model_dir, episodes, structured, overrides=overrides)
     if share is not None:

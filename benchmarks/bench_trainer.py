@@ -43,9 +43,9 @@ def main() -> None:
     from dreamgym.agent import AgentConfig
     from dreamgym.envs import family
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
     from dreamgym.episode import RolloutConfig
-    from dreamgym.rollout import run_rollouts
+    from dreamgym.rl.rollout import run_rollouts
     from dreamgym.trainers.common import (ModelConfig, OptimConfig, TrainerConfig, autocast, make_optimizer,
                                           micro_batches, pack, trainable_parameters)
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample

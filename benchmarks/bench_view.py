@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from dreamgym import serving
-from dreamgym.collect import collect, parse_mix
+from dreamgym.utils import serving
+from dreamgym.commands.collect import collect, parse_mix
 from dreamgym.data import read_jsonl, write_parquet
 from dreamgym.view.server import create_app
 from dreamgym.view.site import Site

@@ -80,7 +80,7 @@ def real_steps_per_s(browsers: int, seconds: float) -> tuple[float, int]:
 def synthetic_steps_per_s(em_dir: Path, episodes: int, turns: int) -> dict[str, Any]:
     from dreamgym.envs import family
     from dreamgym.experience import ExperienceModel, checkpoint_buffer
-    from dreamgym.synthetic_env import SyntheticEnv
+    from dreamgym.dream.synthetic_env import SyntheticEnv
 
     fam = family("miniwob")
     train = fam.tasks("train")
@@ -125,7 +125,7 @@ def synthetic_steps_per_s(em_dir: Path, episodes: int, turns: int) -> dict[str, 
 def token_sizes() -> tuple[float, float, float]:
     from dreamgym.envs import family
     from dreamgym.envs.web.browser import BrowserPool
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     _, tok = load_preset("tiny")
     fam = family("miniwob")

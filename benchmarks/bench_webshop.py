@@ -4,7 +4,7 @@ token cost of raw HTML vs the abstract state per page.
 Usage: python benchmarks/bench_webshop.py [--skip-100k] [--episodes N]
 
 Tokenizer: the `tiny` preset's byte-level BPE (trained on every family's `corpus_text()`), loaded through
-`dreamgym.presets.resolve("tiny")` (built on first use). If presets are unavailable, a byte-level BPE with the
+`dreamgym.llm.presets.resolve("tiny")` (built on first use). If presets are unavailable, a byte-level BPE with the
 same recipe is trained here on `webshop.corpus_text()` with the `tokenizers` library. Note that neither saw
 HTML markup during training, so HTML costs a little more tokens than with a general-purpose tokenizer; the
 character ratio is printed too.
@@ -83,7 +83,7 @@ def load_tokenizer():
     try:
         from transformers import AutoTokenizer
 
-        from dreamgym.presets import resolve
+        from dreamgym.llm.presets import resolve
         return AutoTokenizer.from_pretrained(str(resolve("tiny"))), "tiny preset byte-level BPE"
     except Exception as e:  # noqa: BLE001 - fall back to a locally trained BPE of the same kind
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -8,7 +8,7 @@
 # every stage runs even when an earlier one failed:
 #   0. wheels: DreamGym's dependencies the device image lacks, from .whl/ (benchmarks/gpu_wheels.sh fetches them);
 #   1. machine: GPU, driver, versions, a bf16 8192^3 matmul rate; builds the tiny preset once for every later stage;
-#   2. gpu tests: the `gpu`-marked tests (tests/test_gpu.py, tests/test_fsdp.py), alone on the GPU;
+#   2. gpu tests: the `gpu`-marked tests (tests/test_gpu.py, tests/utils/test_fsdp.py), alone on the GPU;
 #   3. suite: the rest of the test suite on CUDA with pytest-xdist, stopped with SIGINT at its limit so the
 #      summary, the slowest tests and the JUnit file are still written, beside
 #   4. quickstart: a short dial quickstart on CUDA (collect -> experience model -> SFT -> dream GRPO -> S2R -> GRPO);
@@ -18,8 +18,8 @@
 #   7. em latency: experience-model predict seconds per batch and per query at batch 1 and 64, untrained tiny and,
 #      when stage 4 got that far, the quickstart's trained experience model with its retrieval buffer;
 #   8. torchrun: `dreamgym train --algo sft` under torchrun with one process (NCCL on CUDA, gloo in a dry run): the
-#      several-process code path (dreamgym/distributed.py) on the GPU;
-#   9. fsdp: the same SFT with `model.fsdp=true` (dreamgym/fsdp.py: FSDP2 on one device, sharded steps, the gathered
+#      several-process code path (dreamgym/utils/distributed.py) on the GPU;
+#   9. fsdp: the same SFT with `model.fsdp=true` (dreamgym/utils/fsdp.py: FSDP2 on one device, sharded steps, the gathered
 #      policy for the evaluation's generation, a gathered checkpoint).
 # At most 8 files come back from a device call, so the logs are combined into exactly these under $OUT:
 #   summary.txt machine.log gpu_tests.log suite.log junit.xml quickstart.log bench.log bench.json
@@ -107,7 +107,7 @@ pytest_tail() { grep -E '(passed|failed|skipped|error|no tests ran|interrupted)'
 
 # ---------------------------------------------------------------------------------------------- 2. gpu tests
 stamp "2. gpu-marked tests"
-stage 60 "$OUT/gpu_tests.log" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_fsdp.py -rA $TLIM
+stage 60 "$OUT/gpu_tests.log" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/utils/test_fsdp.py -rA $TLIM
 row "gpu tests" "$RC" "$SECS" "$(pytest_tail "$OUT/gpu_tests.log")"
 tail -12 "$OUT/gpu_tests.log"
 

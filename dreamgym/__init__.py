@@ -6,12 +6,12 @@ declare in the `dreamgym.envs` entry-point group (`dreamgym/<Name>-v0`, see `dre
 `gymnasium.make("dreamgym/Dial-v0")` works after `import dreamgym`, and `gymnasium.make("dreamgym:dreamgym/Dial-v0")`
 works with no import at all (gymnasium imports the module named before the colon). Import the concept you need from
 its own module (`dreamgym.types`, `dreamgym.env`, `dreamgym.envs`, `dreamgym.llm`, ...). It also drops the few
-log records of other libraries that say nothing to a user (`dreamgym.quiet`), before any of them is imported.
+log records of other libraries that say nothing to a user (`dreamgym.utils.quiet`), before any of them is imported.
 """
 
 __version__ = "0.1.0"
 
-from dreamgym.quiet import quiet_libraries  # noqa: E402
+from dreamgym.utils.quiet import quiet_libraries  # noqa: E402
 
 quiet_libraries()
 

@@ -14,7 +14,7 @@ Reply format (documented contract between the prompt, SFT targets and the rollou
 `parse_action` returns the stripped text between the first `<action>` and the following `</action>`; it
 returns None when either tag is missing or the action is empty. Text outside the tags is ignored. The rollout
 engine stops generation at `</action>` (ACTION_STOP) so a reply never holds two actions. What happens with a
-reply that has no parseable action is the rollout engine's decision (see dreamgym.rollout).
+reply that has no parseable action is the rollout engine's decision (see dreamgym.rl.rollout).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import math
 import re
 from pathlib import Path
 
-from dreamgym.filecheck import checkpoint_problem, model_weights
+from dreamgym.utils.filecheck import checkpoint_problem, model_weights
 
 SERVER_URLS = "http://host:port/v1#MODEL, or several URLs separated by commas"
 """What a server field (`model.policy_url`, `dream.em_url`) accepts, in words."""
@@ -58,7 +58,7 @@ def trajectory_file(path: str) -> None:
 def model_source(name: str) -> None:
     """A policy or base model: a preset name, an existing folder (a model or a trainer checkpoint) or a Hugging Face
     id (`org/name`; whether it can be fetched is known only when it loads)."""
-    from dreamgym.presets import PRESETS
+    from dreamgym.llm.presets import PRESETS
 
     path = Path(name)
     if path.exists() and name not in PRESETS:

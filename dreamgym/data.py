@@ -36,7 +36,7 @@ after the right message.
 `load_trajectories`, which commands use for their inputs, refuses a file that holds no trajectories; the
 streaming readers yield nothing for one (an output being resumed may be empty).
 
-Crash safety: `JsonlWriter` appends one record per `write` and fsyncs each (`dreamgym.jsonl`), so a killed
+Crash safety: `JsonlWriter` appends one record per `write` and fsyncs each (`dreamgym.utils.jsonl`), so a killed
 writer loses at most the record it was writing; the torn line it leaves raises `TornTailError` on read (never
 reads as valid) and is set aside (to `<file>.torn`) by the next writer before it appends. Whole files (Parquet,
 `write_jsonl`) are written to a temporary file and renamed.
@@ -52,8 +52,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from dreamgym.jsonl import JsonlAppender
-from dreamgym.paths import atomic_write_bytes, crash_point
+from dreamgym.utils.jsonl import JsonlAppender
+from dreamgym.utils.paths import atomic_write_bytes, crash_point
 from dreamgym.types import Source, Step, Task, Trajectory, _jsonable
 
 DEFAULT_SYSTEM_PROMPT = ("You are an agent acting in a text environment. Each user turn shows the current "
@@ -182,8 +182,8 @@ def hf_features():
 
 class JsonlWriter(JsonlAppender):
     """Append trajectories to a JSONL file, one fsynced record per line, after applying the torn-tail rule to what
-    is there (`dreamgym.jsonl`: a torn last line is set aside to `<path>.torn` and cut off; a final line that parses
-    but lacks its newline just gets the newline). Use as a context manager."""
+    is there (`dreamgym.utils.jsonl`: a torn last line is set aside to `<path>.torn` and cut off; a final line that
+    parses but lacks its newline just gets the newline). Use as a context manager."""
 
     def __init__(self, path: str | Path, messages: bool = True):
         super().__init__(path)

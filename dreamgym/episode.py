@@ -1,7 +1,7 @@
 """What one rollout is: the settings episodes are played under (`RolloutConfig`), what was played (`Turn`,
 `Episode`, the end reasons) and how a batch of episodes is summarised (`rollout_metrics`).
 
-Owns: those types, the record the rollout engine (`dreamgym.rollout`) writes, the trainers learn from and the
+Owns: those types, the record the rollout engine (`dreamgym.rl.rollout`) writes, the trainers learn from and the
 evaluation counts. Plain data: it plays nothing.
 Must not know: environments, models, trainers, the engine itself.
 """

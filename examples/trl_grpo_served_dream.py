@@ -143,7 +143,7 @@ def run(env_url: str, *, out_dir: str, steps: int = 3, group: int = 4, prompts_p
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     torch.manual_seed(seed)
     device = pick_device(device)

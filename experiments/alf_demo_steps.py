@@ -29,7 +29,7 @@ import torch
 from dreamgym.agent import AgentConfig
 from dreamgym.data import load_trajectories, write_jsonl
 from dreamgym.envs.alfworld.state import parse_state
-from dreamgym.loops import build_backend
+from dreamgym.rl.builders import build_backend
 from dreamgym.trainers.common import TrainerConfig
 from dreamgym.trainers.sft import turn_examples
 from dreamgym.types import Step

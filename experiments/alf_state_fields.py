@@ -22,7 +22,7 @@ import torch
 from dreamgym.data import load_trajectories
 from dreamgym.envs.alfworld.state import parse_state
 from dreamgym.experience import ExperienceModel, checkpoint_buffer, em_transitions
-from dreamgym.fidelity import token_f1
+from dreamgym.experience.fidelity import token_f1
 
 
 def main() -> None:

@@ -34,15 +34,15 @@ from pathlib import Path
 
 import torch
 
-from dreamgym.budget import RealStepBudget
+from dreamgym.rl.budget import RealStepBudget
 from dreamgym.config import apply_overrides, load_config, validate_config
 from dreamgym.data import load_trajectories
-from dreamgym.dream import DreamConfig, DreamWorld
+from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.envs import dial
-from dreamgym.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
-from dreamgym.loops import build_backend, build_offline_trainer, build_online_trainer
-from dreamgym.recipe import env_train_config
-from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
+from dreamgym.rl.builders import build_backend, build_offline_trainer, build_online_trainer
+from dreamgym.commands.recipe import env_train_config
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 `dreamgym eval-em` scores the model on held-out real trajectories of the scripted policies; what RL needs is
 agreement on the episodes the policy being trained actually produces, and a policy trained in the dream drifts
 toward wherever the model is wrong. This plays the policy inside the synthetic environment, replays each dream
-episode's actions in the real environment from the same task (`dreamgym.audit`, what a dream run's audit does on a
+episode's actions in the real environment from the same task (`dreamgym.dream.audit`, what a dream run's audit does on a
 sample of each iteration's episodes), and prints the outcome confusion (dream won vs real won) and the per-step
 next-state agreement (exact abstract state -- the dial compares parsed states -- and token F1, the measure
 `dreamgym eval-em` uses).
@@ -35,16 +35,16 @@ from pathlib import Path
 
 import torch
 
-from dreamgym import audit
+from dreamgym.dream import audit
 from dreamgym.config import apply_overrides, load_config
 from dreamgym.data import played_tasks
-from dreamgym.dream import DreamConfig, DreamWorld
+from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.envs import family
 from dreamgym.episode import rollout_metrics
-from dreamgym.fidelity import token_f1
-from dreamgym.loops import build_backend
-from dreamgym.recipe import env_train_config
-from dreamgym.rollout import run_rollouts
+from dreamgym.experience.fidelity import token_f1
+from dreamgym.rl.builders import build_backend
+from dreamgym.commands.recipe import env_train_config
+from dreamgym.rl.rollout import run_rollouts
 
 
 def main() -> None:

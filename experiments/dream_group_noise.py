@@ -38,10 +38,10 @@ from typing import Any
 import torch
 
 from dreamgym.data import played_tasks
-from dreamgym.dream import DreamConfig, DreamWorld
+from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.envs import family
-from dreamgym.fidelity import action_kind
-from dreamgym.synthetic_env import SyntheticEnv
+from dreamgym.experience.fidelity import action_kind
+from dreamgym.dream.synthetic_env import SyntheticEnv
 
 
 class EpsilonPolicy:
@@ -109,7 +109,7 @@ def play_groups(world: DreamWorld, tasks: list, group: int, policy: str, *, shar
 def real_groups(fam: Any, tasks: list, group: int, policy: str, seed: int, epsilon: float) -> dict[str, float]:
     """The same members played in the real game from the seed-0 reset the synthetic episodes start from: what a
     real GRPO group of this policy sees (its success and how many of its groups carry a signal)."""
-    from dreamgym.collect import run_episode
+    from dreamgym.commands.collect import run_episode
 
     env = fam.make_env("train")
     rewards = []

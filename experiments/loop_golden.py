@@ -2,7 +2,7 @@
 loops or trainers leaves behaviour bit-identical (far cheaper than the ~13-minute quickstart).
 
 With fixed seeds and one torch thread it runs, on the dial with the tiny preset, the recipe's RL rows as the
-quickstart and the table build them (`dreamgym.recipe.Recipe.run_method`) and `dreamgym train` itself:
+quickstart and the table build them (`dreamgym.commands.recipe.Recipe.run_method`) and `dreamgym train` itself:
 
   - recipe: offline data, a small experience model, a short SFT start (every row begins there); then
     DreamGym GRPO (dream), DreamGym-S2R GRPO (the real phase after it), GRPO real, PPO real, DreamGym PPO and a
@@ -120,7 +120,7 @@ def run_record(run: Path) -> dict[str, Any]:
 
 
 def recipe_rows(root: Path) -> dict[str, Any]:
-    from dreamgym.recipe import Recipe
+    from dreamgym.commands.recipe import Recipe
 
     r = Recipe("dial", root, seed=0, eval_tasks=6, eval_seeds=[0, 1], eval_temperature=1.0, progress=False,
                train_overrides=["grpo.epochs=2", "grpo.minibatches=2"], threads=1)
@@ -139,7 +139,7 @@ def recipe_rows(root: Path) -> dict[str, Any]:
 
 
 def train_runs(root: Path, em: Path, sft: Path) -> None:
-    from dreamgym.train import main as train
+    from dreamgym.commands.train import main as train
 
     common = ["--no-progress", "tensorboard=false", "eval_max_tasks=4", "eval_temperature=1.0", "eval_seeds=[0,1]",
               "agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dreamgym.evaluate import paired_mean_difference, paired_sign_test, two_proportion_z_test, wilson_interval
+from dreamgym.rl.evaluate import paired_mean_difference, paired_sign_test, two_proportion_z_test, wilson_interval
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import sys
 import time
 
 from dreamgym.config import load_config
-from dreamgym.recipe import QuickstartConfig, Recipe
+from dreamgym.commands.recipe import QuickstartConfig, Recipe
 
 
 def main() -> None:

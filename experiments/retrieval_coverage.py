@@ -29,7 +29,7 @@ from collections import defaultdict
 from dreamgym.data import load_trajectories
 from dreamgym.experience import RESET_ACTION, ExperienceModelConfig, buffer_for, em_transitions
 from dreamgym.experience.format import written_state
-from dreamgym.fidelity import action_kind
+from dreamgym.experience.fidelity import action_kind
 from dreamgym.types import Transition
 
 

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dreamgym.metric_names import current_row
+from dreamgym.utils.metric_names import current_row
 
 
 def read_jsonl(path: Path) -> list[dict]:

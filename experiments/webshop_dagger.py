@@ -23,7 +23,7 @@ from webshop_outcomes import teacher_pages, webshop_policy  # run as a script, s
 from dreamgym.data import write_jsonl
 from dreamgym.envs.webshop.pages import norm_label
 from dreamgym.envs.webshop.policies import ShopperPolicy
-from dreamgym.rollout import run_rollouts
+from dreamgym.rl.rollout import run_rollouts
 from dreamgym.types import Step, Trajectory
 
 

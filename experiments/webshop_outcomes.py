@@ -38,10 +38,10 @@ from dreamgym.envs import family
 from dreamgym.envs.webshop.pages import norm_label, parse_abstract
 from dreamgym.envs.webshop.policies import ShopperPolicy
 from dreamgym.envs.webshop.reward import get_reward
-from dreamgym.evaluate import EvalConfig, evaluate_policy
-from dreamgym.loops import build_backend
-from dreamgym.paths import atomic_write_text
-from dreamgym.train import TrainConfig
+from dreamgym.rl.evaluate import EvalConfig, evaluate_policy
+from dreamgym.rl.builders import build_backend
+from dreamgym.utils.paths import atomic_write_text
+from dreamgym.commands.train import TrainConfig
 
 ASIN = re.compile(r"\bB0[0-9A-Z]{8}\b")
 PRODUCT_CLICK = re.compile(r"click\[b0[0-9a-z]{6,}\]", re.I)

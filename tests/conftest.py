@@ -17,7 +17,7 @@ def tiny_preset():
     """The tiny preset (random-init weights, its tokenizer), loaded once; copy the model before changing it."""
     import torch
 
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     torch.set_num_threads(1)
     return load_preset("tiny", device="cpu")
@@ -30,7 +30,7 @@ def warm_preset():
     import torch
     from model_fixtures import warm_model_dir
 
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     torch.set_num_threads(1)
     return load_preset(str(warm_model_dir()), device="cpu")

@@ -1,4 +1,4 @@
-"""Running a Python snippet in a subprocess with one of the package's crash points armed (`dreamgym.paths.crash_point`,
+"""Running a Python snippet in a subprocess with one of the package's crash points armed (`dreamgym.utils.paths.crash_point`,
 through $DREAMGYM_CRASH_AT): the fault tests' way of killing a writer at an exact point, not by timing luck."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dreamgym.paths import CRASH_ENV
+from dreamgym.utils.paths import CRASH_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 

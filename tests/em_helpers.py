@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dreamgym.collect import run_episode
+from dreamgym.commands.collect import run_episode
 from dreamgym.envs import dial
 from dreamgym.experience.format import RESET_ACTION, format_completion, query_for
 from dreamgym.types import Task, Transition

@@ -38,8 +38,8 @@ from collections.abc import Callable
 
 from dreamgym.agent import AgentConfig
 from dreamgym.experience.format import FORMAT_VERSION
-from dreamgym.paths import cache_dir
-from dreamgym.rollout import RolloutConfig
+from dreamgym.utils.paths import cache_dir
+from dreamgym.rl.rollout import RolloutConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 
@@ -185,9 +185,9 @@ def _pack(src_files: list[tuple[Path, str]], name: str, manifest: dict[str, Any]
 
 
 def _manifest(spec: dict[str, Any], what: str, t0: float, **extra: Any) -> dict[str, Any]:
-    """The build's record; `machine` is `dreamgym.metrics.machine_info()` (date, CPU, kernels, threads), which
+    """The build's record; `machine` is `dreamgym.utils.metrics.machine_info()` (date, CPU, kernels, threads), which
     decide where a tiny model's training lands."""
-    from dreamgym.metrics import machine_info
+    from dreamgym.utils.metrics import machine_info
 
     return {"spec": spec, "what": what, "command": f"python tests/model_fixtures.py build {what}",
             "machine": machine_info(), "build_s": round(time.perf_counter() - t0), **extra}
@@ -255,11 +255,11 @@ def build_warm() -> Path:
 
     import torch
 
-    from dreamgym.collect import run_episode
+    from dreamgym.commands.collect import run_episode
     from dreamgym.envs import dial
-    from dreamgym.evaluate import EvalConfig, evaluate_policy
+    from dreamgym.rl.evaluate import EvalConfig, evaluate_policy
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
     from dreamgym.trainers.common import OptimConfig, TrainerConfig
     from dreamgym.trainers.sft import SFTConfig, SFTTrainer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamgym.cli import main as cli
-from dreamgym.collect import collect, parse_mix
+from dreamgym.commands.collect import collect, parse_mix
 
 TINY = ["--no-progress", "tensorboard=false", "eval_max_tasks=1", "agent.history=0", "agent.show_admissible=false",
         "rollout.max_new_tokens=4", "rollout.max_turns=2"]

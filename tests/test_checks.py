@@ -1,4 +1,4 @@
-"""Start-up checks (`dreamgym.checks`, `dreamgym.filecheck`, `collect.check_env_kwargs` and the commands' use of
+"""Start-up checks (`dreamgym.checks`, `dreamgym.utils.filecheck`, `collect.check_env_kwargs` and the commands' use of
 them): bad input is refused in one line (exit 2) before any model loads, anything runs or anything is written:
 every record of the data, whole weights, paths of the right kind under a folder, the environment's keywords,
 serve-env's split."""
@@ -17,9 +17,9 @@ from model_fixtures import em_checkpoint
 from plugins import dist_info
 from refusals import TINY, refused
 
-from dreamgym import filecheck
+from dreamgym.utils import filecheck
 from dreamgym.cli import main as cli
-from dreamgym.collect import check_env_kwargs
+from dreamgym.commands.collect import check_env_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 

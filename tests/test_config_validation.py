@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamgym.config import ConfigError, load_config
-from dreamgym.evaluate import EvalConfig
+from dreamgym.rl.evaluate import EvalConfig
 from dreamgym.envs.web.browser import BrowserConfig
 from dreamgym.envserve.server import EnvServerConfig
 from dreamgym.experience.train import TrainEMConfig
-from dreamgym.recipe import QuickstartConfig
-from dreamgym.table import TableConfig
-from dreamgym.train import TrainConfig
+from dreamgym.commands.recipe import QuickstartConfig
+from dreamgym.commands.table import TableConfig
+from dreamgym.commands.train import TrainConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "config"
 TOP_LEVEL = (TrainConfig, TrainEMConfig, QuickstartConfig, TableConfig, EvalConfig, EnvServerConfig, BrowserConfig)
@@ -309,7 +309,7 @@ def test_a_renamed_key_is_refused_in_one_line_naming_the_new_key(cls, old, new):
 
 
 def test_one_group_size_drives_grpo_and_ppo():
-    from dreamgym.run import LoopSettings
+    from dreamgym.rl.loop import LoopSettings
 
     for algo in ("grpo", "ppo"):
         cfg = load_config(TrainConfig, None, [f"algo={algo}", "group_size=3", "tasks_per_iteration=5"])

@@ -12,11 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dreamgym.buffer import ReplayBuffer
-from dreamgym.curriculum import Curriculum, CurriculumConfig, informative_task_ids
+from dreamgym.replay.buffer import ReplayBuffer
+from dreamgym.curriculum.generator import Curriculum, CurriculumConfig
+from dreamgym.curriculum.pools import informative_task_ids
 from dreamgym.data import (DataError, TornTailError, check_trajectory_file, load_trajectories, read_parquet,
                            read_sharegpt, write_jsonl, write_parquet)
-from dreamgym.embed import HashingEmbedder
+from dreamgym.replay.embed import HashingEmbedder
 from dreamgym.envs.dial import make_tasks, parse_goal
 from dreamgym.types import Step, Task, Trajectory, Transition
 
@@ -279,7 +280,7 @@ def _em_layout(em):
 def test_eval_em_refuses_an_empty_held_out_file_naming_it(tmp_path, capsys):
     """An empty held-out file used to give a fidelity report of zeros; now the command stops with exit code 2 and
     names the file, before any checkpoint or model is read."""
-    from dreamgym.fidelity import main
+    from dreamgym.experience.fidelity import main
 
     held = tmp_path / "held.jsonl"
     held.write_bytes(b"")

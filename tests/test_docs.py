@@ -28,11 +28,11 @@ COMMAND_LINE = re.compile(r"^#.*\bdreamgym ([\w-]+) (?:--resume )?(?:--[\w-]+ \S
 def config_classes() -> dict[str, type]:
     """The config class each command that takes `--config` builds."""
     from dreamgym.envserve.server import EnvServerConfig
-    from dreamgym.evaluate import EvalConfig
+    from dreamgym.rl.evaluate import EvalConfig
     from dreamgym.experience.train import TrainEMConfig
-    from dreamgym.recipe import QuickstartConfig
-    from dreamgym.table import TableConfig
-    from dreamgym.train import TrainConfig
+    from dreamgym.commands.recipe import QuickstartConfig
+    from dreamgym.commands.table import TableConfig
+    from dreamgym.commands.train import TrainConfig
 
     return {"quickstart": QuickstartConfig, "table": TableConfig, "train": TrainConfig, "train-em": TrainEMConfig,
             "eval": EvalConfig, "serve-env": EnvServerConfig}
@@ -74,7 +74,7 @@ def test_every_config_loads_with_its_commands_config_class(path):
 @pytest.mark.parametrize("name", ["ddp", "fsdp"])
 def test_the_accelerate_configs_load_with_accelerate(name):
     """configs/accelerate/*.yaml are read by accelerate's own loader; the FSDP one asks for FSDP2 by layer, the
-    scheme `dreamgym.fsdp` implements, and its comment names the flag that turns DreamGym's sharding on."""
+    scheme `dreamgym.utils.fsdp` implements, and its comment names the flag that turns DreamGym's sharding on."""
     from accelerate.commands.config.config_args import load_config_from_file
 
     path = ACCELERATE / f"{name}.yaml"
@@ -122,17 +122,18 @@ def test_every_run_a_config_reads_is_made_by_another_config_or_a_documented_data
 
 # ------------------------------------------------------------------------------------------- generated references
 def test_the_generated_references_match_the_code():
-    """docs/reference/cli.md and config.md are `python -m dreamgym.docs_ref`'s output for the code as it is: a
+    """docs/reference/cli.md and config.md are `python -m dreamgym.commands.docs_ref`'s output for the code as it is: a
     command, option, config field, default, range or field doc changed without regenerating them fails here."""
     # A fresh process: families other tests register in this one would show up among the allowed values.
-    run = subprocess.run([sys.executable, "-m", "dreamgym.docs_ref", "--check"], cwd=ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "dreamgym.commands.docs_ref", "--check"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr
 
 
 def test_the_reference_check_sees_a_changed_field(monkeypatch):
     """The freshness check is not vacuous: a config field's doc that changes makes config.md stale."""
-    from dreamgym import config, docs_ref
+    from dreamgym import config
+    from dreamgym.commands import docs_ref
 
     real = config.field_docs
 

@@ -1,5 +1,5 @@
 """Crash safety of trainer checkpoints and atomic file writes: a process SIGKILLed at every named write point
-(`dreamgym.paths.crash_point`, armed through $DREAMGYM_CRASH_AT in a subprocess) leaves a loadable checkpoint or a
+(`dreamgym.utils.paths.crash_point`, armed through $DREAMGYM_CRASH_AT in a subprocess) leaves a loadable checkpoint or a
 whole file, and resume refuses a run folder whose checkpoint cannot be loaded instead of restarting it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from crash import run_python
 import torch
 
-from dreamgym.paths import atomic_write_text
+from dreamgym.utils.paths import atomic_write_text
 from dreamgym.trainers.checkpoint import (META_FILE, STATE_FILE, CheckpointError, atomic_dir, read_meta,
                                           resumable_checkpoint)
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig
@@ -24,7 +24,7 @@ from dreamgym.trainers.common import BaseTrainer, TrainerConfig
 SAVE_TWICE = """
 import sys, torch
 from dreamgym.llm.hf import HFBackend
-from dreamgym.presets import load_preset
+from dreamgym.llm.presets import load_preset
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig
 model, tok = load_preset("tiny", device="cpu")
 trainer = BaseTrainer(HFBackend(model, tok), TrainerConfig(seed=0))
@@ -39,7 +39,7 @@ trainer.save(sys.argv[1], {"iteration": 2})
 
 @pytest.fixture(scope="module")
 def tiny_preset():
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     return load_preset("tiny", device="cpu")
 
@@ -162,7 +162,7 @@ def test_atomic_dir_is_never_left_without_a_whole_folder(tmp_path, point, surviv
 
 ATOMIC_WRITE = """
 import sys
-from dreamgym.paths import atomic_write_text
+from dreamgym.utils.paths import atomic_write_text
 atomic_write_text(sys.argv[1], sys.argv[2])
 """
 

@@ -1,5 +1,5 @@
 """Crash safety of experience-model training: a `dreamgym train-em` run SIGKILLed at a write point of its resumable
-checkpoint or of its final export (`dreamgym.paths.crash_point`, armed in a subprocess) is never taken for a trained
+checkpoint or of its final export (`dreamgym.utils.paths.crash_point`, armed in a subprocess) is never taken for a trained
 model, and running the same command again finishes it with exactly the weights and metrics of an uninterrupted run."""
 
 from __future__ import annotations

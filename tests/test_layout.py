@@ -1,10 +1,12 @@
 """Layout rules, enforced by reading the imports that run at import time (transitively inside the package,
 without importing anything).
 
+- the parts of the method are layered: commands -> rl -> dream -> experience -> curriculum -> replay -> envs, and
+  no import runs back up (lazy imports counted);
 - environments, the replay buffer and the curriculum never import torch (or a model library) or a trainer;
 - trainers and the rollout engine never import a concrete environment;
 - trainers never reach the rollout engine, the real-step budget or the loops;
-- every module opens with a docstring.
+- every module opens with a docstring; the README's layout names every package and module.
 """
 
 import ast
@@ -79,17 +81,17 @@ def _closure(name: str) -> set[str]:
 
 
 def _light(name: str) -> bool:
-    return name.startswith(("dreamgym.env", "dreamgym.envs")) or name in ("dreamgym.buffer", "dreamgym.curriculum")
+    return name.startswith(("dreamgym.env", "dreamgym.envs", "dreamgym.replay", "dreamgym.curriculum"))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if _light(n)))
 def test_envs_buffer_curriculum_import_no_torch_or_trainer(name):
     reached = _closure(name)
-    bad = sorted(m for m in reached if m.split(".")[0] in HEAVY or m.startswith(("dreamgym.trainers", "dreamgym.rollout")))
+    bad = sorted(m for m in reached if m.split(".")[0] in HEAVY or m.startswith(("dreamgym.trainers", "dreamgym.rl")))
     assert not bad, f"{name} reaches {bad}"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(("dreamgym.trainers", "dreamgym.rollout", "dreamgym.algos"))))
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(("dreamgym.trainers", "dreamgym.rl.rollout"))))
 def test_trainers_import_no_concrete_environment(name):
     reached = _closure(name)
     # `import dreamgym` reaches the family registry, which names families by module path only.
@@ -105,7 +107,7 @@ TRAINER_MODULES = sorted(n for n in MODULES if n.startswith("dreamgym.trainers")
 @pytest.mark.parametrize("name", TRAINER_MODULES)
 def test_trainers_only_update_they_reach_no_rollout_engine_budget_or_loop(name):
     """A trainer learns from the episodes it is given: the rollout engine, the real-step budget and the loops that
-    play and count iterations (`dreamgym.run`, `dreamgym.loops`) are out of its reach, lazy imports included."""
+    play and count iterations (all of `dreamgym.rl`) are out of its reach, lazy imports included."""
     graph = import_graph()
     seen, stack = set(), [name]
     while stack:
@@ -113,7 +115,7 @@ def test_trainers_only_update_they_reach_no_rollout_engine_budget_or_loop(name):
         if cur not in seen:
             seen.add(cur)
             stack.extend(graph[cur])
-    assert not seen & {"dreamgym.rollout", "dreamgym.budget", "dreamgym.run", "dreamgym.loops"}, sorted(seen)
+    assert not {m for m in seen if m.startswith("dreamgym.rl")}, sorted(seen)
 
 
 @pytest.mark.parametrize("name", TRAINER_MODULES)
@@ -204,15 +206,52 @@ def test_the_import_reader_sees_lazy_and_type_checking_imports_and_finds_a_cycle
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_readme_layout_names_every_module_and_package():
-    """The README's annotated tree is how a newcomer finds where a change goes: every top-level module and
-    sub-package of `dreamgym/` (and of `dreamgym/envs/`) is on it."""
+LAYERS = ("commands", "rl", "dream", "experience", "curriculum", "replay", "envs")
+"""The method's parts from the top: a part may import those after it, never one before it."""
+
+
+def test_the_method_is_layered_commands_rl_dream_experience_curriculum_replay_envs():
+    """Reading the import graph from the top finds the entry points, then the RL loop, the dream, the experience
+    model, the task generator, the replay buffer and the environments; no arrow runs back up, lazy imports counted
+    (`dreamgym.dream.world` used to import the loop to build every mode's phases)."""
+    parts = package_graph(import_graph(), "dreamgym")
+    back = sorted(f"{a} -> {b}" for i, a in enumerate(LAYERS) for b in LAYERS[:i]
+                  if f"dreamgym.{b}" in parts[f"dreamgym.{a}"])
+    assert not back, f"imports running back up: {back}"
+    # and nothing below the commands imports a command
+    users = sorted(m for m, deps in import_graph().items() if not m.startswith(("dreamgym.commands", "dreamgym.cli"))
+                   and any(d.startswith("dreamgym.commands") for d in deps))
+    assert not users, f"library modules importing a command: {users}"
+
+
+def test_the_layering_test_sees_an_arrow_back_up():
+    graph = {"dreamgym.dream.world": {"dreamgym.rl.loop"}, "dreamgym.rl.loop": set()}
+    assert "dreamgym.rl" in package_graph(graph, "dreamgym")["dreamgym.dream"]
+
+
+def _readme_layout() -> set[str]:
     readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
     tree = readme[readme.index("## Layout"):readme.index("## Results")]
-    names = re.findall(r"^\s+([\w/.]+)", tree, flags=re.M)
-    listed = {n.rstrip("/") for n in names}
-    for pkg in (ROOT, ROOT / "envs"):
+    return {n.rstrip("/") for n in re.findall(r"^\s+([\w/.]+)", tree, flags=re.M)}
+
+
+def test_the_readme_layout_names_every_module_and_package():
+    """The README's annotated tree is how a newcomer finds where a change goes: every top-level module and
+    sub-package of `dreamgym/`, and every module of the method's parts, is on it."""
+    listed = _readme_layout()
+    parts = [ROOT / part for part in (*LAYERS, "utils") if part not in ("envs", "experience")]
+    for pkg in (ROOT, ROOT / "envs", *parts):
         for p in sorted(pkg.iterdir()):
             if p.name.startswith("_") or p.name == "templates" or not (p.suffix == ".py" or p.is_dir()):
                 continue
             assert p.stem in listed or p.name in listed, f"README layout does not name {p.relative_to(ROOT.parent)}"
+
+
+def test_every_package_the_readme_layout_lists_exists():
+    """A package the tree names (`name/`) is a folder of `dreamgym/` (or of `dreamgym/envs/`): the map cannot keep a
+    room the house no longer has."""
+    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    tree = readme[readme.index("## Layout"):readme.index("## Results")]
+    named = set(re.findall(r"^  ([\w]+)/\s", tree, flags=re.M)) | set(re.findall(r"^    ([\w]+)/\s", tree, flags=re.M))
+    missing = sorted(n for n in named if not (ROOT / n).is_dir() and not (ROOT / "envs" / n).is_dir())
+    assert not missing, f"README layout names packages that do not exist: {missing}"

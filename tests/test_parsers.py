@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from dreamgym.agent import format_response, parse_action, parse_thought
-from dreamgym.curriculum import Curriculum, CurriculumConfig
+from dreamgym.curriculum.generator import Curriculum, CurriculumConfig
 from dreamgym.envs.dial import make_tasks, parse_goal
 from dreamgym.experience.format import format_completion, format_reward, parse_completion
 from dreamgym.llm.fake import FakeLLM

@@ -16,7 +16,7 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-from dreamgym.collect import collect
+from dreamgym.commands.collect import collect
 from dreamgym.envs import (CheckFamilyError, EnvFamily, FamilyHooks, FamilyImportError, UnknownFamilyError,
                            check_family, family, family_names, register_family)
 from dreamgym.envs.dial import ACTIONS, DialEnv
@@ -356,7 +356,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
     and a GRPO iteration inside that model, with no edit to the package (the family arrives by entry point)."""
     from dreamgym.experience import EM_CONFIG_FILE
     from dreamgym.experience.train import main as train_em_main
-    from dreamgym.train import main as train_main
+    from dreamgym.commands.train import main as train_main
 
     data = tmp_path / "lamps.jsonl"
     collect("lamps", {"oracle": 0.5, "noisy": 0.3, "random": 0.2}, episodes=24, out_path=data, split="train", seed=0,

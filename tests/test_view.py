@@ -16,8 +16,8 @@ import pytest
 
 from em_helpers import trained_dial_model
 
-from dreamgym import serving
-from dreamgym.collect import collect, parse_mix
+from dreamgym.utils import serving
+from dreamgym.commands.collect import collect, parse_mix
 from dreamgym.data import read_jsonl, write_parquet
 from dreamgym.view.episodes import Filter, JsonlSource
 from dreamgym.view.server import create_app
@@ -34,13 +34,13 @@ def runs(tmp_path_factory):
     episodes, the dream's start policy) and `dream` (1 dream iteration in the trained dial experience model); a
     `broken` folder with a truncated summary, a metrics file with a garbage line and a torn trajectory file; a
     secret file beside them and a link to it inside a run folder."""
-    from dreamgym.train import main as train_main
+    from dreamgym.commands.train import main as train_main
 
     base = tmp_path_factory.mktemp("view")
     em = trained_dial_model()
     collect("dial", parse_mix("oracle:1.0"), 30, base / "collect" / "offline.jsonl", overwrite=True, progress=False)
     write_parquet(base / "collect" / "offline.parquet", read_jsonl(base / "collect" / "offline.jsonl"))
-    # The recipe's small-scale dial settings (`dreamgym.recipe.ENV_DEFAULTS`), as a user types them.
+    # The recipe's small-scale dial settings (`dreamgym.commands.recipe.ENV_DEFAULTS`), as a user types them.
     dial = ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
             "rollout.max_new_tokens=10", "rollout.max_turns=12"]
     common = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=2", *dial]

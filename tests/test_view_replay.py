@@ -2,7 +2,7 @@
 the real environment starts where the dream started, whatever seed the rollout gave the episode."""
 
 from dreamgym.envs import family
-from dreamgym.synthetic_env import SyntheticEnv
+from dreamgym.dream.synthetic_env import SyntheticEnv
 from dreamgym.types import Step, Trajectory
 from dreamgym.view.replay import replay_in_env
 

@@ -4,7 +4,7 @@ Owns: the rules a family must keep, checked in order, `CheckFamilyError` naming 
 behaviour checks of the family's members and hooks against real episodes (`FamilyCheckReport`: per check, the
 cases checked and the disagreements with their reasons).
 Must not know: any concrete family, models, torch, trainers, the command line (`dreamgym check-family` is
-`dreamgym.familycheck`).
+`dreamgym.commands.check_family`).
 
 The checks run on real data: tasks from `tasks`, episodes of every scripted policy in an environment from
 `make_env` (which must also pass `dreamgym.env.check_env`), and the abstract states and transitions of those

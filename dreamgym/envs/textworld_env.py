@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym.env import TextEnv
-from dreamgym.paths import atomic_write_text, cache_dir
+from dreamgym.utils.paths import atomic_write_text, cache_dir
 from dreamgym.types import Task, Transition
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ steps them with one `step_batch` call per environment class, and runs other work
 (`call`: resets, buffer additions) between batches (work arriving while a batch gathers runs after it); its
 counters (`stats`: batches, rows, the largest batch and the batch-size histogram).
 Must not know: HTTP, sessions, what an environment does inside `step_batch` (for the synthetic environment that is
-`dreamgym.synthetic_env.SyntheticBatcher`: one experience-model call) or where the experience model runs.
+`dreamgym.dream.synthetic_env.SyntheticBatcher`: one experience-model call) or where the experience model runs.
 
 Every job runs on the gatherer's one thread, so whatever the environments share (the experience model, the replay
 buffer) is used by one thread at a time without locks of its own. The wait window is the same idea as

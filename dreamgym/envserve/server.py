@@ -3,12 +3,12 @@
 Owns: `EnvServerConfig`, `EnvHost` (what one server serves: the family, its episodes' provenance, for a dream the
 experience model and the replay buffer this process alone owns, the gatherer that batches concurrent sessions'
 synthetic steps), `ServedEnv` (a `TextEnv` as an OpenEnv `Environment`), the app (`create_env_app`: OpenEnv's
-`create_app` under `dreamgym.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
+`create_app` under `dreamgym.utils.serving`'s limits, with a bearer token, a WebSocket message limit and the buffer and
 stats routes), `start_env_server` (a background thread, for tests and in-process use), `serve` (the
 foreground server: the command's body, also for a dream whose experience model the caller built) and the command
 (`parse_command`: `--config FILE key=value` as every command takes, its field options shortcuts for key=value).
 Must not know: trainers, clients, how the experience model runs (it is used through `SyntheticEnv`), how requests
-are bounded (`dreamgym.serving`).
+are bounded (`dreamgym.utils.serving`).
 
 Protocol (OpenEnv's, so OpenEnv's `EnvClient`s and `openenv validate --url` work): `WS /ws` is a session -- one
 environment per connection, isolated from the others, messages `{"type": "reset", "data": {seed, episode_id, task,
@@ -28,14 +28,14 @@ with an error naming it, the session going on.
 Limits: `max_sessions` WebSocket sessions (one more is refused with OpenEnv's CAPACITY_REACHED), sessions idle for
 `idle_timeout_s` are closed (OpenEnv's reaper, checking every max(timeout/4, 5) s), HTTP bodies and WebSocket
 messages over `max_body_mb` are refused (413, or an error message naming the limit while the session stays open),
-plus every limit of `dreamgym.serving`. With a token (`DREAMGYM_ENV_TOKEN` or `--token-file`) every request but
+plus every limit of `dreamgym.utils.serving`. With a token (`DREAMGYM_ENV_TOKEN` or `--token-file`) every request but
 `/health` needs it as `Authorization: Bearer TOKEN` or as a Basic password, which is how clients that take no
 headers send it: `http://token:TOKEN@host:port` (`presented_token`; 401; a WebSocket handshake without it is refused
 with 403).
 
 Durability: the dream's buffer lives in this process; every synthetic transition is appended (fsync'ed, see
-`dreamgym.buffer`) before its step is answered, and the answer's `info["buffered"]` says so. A server killed at any
-point leaves a buffer that reopens with every answered transition in it.
+`dreamgym.replay.buffer`) before its step is answered, and the answer's `info["buffered"]` says so. A server killed at
+any point leaves a buffer that reopens with every answered transition in it.
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, 
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, SchemaResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from dreamgym import provenance, serving
+from dreamgym import provenance
+
+from dreamgym.utils import serving
 from dreamgym.checks import env_family, family_choices, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged, validate_config
 from dreamgym.env import TextEnv
@@ -73,7 +75,7 @@ from dreamgym.envs import family
 from dreamgym.envserve.gather import StepGatherer
 from dreamgym.envserve.guard import Guard, error_body
 from dreamgym.envserve.protocol import EpisodeState, Provenance, TextAction, TextObservation, info_to_json
-from dreamgym.filecheck import output_path
+from dreamgym.utils.filecheck import output_path
 from dreamgym.types import Task, Transition
 
 log = logging.getLogger(__name__)
@@ -160,7 +162,7 @@ class EnvHost:
         self.gatherer = StepGatherer(cfg.batch_wait_ms / 1000.0, cfg.max_batch, name=f"serve-env-{cfg.env}")
         self.model, self.buffer, self.batcher = model, buffer, None
         if cfg.dream:
-            from dreamgym.synthetic_env import SyntheticBatcher
+            from dreamgym.dream.synthetic_env import SyntheticBatcher
 
             if self.model is None:
                 self.model, self.buffer = load_dream(cfg)
@@ -177,7 +179,7 @@ class EnvHost:
     def make_env(self) -> TextEnv:
         if not self.config.dream:
             return self.family.make_env(self.config.split)
-        from dreamgym.synthetic_env import SyntheticEnv
+        from dreamgym.dream.synthetic_env import SyntheticEnv
 
         return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
                             max_steps=self.config.max_steps or None, batcher=self.batcher)

@@ -11,8 +11,11 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `shortcuts`: the `OutcomeResolver` seam (outcomes given without a model call, answers rejected as
   contradicting the action) and `FamilyShortcuts`, its implementation from the family hooks;
 - `model`: `ExperienceModel`, batched prediction with retrieval, retries and the failure state;
+- `reasoning`: reasoning-trace teachers (environment-grounded, LLM) for the training targets' `<think>`;
 - `data`: experience-model transitions, the seed replay buffer, tokenized training examples;
-- `train`: `TrainEMConfig`, the SFT loop and the `dreamgym train-em` command (import it from there).
+- `train`: `TrainEMConfig`, the SFT loop and the `dreamgym train-em` command (import it from there);
+- `fidelity`: how faithful a trained model is on held-out real transitions (`dreamgym eval-em`) and the gate that
+  says whether it is fit to dream in.
 
 Must not know: any concrete environment (families are reached through `dreamgym.envs.family` only, for their
 optional hooks and reasoning teachers), trainers of the agent, the replay buffer's storage (it is used through

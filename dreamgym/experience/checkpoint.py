@@ -23,7 +23,7 @@ from typing import Any
 
 from dreamgym.config import ConfigError, from_dict, parse_overrides
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.filecheck import model_weights
+from dreamgym.utils.filecheck import model_weights
 
 EM_CONFIG_FILE = "em_config.json"
 """The checkpoint's metadata; its presence is what makes a directory a checkpoint."""
@@ -74,7 +74,7 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
 def usable_checkpoint(path: str) -> None:
     """A start-up check (`dreamgym.config.checked`) of an experience-model checkpoint folder (`dreamgym train-em`):
     its em_config.json reads and holds a model config this version can run, and its `model/` folder holds whole
-    weights (`dreamgym.filecheck.model_weights`).
+    weights (`dreamgym.utils.filecheck.model_weights`).
     Raises ValueError (or OSError) saying what is wrong; loads nothing."""
     meta: Any = read_checkpoint_meta(path)
     if not isinstance(meta, dict):
@@ -130,7 +130,7 @@ def export_checkpoint(path: str | Path, out: str | Path) -> Path:
 
 def load_checkpoint_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) from a checkpoint: full weights, or the base preset plus the LoRA adapter (merged)."""
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     meta = read_checkpoint_meta(path)
     mdir = Path(path) / MODEL_SUBDIR
@@ -157,7 +157,7 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="an experience-model checkpoint (from dreamgym train-em)")
     parser.add_argument("out", help="the folder to create (must not exist)")
     args = parser.parse_args(argv)
-    from dreamgym.filecheck import output_path
+    from dreamgym.utils.filecheck import output_path
 
     try:
         meta = read_checkpoint_meta(args.checkpoint)

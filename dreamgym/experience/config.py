@@ -62,7 +62,8 @@ class ExperienceModelConfig:
     binary_reward: bool = True
     """Train on the paper's outcome reward (1 at a successful final step, else 0) instead of the env's raw reward."""
     embedder: str = "minilm"
-    """Retrieval embedder (dreamgym.embed.make_embedder): 'minilm' or 'hashing[:dim]', optionally '+action[:weight]'."""
+    """Retrieval embedder (dreamgym.replay.embed.make_embedder): 'minilm' or 'hashing[:dim]', optionally
+    '+action[:weight]'."""
     mmr_lambda: float | None = ranged(None, ge=0, le=1)
     """Diversity re-ranking of retrieved examples (maximal marginal relevance); None: plain top-k."""
     compact_states: bool = True
@@ -79,7 +80,7 @@ class ExperienceModelConfig:
 
     def validate(self) -> None:
         try:
-            from dreamgym.embed import make_embedder
+            from dreamgym.replay.embed import make_embedder
 
             make_embedder(self.embedder, cache=False)  # parses the spec; MiniLM loads lazily, on first encode
         except ValueError as e:

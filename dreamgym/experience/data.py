@@ -25,8 +25,8 @@ from dreamgym.types import Trajectory, Transition
 if TYPE_CHECKING:
     import numpy as np
 
-    from dreamgym.buffer import ReplayBuffer
-    from dreamgym.embed import Embedder
+    from dreamgym.replay.buffer import ReplayBuffer
+    from dreamgym.replay.embed import Embedder
     from dreamgym.llm.hf import HFBackend
 
 
@@ -90,8 +90,8 @@ def buffer_for(transitions: list[Transition], embedder: str = "minilm",
                path: str | Path | None = None) -> ReplayBuffer:
     """A replay buffer seeded with `transitions` (real seed data), as retrieval sees it during training.
     The embedder is memoized (see `MemoEmbedder`), which makes seeding plus retrieval one embedding pass."""
-    from dreamgym.buffer import ReplayBuffer
-    from dreamgym.embed import make_embedder
+    from dreamgym.replay.buffer import ReplayBuffer
+    from dreamgym.replay.embed import make_embedder
 
     buf = ReplayBuffer(path, MemoEmbedder(make_embedder(embedder)))
     if transitions:
@@ -124,7 +124,7 @@ def checkpoint_buffer(checkpoint: str | Path, data: str | Path | None = None,
     src, embedder, history, binary_reward, teacher_env = buffer_spec(meta, src)
     trs = em_transitions(load_trajectories(src), history=history, binary_reward=binary_reward)
     if teacher_env is not None:
-        from dreamgym.reasoning import EnvTeacher, annotate
+        from dreamgym.experience.reasoning import EnvTeacher, annotate
 
         trs = annotate(trs, EnvTeacher(teacher_env))  # examples carry the traces they had in training
     return buffer_for(trs, embedder, path)

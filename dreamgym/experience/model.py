@@ -42,7 +42,7 @@ from dreamgym.llm.base import GENERATION_TIMEOUT_S, LLM, ChatRequest, Generation
 from dreamgym.types import Task, Transition
 
 if TYPE_CHECKING:
-    from dreamgym.buffer import ReplayBuffer
+    from dreamgym.replay.buffer import ReplayBuffer
 
 log = logging.getLogger(__name__)
 

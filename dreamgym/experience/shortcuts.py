@@ -35,7 +35,7 @@ from dreamgym.experience.hooks import family_hooks
 from dreamgym.types import Transition
 
 if TYPE_CHECKING:
-    from dreamgym.buffer import ReplayBuffer
+    from dreamgym.replay.buffer import ReplayBuffer
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class FamilyShortcuts:
         copy_from = buffer if config.copy_hidden_outcomes else None
         if copy_from is None and not config.derive_determined_outcomes:
             return {}
-        from dreamgym.reasoning import EnvTeacher
+        from dreamgym.experience.reasoning import EnvTeacher
 
         table = self._hidden_table(copy_from) if copy_from is not None else {}
         out: dict[int, Prediction] = {}

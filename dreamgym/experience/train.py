@@ -4,14 +4,14 @@ Owns: `TrainEMConfig`, the SFT loop that teaches a preset the output format (len
 training examples, the schedule of optimiser steps, resume), the curriculum's task-writing examples mixed into
 the data, the held-out split (`HeldOutConfig`: trajectories set aside by the seed, never trained on, listed in
 `heldout.json`) scored by the report function the caller passes (`dreamgym train-em` passes the fidelity gate,
-`dreamgym.fidelity.heldout_report`), and the run's outputs: the experience-model checkpoint
+`dreamgym.experience.fidelity.heldout_report`), and the run's outputs: the experience-model checkpoint
 (`dreamgym.experience.checkpoint`) and summary.
 The training step itself is the agent trainers' (`dreamgym.trainers.common`): the same model and optimiser configs
 (`ModelConfig`, `OptimConfig`: `model.*` and `optim.*`, as on `dreamgym train`), model preparation (LoRA or full
 fine-tuning in float32), AdamW, warm-up/cosine schedule, micro-batched completion-only loss under bf16 autocast on
 CUDA, and the same atomic, resumable checkpoint in `checkpoint/`.
 Must not know: agent trainers' algorithms, the synthetic environment, any concrete environment (the family's
-reasoning teacher is reached through `dreamgym.reasoning`).
+reasoning teacher is reached through `dreamgym.experience.reasoning`).
 transformers and peft are imported inside the functions that need them.
 """
 
@@ -38,8 +38,8 @@ from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import balance_outcomes, buffer_for, em_transitions, encode_chat_examples, encode_examples
 from dreamgym.experience.format import FORMAT_VERSION, RESET_ACTION
 from dreamgym.experience.model import ExperienceModel
-from dreamgym.metric_names import EM
-from dreamgym.paths import atomic_write_text
+from dreamgym.utils.metric_names import EM
+from dreamgym.utils.paths import atomic_write_text
 from dreamgym.trainers.common import ModelConfig, OptimConfig
 from dreamgym.types import Trajectory, Transition
 
@@ -221,9 +221,9 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     micro-batches of [b, T] padded tokens (b x T <= micro_batch_tokens) by `trainers.common.supervised_step`.
     """
     from dreamgym.llm.hf import HFBackend
-    from dreamgym import distributed, fsdp
-    from dreamgym.metrics import MetricsLogger, pin_threads
-    from dreamgym.presets import load_preset, pick_device
+    from dreamgym.utils import distributed, fsdp
+    from dreamgym.utils.metrics import MetricsLogger, pin_threads
+    from dreamgym.llm.presets import load_preset, pick_device
     from dreamgym.trainers.checkpoint import (atomic_dir, is_peft, load_optimizer_state, optimizer_state,
                                               read_checkpoint_state, read_meta, resumable_checkpoint, write_checkpoint)
     from dreamgym.trainers.common import (make_optimizer, model_device, prepare_policy, rng_state, set_lr,
@@ -273,7 +273,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     if cfg.max_transitions and len(transitions) > cfg.max_transitions:
         transitions = rng.sample(transitions, cfg.max_transitions)
     if mcfg.use_reasoning and cfg.teacher == "env":
-        from dreamgym.reasoning import EnvTeacher, annotate
+        from dreamgym.experience.reasoning import EnvTeacher, annotate
 
         transitions = annotate(transitions, EnvTeacher(cfg.env))
     say(f"{len(trajectories)} trajectories -> {len(transitions)} transitions")
@@ -312,7 +312,7 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     t0 = time.perf_counter()
     data = encode_examples(transitions, examples, mcfg, backend, stats)
     if cfg.task_writing > 0:
-        from dreamgym.curriculum import CurriculumConfig, solved_task_steps, writing_examples
+        from dreamgym.curriculum.generator import CurriculumConfig, solved_task_steps, writing_examples
 
         pairs = writing_examples(solved_task_steps(trajectories), n_variants=CurriculumConfig().n_variants,
                                  max_examples=cfg.task_writing, seed=cfg.seed)
@@ -485,7 +485,7 @@ def check_inputs(cfg: TrainEMConfig) -> None:
     one there (`resume`), it is this family's experience model; every record of the data reads and is of this
     family. Raises ValueError naming the problem."""
     from dreamgym import provenance
-    from dreamgym.filecheck import output_path
+    from dreamgym.utils.filecheck import output_path
 
     out = cfg.resolved_out()
     output_path(out, "folder")
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
     over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "out") if (v := getattr(a, k)) is not None]
     over += [f"model.preset={a.preset}"] if a.preset is not None else []
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from dreamgym.presets import PresetError
+    from dreamgym.llm.presets import PresetError
     from dreamgym.trainers.checkpoint import CheckpointError
 
     try:

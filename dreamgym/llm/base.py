@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from dreamgym.seeds import row_seed as row_seed  # the seam's seed rule (dreamgym.seeds), re-exported here
+from dreamgym.utils.seeds import row_seed as row_seed  # the seam's seed rule (dreamgym.utils.seeds), re-exported here
 
 ChatRequest = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}, ...]
 

@@ -107,8 +107,8 @@ class HFBackend:
     @classmethod
     def from_preset(cls, name: str, *, device: str | None = None, batch_size: int = 32,
                     dtype: Any = None, share_prompts: bool = False) -> HFBackend:
-        """A backend over `dreamgym.presets.load_preset(name)` (preset name, local path or HF id)."""
-        from dreamgym.presets import load_preset
+        """A backend over `dreamgym.llm.presets.load_preset(name)` (preset name, local path or HF id)."""
+        from dreamgym.llm.presets import load_preset
 
         model, tokenizer = load_preset(name, device=device, dtype=dtype)
         return cls(model, tokenizer, batch_size=batch_size, share_prompts=share_prompts)

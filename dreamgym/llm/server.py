@@ -5,7 +5,7 @@ Owns: the HTTP surface (`POST /v1/chat/completions`, `POST /v1/completions`, `PO
 micro-batching of concurrent requests into one `HFBackend` call, the LoRA adapters loaded at runtime, and starting
 a server in-process on a loopback port (`start_server`) for tests and for rollout workers in the same process.
 Must not know: environments, trainers; how generation works (that is `HFBackend`); how requests are bounded
-(that is `dreamgym.serving`, shared with `dreamgym webshop serve`).
+(that is `dreamgym.utils.serving`, shared with `dreamgym webshop serve`).
 
 Every error is OpenAI's JSON shape `{"error": {"message", "type", "code", "param"}}` with a 4xx/5xx status:
 400 invalid fields or malformed JSON, 404 unknown model or path, 405 wrong method, 413 body over `LIMITS`
@@ -63,7 +63,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamgym import serving
+from dreamgym.utils import serving
 from dreamgym.llm.base import Completion, ConstraintError, OutputConstraint, SamplingParams, row_seed
 
 log = logging.getLogger(__name__)
@@ -624,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.metrics import warn_busy_cores
-    from dreamgym.presets import PresetError
+    from dreamgym.utils.metrics import warn_busy_cores
+    from dreamgym.llm.presets import PresetError
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -3,7 +3,7 @@ they fit stored trajectories).
 
 Owns: nothing itself; each trainer lives in its own module and shares the pieces in `common`; GRPO and PPO share
 one update skeleton (`online`), SFT and DPO one fit loop (`offline`). What the loops may call (the protocols
-`dreamgym.loops.OnlineTrainer` and `OfflineTrainer`):
+`dreamgym.rl.builders.OnlineTrainer` and `OfflineTrainer`):
 
     online:  trainer.update(episodes) -> metrics          # one iteration's update; the loop plays and counts
     offline: trainer.fit(trajectories) -> metrics

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from dreamgym import fsdp
-from dreamgym.filecheck import META_FILE, STATE_FILE, checkpoint_problem
-from dreamgym.paths import crash_point
+from dreamgym.utils import fsdp
+from dreamgym.utils.filecheck import META_FILE, STATE_FILE, checkpoint_problem
+from dreamgym.utils.paths import crash_point
 
 
 def is_peft(model: nn.Module) -> bool:

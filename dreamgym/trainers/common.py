@@ -9,7 +9,7 @@ state; what a trainer's checkpoint holds (optimizer, RNG, counters, the run stat
 Must not know: concrete environments, presets (the caller builds the model and the backend), any one
 algorithm's loss.
 
-Devices: the trainer follows the device of the model it is given (`dreamgym.presets.load_preset` puts it on
+Devices: the trainer follows the device of the model it is given (`dreamgym.llm.presets.load_preset` puts it on
 CUDA in bf16 when a GPU is present). On CUDA the forward/backward run under bf16 autocast; trainable weights
 are kept in float32 (full fine-tuning upcasts a bf16 model; PEFT keeps its adapters in float32).
 """
@@ -32,12 +32,13 @@ import torch
 from torch import nn
 
 from dreamgym.llm.base import GENERATION_TIMEOUT_S
-from dreamgym import distributed, fsdp
+from dreamgym.utils import distributed, fsdp
 from dreamgym.agent import AgentConfig
 from dreamgym.checks import SERVER_URLS, model_source, server_urls
 from dreamgym.config import ConfigError, checked, ranged
 from dreamgym.episode import RolloutConfig
-from dreamgym.seeds import mix_seed as mix_seed  # re-exported: the trainers' seeds mix through dreamgym.seeds
+# re-exported: the trainers' seeds mix through dreamgym.utils.seeds
+from dreamgym.utils.seeds import mix_seed as mix_seed
 from dreamgym.trainers.checkpoint import (
     is_peft,
     load_optimizer_state,
@@ -95,7 +96,7 @@ class ModelConfig:
                               "lora=true with policy_url")
 
     def use_lora(self, model: nn.Module) -> bool:
-        from dreamgym.presets import wants_lora
+        from dreamgym.llm.presets import wants_lora
 
         return wants_lora(self.lora, model)
 
@@ -133,7 +134,7 @@ class OptimConfig:
 @dataclass
 class TrainerConfig:
     """What every trainer reads (seed, model, optimiser, prompt) and what the run loop of its online runs reads
-    (rollout settings, real-step budget); `dreamgym.train.TrainConfig` extends it with the run-level fields."""
+    (rollout settings, real-step budget); `dreamgym.commands.train.TrainConfig` extends it with the run-level fields."""
 
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seeds model initialisation order, rollouts, sampling and data order: same seed, same metrics."""
@@ -328,7 +329,7 @@ class Packed:
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          device: torch.device | str = "cpu") -> Packed:
     """Right-pad `prompt + completion` rows; the loss mask covers exactly the completion tokens."""
-    from dreamgym.algos import completion_loss_mask
+    from dreamgym.trainers.algos import completion_loss_mask
 
     rows = [list(p) + list(c) for p, c in zip(prompts, completions)]
     width = max(len(r) for r in rows)
@@ -447,7 +448,7 @@ def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: 
     (`set_lr`) and the model's train/eval mode. Returns loss, grad_norm, tokens_per_s (and entropy, a detached
     metric, when asked). With several processes every rank passes the same `rows` and back-propagates its share of
     the micro-batches (`distributed.mine`); the figures returned are the whole step's."""
-    from dreamgym import algos
+    from dreamgym.trainers import algos
 
     t0 = time.perf_counter()
     rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
@@ -498,7 +499,7 @@ class BaseTrainer:
     """State and plumbing shared by the four trainers: the policy (shared with the backend), its optimiser, the
     optimiser-step count, RNG and exact checkpoints. Subclasses add their algorithm and extend `_extra_state` /
     `_load_extra_state` / `_extra_modules`. A trainer plays nothing and counts no iterations: the run loop
-    (`dreamgym.run`) or the fit loop (`dreamgym.trainers.offline`) drives it."""
+    (`dreamgym.rl.loop`) or the fit loop (`dreamgym.trainers.offline`) drives it."""
 
     algo = "base"
     config: Any
@@ -606,7 +607,7 @@ class BaseTrainer:
     def save(self, directory: str | Path, run: Mapping[str, Any] | None = None) -> Path:
         """Write a checkpoint: the policy (HF model folder or PEFT adapter folder, with tokenizer), optimiser, RNG
         states, the optimiser-step count, the trainer's extra state and `run`, the state of the loop that drives it
-        (`dreamgym.run.RunState.state_dict()`: "iteration" and the real-step "budget"; an offline trainer's epoch),
+        (`dreamgym.rl.loop.RunState.state_dict()`: "iteration" and the real-step "budget"; an offline trainer's epoch),
         which `load` returns. Atomic: a crash leaves the old one. With several processes only rank 0 writes (every
         rank holds the same state; sharded weights are gathered to it first, so every rank calls this)."""
         run = dict(run or {})

@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
-from dreamgym import algos, distributed, fsdp
+from dreamgym.trainers import algos
+
+from dreamgym.utils import distributed, fsdp
 from dreamgym.config import ranged
-from dreamgym.metrics import MetricsLogger
+from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.trainers.common import TrainerConfig, clip_and_step, pack, policy_forward, set_lr
 from dreamgym.trainers.offline import FitTrainer
 from dreamgym.trainers.sft import AdmissibleFn, Example, turn_examples

@@ -7,7 +7,7 @@ reference, and a token-level mean loss over the whole batch (or, with `loss_agg=
 episode weighs the same).
 Must not know: rollouts, environments, the real-step budget, presets, where tasks come from.
 
-One update, step by step (the iteration around it, tasks and rollouts included, is `dreamgym.run`'s loop):
+One update, step by step (the iteration around it, tasks and rollouts included, is `dreamgym.rl.loop`'s loop):
   1. advantages: `algos.grpo_advantages` over the trainable episodes; groups whose rewards are all equal carry
      no signal, are counted (`zero_variance_groups`) and left out of the update (with `min_groups`, the update
      waits until enough informative groups were collected);
@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import torch
 
-from dreamgym import algos
+from dreamgym.trainers import algos
 from dreamgym.config import ranged
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import TrainerConfig, pack, per_token, policy_forward

@@ -3,7 +3,7 @@ batch, resumable mid-epoch.
 
 Owns: `FitTrainer`, the base of the offline trainers — `fit(trajectories)`: the items (`_items`: SFT's turn
 examples, DPO's episode pairs), each epoch's order (seeded by the run seed and the epoch), one `_step` per batch,
-metrics every `log_every` steps under `losses/` (`dreamgym.metric_names`), a progress bar, the early stops
+metrics every `log_every` steps under `losses/` (`dreamgym.utils.metric_names`), a progress bar, the early stops
 (`on_step`, the trainer's own `_stop_after`), and the epoch and batch position a checkpoint keeps so a resumed fit
 continues where it stopped.
 Must not know: environments, rollouts, any one algorithm's loss.
@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from dreamgym.metric_names import LOSSES
-from dreamgym.metrics import MetricsLogger
+from dreamgym.utils.metric_names import LOSSES
+from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.trainers.common import BaseTrainer, TrainerConfig, mix_seed
 from dreamgym.types import Trajectory
 

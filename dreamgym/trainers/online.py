@@ -1,7 +1,7 @@
 """The update GRPO and PPO share: clipped-ratio steps over turn samples, epochs x minibatches x ranks.
 
 Owns: `ClippedRatioTrainer`, the base of the online trainers: `update(episodes) -> metrics` is the whole of
-what the run loop (`dreamgym.run`) asks of them, `optimize(samples)` the skeleton every such update runs
+what the run loop (`dreamgym.rl.loop`) asks of them, `optimize(samples)` the skeleton every such update runs
 (recompute the "old" log-probs when the sampler's are not the learner's; `epochs` passes over the samples in a
 seeded order, each cut into `minibatches` optimiser steps; each step's samples sorted by length and cut into
 micro-batches of at most `optim.micro_batch_tokens` padded tokens, shared between the processes of a
@@ -12,7 +12,7 @@ learns from the episodes it is given.
 
 State: besides the weights and the optimiser (`BaseTrainer`), the count of updates made (`updates`): a checkpoint
 keeps it, so a resumed trainer draws the same sample orders as an uninterrupted one. The metrics an update returns
-are logged by the run loop under `losses/` (`dreamgym.metric_names`).
+are logged by the run loop under `losses/` (`dreamgym.utils.metric_names`).
 
 What differs between the algorithms is the loss of one micro-batch (`_micro_step`): how much of the step's loss
 it carries, and how much its statistics weigh in the logged means (GRPO: its share of the step's token weight;
@@ -28,7 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-from dreamgym import distributed, fsdp
+from dreamgym.utils import distributed, fsdp
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import BaseTrainer, clip_and_step, micro_batches, mix_seed, set_lr
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dreamgym import algos
+from dreamgym.trainers import algos
 from dreamgym.config import ranged
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import (

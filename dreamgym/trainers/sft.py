@@ -30,8 +30,8 @@ from typing import Any
 
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.config import ranged
-from dreamgym.metric_names import EVAL
-from dreamgym.metrics import MetricsLogger
+from dreamgym.utils.metric_names import EVAL
+from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.trainers.common import TrainerConfig, set_lr, supervised_step
 from dreamgym.trainers.offline import FitTrainer
 from dreamgym.types import Trajectory

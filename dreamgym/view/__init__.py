@@ -8,7 +8,7 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `states`: a state as text with the differences to another marked, a WebShop state as the shop's own page;
 - `replay`: real beside dream per step (a real episode replayed in an experience model, a dream in reality);
 - `site`: the pages, rendered from `templates/` for the server and the export alike;
-- `server`: the routes on `dreamgym.serving`; `export`: the static export; `command`: the command line.
+- `server`: the routes on `dreamgym.utils.serving`; `export`: the static export; `command`: the command line.
 
 Must not know: trainers; how the experience model predicts (it is used through `ExperienceModel`).
 """

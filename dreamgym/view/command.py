@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="an export also replays each exported real episode in every experience model")
     a = p.parse_args(argv)
     from dreamgym.experience.checkpoint import usable_checkpoint
-    from dreamgym.filecheck import output_path
+    from dreamgym.utils.filecheck import output_path
 
     runs = [Path(r) for r in a.runs] or sorted(d for d in Path("runs").glob("*") if d.is_dir())
     if not runs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dreamgym.paths import atomic_write_bytes, atomic_write_text
+from dreamgym.utils.paths import atomic_write_bytes, atomic_write_text
 from dreamgym.view.episodes import EpisodeError, Filter
 from dreamgym.view.site import STATIC, STATIC_FILES, NotFound, Site, StaticLinks
 

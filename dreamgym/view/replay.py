@@ -117,7 +117,7 @@ def replay_in_env(traj: Trajectory, model: Any = None) -> Comparison:
     to the same task with the seed a dream starts from (`audit.REPLAY_SEED`, not the rollout's seed: ALFWorld draws
     its search order from the reset seed, so the rollout's seed would start the replay elsewhere than the dream).
     With `model`, each step also shows the examples that model retrieves for it."""
-    from dreamgym.audit import REPLAY_SEED
+    from dreamgym.dream.audit import REPLAY_SEED
     from dreamgym.envs import family
 
     cmp = recorded(traj)

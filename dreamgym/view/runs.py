@@ -9,15 +9,14 @@ every file is then opened by `dreamgym.view.files`, which checks the opened file
 run folder is ever read through the viewer, even when a listed file is swapped for a link before it is read.
 Must not know: HTTP, HTML, models, environments.
 
-What is read (the formats of `dreamgym.train`, `dreamgym.recipe`, `dreamgym.metrics`, `dreamgym.data`,
-`dreamgym.experience.checkpoint` and `dreamgym.fidelity`): `config.yaml`; `summary.json` (a train run's start and
-final evaluations, or a recipe's `results` by method, each with its machine record); `eval.jsonl` (one held-out
-evaluation per line, with its Wilson interval); every `metrics.jsonl` (curves; in a recipe folder one per
-method; a metric of a run logged before the namespaces under its name today, `dreamgym.metric_names`);
-trajectory files (`*.jsonl`, `*.parquet`); a dream's `buffer/`; `em_config.json` folders (experience models) and
-their `fidelity.json`; a dream's audit (`dream_audit.jsonl`, `dreamgym.audit`: per iteration its figures, and each
-audited episode linked to its dream episode file).
-"""
+What is read (the formats of `dreamgym.commands.train`, `dreamgym.commands.recipe`, `dreamgym.utils.metrics`,
+`dreamgym.data`, `dreamgym.experience.checkpoint` and `dreamgym.experience.fidelity`): `config.yaml`; `summary.json` (a
+train run's start and final evaluations, or a recipe's `results` by method, each with its machine record); `eval.jsonl`
+(one held-out evaluation per line, with its Wilson interval); every `metrics.jsonl` (curves; in a recipe folder one per
+method; a metric of a run logged before the namespaces under its name today, `dreamgym.utils.metric_names`); trajectory
+files (`*.jsonl`, `*.parquet`); a dream's `buffer/`; `em_config.json` folders (experience models) and their
+`fidelity.json`; a dream's audit (`dream_audit.jsonl`, `dreamgym.dream.audit`: per iteration its figures, and each
+audited episode linked to its dream episode file). """
 
 from __future__ import annotations
 
@@ -29,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dreamgym.audit import AUDIT_FILE, summarize
-from dreamgym.metric_names import current_name
+from dreamgym.dream.audit import AUDIT_FILE, summarize
+from dreamgym.utils.metric_names import current_name
 from dreamgym.view.episodes import (DreamSource, EpisodeSource, JsonlSource, ParquetSource, buffer_transitions,
                                     looks_like_trajectories)
 from dreamgym.view.files import file_kind, open_in_run
@@ -98,7 +97,7 @@ class AuditedEpisode:
 
 @dataclass
 class AuditIteration:
-    """An audit file's rows of one iteration: their figures (`dreamgym.audit.summarize`) and episodes."""
+    """An audit file's rows of one iteration: their figures (`dreamgym.dream.audit.summarize`) and episodes."""
 
     label: str
     iteration: int

@@ -1,10 +1,10 @@
-"""The `dreamgym view` web server: the site's pages over HTTP on the project's web stack (`dreamgym.serving`).
+"""The `dreamgym view` web server: the site's pages over HTTP on the project's web stack (`dreamgym.utils.serving`).
 
 Owns: the routes (`create_app`): `/` (runs), `/runs/{run}/` (a run), `/curves` (curves of several runs),
 `/runs/{run}/files/{file}/` (an episode list, paged and filtered by query), `/runs/{run}/files/{file}/{episode}`
 (an episode, `?em=N&mode=free|forced` to replay it in an experience model), `/static/{name}` (the stylesheet and
 the script, by name from a fixed list) and their error answers: an id the site does not have is a 404, a bad
-query value a 400, both JSON naming the problem, as every `dreamgym.serving` server answers.
+query value a 400, both JSON naming the problem, as every `dreamgym.utils.serving` server answers.
 Must not know: how pages are rendered or run folders read (`dreamgym.view.site`).
 
 Nothing is read by a path taken from a request: runs, files, episodes and models are positions in the lists the
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
-from dreamgym import serving
+from dreamgym.utils import serving
 from dreamgym.view.episodes import Filter
 from dreamgym.view.site import STATIC, STATIC_FILES, Links, NotFound, Site
 

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from dreamgym.metric_names import current_name
+from dreamgym.utils.metric_names import current_name
 from dreamgym.view.charts import line_chart
 from dreamgym.view.episodes import EpisodeError, Filter
 from dreamgym.view.replay import Comparison, ModelCache, ReplayMode, recorded, replay_in_env, replay_in_model
@@ -32,7 +32,7 @@ STATIC_FILES = {"view.css": "text/css", "view.js": "text/javascript"}
 CHART_METRICS = ("rollout/success_rate", "rollout/mean_reward", "losses/loss", "eval/success_rate",
                  "rollout/synthetic_steps", "dream/buffer/size")
 """Training metrics charted on a run's page when logged (every metric can be charted on the curves page); a run
-logged before the namespaces (`dreamgym.metric_names`) is read under today's names."""
+logged before the namespaces (`dreamgym.utils.metric_names`) is read under today's names."""
 
 
 class NotFound(Exception):

@@ -23,7 +23,7 @@ from dreamgym.envs.alfworld.state import (canonical_state, complete_state, model
                                           model_state, name_key, normalize_command, parse_state, state_after)
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig  # noqa: E402
 from dreamgym.llm.fake import FakeLLM  # noqa: E402
-from dreamgym.synthetic_env import SyntheticEnv  # noqa: E402
+from dreamgym.dream.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.types import Step, Task, Trajectory  # noqa: E402
 
 # The first six train games are one of each task type (index % 6); they are generated on first use and cached.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamgym.collect import run_episode
+from dreamgym.commands.collect import run_episode
 from dreamgym.envs import CheckFamilyError, EnvFamily, FamilyHooks, check_family, family
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -7,8 +7,8 @@ import collections
 
 import pytest
 
-from dreamgym.buffer import ReplayBuffer
-from dreamgym.embed import HashingEmbedder
+from dreamgym.replay.buffer import ReplayBuffer
+from dreamgym.replay.embed import HashingEmbedder
 from dreamgym.envs import webshop as ws
 from dreamgym.envs.webshop import outcomes as O
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig

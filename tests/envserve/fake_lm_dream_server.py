@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dreamgym.buffer import ReplayBuffer
-from dreamgym.embed import HashingEmbedder
+from dreamgym.replay.buffer import ReplayBuffer
+from dreamgym.replay.embed import HashingEmbedder
 from dreamgym.envserve.server import EnvHost, EnvServerConfig, serve
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig, em_transitions
 from dreamgym.llm.base import ChatRequest, Completion, SamplingParams

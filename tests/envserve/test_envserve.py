@@ -17,7 +17,7 @@ import pytest
 from openenv.cli._validation import validate_running_environment
 from websockets.sync.client import connect
 
-from dreamgym.buffer import ReplayBuffer
+from dreamgym.replay.buffer import ReplayBuffer
 from dreamgym.env import check_env
 from dreamgym.envs import dial
 from dreamgym.envserve.client import RemoteBuffer, RemoteEnvError, RemoteTextEnv
@@ -172,7 +172,7 @@ def test_bad_requests_get_4xx_naming_the_problem_and_the_server_stays_up():
 
 def test_served_synthetic_family_passes_check_env_and_batches_concurrent_sessions(dream):
     from dreamgym.experience import ExperienceModel, checkpoint_buffer
-    from dreamgym.synthetic_env import SyntheticEnv
+    from dreamgym.dream.synthetic_env import SyntheticEnv
 
     env = RemoteTextEnv(dream.url)
     assert env.is_synthetic and env.env_family == "dial"
@@ -250,7 +250,7 @@ def test_a_killed_dream_server_leaves_every_answered_transition_in_its_buffer(tm
         for t in threads:
             t.join(timeout=30)
     assert len(acked) >= 12
-    from dreamgym.embed import HashingEmbedder  # the checkpoint's embedder
+    from dreamgym.replay.embed import HashingEmbedder  # the checkpoint's embedder
 
     with ReplayBuffer(buf, HashingEmbedder()) as reopened:
         stored = {(t.state, t.action, t.next_state) for t in reopened.transitions() if t.source == "synthetic"}
@@ -289,10 +289,10 @@ def test_a_pool_fails_a_dead_servers_sessions_over_to_a_live_one():
 def test_dreamgym_evaluation_runs_unchanged_against_a_served_environment():
     """The rollout engine (threads stepping sessions) and the budget accounting see a served real family as they see
     the in-process one: same episodes, same outcome, real steps charged."""
-    from dreamgym.evaluate import EvalConfig, evaluate_policy
+    from dreamgym.rl.evaluate import EvalConfig, evaluate_policy
     from dreamgym.llm.hf import HFBackend
-    from dreamgym.budget import RealStepBudget
-    from dreamgym.rollout import RolloutConfig
+    from dreamgym.rl.budget import RealStepBudget
+    from dreamgym.rl.rollout import RolloutConfig
 
     backend = HFBackend.from_preset("tiny", device="cpu")
     tasks = dial.tasks("test")[:3]

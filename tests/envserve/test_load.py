@@ -33,10 +33,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dreamgym.buffer import ReplayBuffer
-from dreamgym.embed import HashingEmbedder
+from dreamgym.replay.buffer import ReplayBuffer
+from dreamgym.replay.embed import HashingEmbedder
 from dreamgym.envserve.client import RemoteEnvError, RemoteTextEnv, ServerGone, server_info
-from dreamgym.synthetic_env import SyntheticEnv
+from dreamgym.dream.synthetic_env import SyntheticEnv
 from fake_lm_dream_server import fake_dream_model
 from servers import rss_mib, server_process
 

@@ -113,8 +113,8 @@ def test_sessions_are_websocket_connections_only(server):
 def test_a_client_leaving_mid_step_is_logged_in_one_line(tmp_path, caplog):
     from fake_lm_dream_server import fake_dream_model
 
-    from dreamgym.buffer import ReplayBuffer
-    from dreamgym.embed import HashingEmbedder
+    from dreamgym.replay.buffer import ReplayBuffer
+    from dreamgym.replay.embed import HashingEmbedder
 
     buffer = ReplayBuffer(tmp_path / "buffer", HashingEmbedder())
     # A synthetic step waits 300 ms for other sessions' steps to batch with: the client is gone when it is answered.

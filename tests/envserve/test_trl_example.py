@@ -47,7 +47,7 @@ def test_a_run_whose_parameters_do_not_move_exits_1(example, tmp_path, capsys):
 def test_each_prompt_chooses_its_episode_whatever_the_grouping(example):
     """One episode per prompt given, in order; equal prompts play the same episode, different ones their own: no
     reliance on TRL repeating a prompt, nor on a prompt ending in a number."""
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     model, tok = load_preset("tiny", device="cpu")
     tok.padding_side = "left"

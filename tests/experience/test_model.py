@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from dreamgym.buffer import ReplayBuffer
-from dreamgym.embed import HashingEmbedder
+from dreamgym.replay.buffer import ReplayBuffer
+from dreamgym.replay.embed import HashingEmbedder
 from dreamgym.envs.dial import abstract_state, parse_state
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import checkpoint_buffer, em_transitions
@@ -112,7 +112,7 @@ def test_trained_tiny_model_never_credits_a_losing_submit(trained_model):
 def test_retrieval_changes_the_prediction(trained_model):
     """The model uses its k examples: on held-out real dial episodes, the same model with retrieval switched
     off at inference predicts different (and far worse) next states and rewards."""
-    from dreamgym.fidelity import teacher_forced
+    from dreamgym.experience.fidelity import teacher_forced
 
     held = em_transitions(dial_trajectories(16, split="test", seed=3), history=0)
     on_preds = trained_model.predict(held)

@@ -31,7 +31,7 @@ def test_the_dreamgym_command_reaches_train_em():
     from dreamgym.cli import COMMANDS
 
     module, func = COMMANDS["train-em"][0].split(":")
-    assert (module, func) == ("dreamgym.fidelity", "train_em_main")
+    assert (module, func) == ("dreamgym.experience.fidelity", "train_em_main")
 
 
 def test_train_em_holds_out_a_seeded_split_it_never_trains_on_and_warns_when_the_model_is_unfit(tmp_path, capsys):
@@ -40,7 +40,7 @@ def test_train_em_holds_out_a_seeded_split_it_never_trains_on_and_warns_when_the
     to dream in, in the summary, in the metrics and on stderr."""
     from dreamgym.data import write_jsonl
     from dreamgym.experience.train import HELDOUT_FILE, split_heldout
-    from dreamgym.fidelity import train_em_main
+    from dreamgym.experience.fidelity import train_em_main
 
     trajs = dial_trajectories(20)
     data = tmp_path / "d.jsonl"
@@ -99,7 +99,7 @@ def test_train_em_scores_its_held_out_split_during_training_without_changing_wha
     a run that scores only at the end; `heldout.patience` stops a run whose next-state F1 stalls, and resuming the
     stopped run trains no further."""
     from dreamgym.data import write_jsonl
-    from dreamgym.fidelity import train_em_main
+    from dreamgym.experience.fidelity import train_em_main
 
     data = tmp_path / "d.jsonl"
     write_jsonl(data, dial_trajectories(20))

@@ -215,7 +215,7 @@ def test_load_llm_spec_picks_the_local_backend():
 def test_lora_wrapped_model_generates_with_exact_logprobs(backend):
     from peft import LoraConfig, get_peft_model
 
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     fresh, _ = load_preset("tiny", device="cpu")  # a copy: wrapping it leaves the shared fixture untouched
     lora = get_peft_model(fresh, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))

@@ -16,7 +16,7 @@ import pytest
 from model_fixtures import em_checkpoint, warm_model_dir
 from servers import free_port, stop, wait_healthy
 
-from dreamgym import serving
+from dreamgym.utils import serving
 from dreamgym.cli import main as cli
 from dreamgym.data import read_jsonl, write_jsonl
 from dreamgym.llm import SamplingParams
@@ -48,7 +48,7 @@ def transformers_server():
 @pytest.fixture(scope="module")
 def warm():
     """The warm-started dial policy's folder and an in-process backend over it."""
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     folder = warm_model_dir()
     model, tok = load_preset(str(folder), device="cpu")

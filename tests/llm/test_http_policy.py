@@ -189,7 +189,7 @@ def test_grpo_samples_from_the_server_and_pushes_each_update(warm_preset):
     from trainers.iterate import play_and_update
 
     from dreamgym.envs import dial
-    from dreamgym.rollout import run_rollouts
+    from dreamgym.rl.rollout import run_rollouts
 
     model, tok = warm_preset
     warm = copy.deepcopy(model)
@@ -236,8 +236,8 @@ def test_dreamgym_train_samples_through_the_policy_url(fresh_server, tmp_path):
     on the server (its request count rises) while the LoRA policy trains here, and at the end the pushed adapter is
     unloaded from the server and its temporary folder deleted; without LoRA the URL is refused at start-up."""
     from dreamgym.config import ConfigError, load_config
-    from dreamgym.loops import build_backend
-    from dreamgym.train import TrainConfig, main
+    from dreamgym.rl.builders import build_backend
+    from dreamgym.commands.train import TrainConfig, main
 
     with pytest.raises(ConfigError, match="policy_url"):
         load_config(TrainConfig, None, ["model.policy_url=http://127.0.0.1:1/v1"])  # lora left to auto
@@ -272,7 +272,7 @@ def test_dreamgym_train_samples_through_the_policy_url(fresh_server, tmp_path):
 def test_recipe_rows_take_their_adapter_off_the_policy_server(fresh_server, tmp_path):
     """The recipe's rows sampling on a policy server (SFT's evaluation, a real GRPO row): after each, its pushed
     adapter is unloaded from the server and its temporary folder deleted (before: every row left both behind)."""
-    from dreamgym.recipe import Recipe
+    from dreamgym.commands.recipe import Recipe
 
     handle, temp = fresh_server
     r = Recipe("dial", tmp_path / "run", eval_tasks=2, progress=False, threads=1,

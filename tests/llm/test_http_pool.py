@@ -104,7 +104,7 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
     from dreamgym.experience.config import ExperienceModelConfig
     from dreamgym.trainers.common import ModelConfig
     from dreamgym.experience.train import TrainEMConfig, train
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     trajs = dial_trajectories(8)
     data = tmp_path / "dial.jsonl"
@@ -141,7 +141,7 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
         remote.llm.close()
 
         # A dream GRPO iteration from the command line whose experience model (and curriculum) runs on the server.
-        from dreamgym.train import main as train_main
+        from dreamgym.commands.train import main as train_main
 
         before, run = served.rows, tmp_path / "dream"
         assert train_main(["--algo", "grpo", "--env", "dial", "mode=dream", f"dream.em={ckpt}", f"run_dir={run}",

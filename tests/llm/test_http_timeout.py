@@ -84,8 +84,8 @@ def slow(served_tiny):
 
 def test_model_policy_timeout_s_reaches_the_policy_servers_client(slow):
     from dreamgym.config import load_config
-    from dreamgym.loops import build_backend
-    from dreamgym.train import TrainConfig
+    from dreamgym.rl.builders import build_backend
+    from dreamgym.commands.train import TrainConfig
 
     url, served = slow
     cfg = load_config(TrainConfig, None, [f"model.policy_url={url}#tiny", "model.lora=true",
@@ -108,7 +108,7 @@ def test_dreamgym_train_ends_in_one_line_when_its_policy_server_times_out(slow, 
     `dreamgym eval` says it (before: a traceback), the metrics file closed and the adapter taken off the server."""
     import httpx
 
-    from dreamgym.train import main
+    from dreamgym.commands.train import main
 
     url, served = slow
     served.slowed(after_probe=True)
@@ -127,7 +127,7 @@ def test_dreamgym_train_ends_in_one_line_when_its_policy_server_times_out(slow, 
 def test_dream_em_timeout_s_reaches_the_experience_models_client(slow, tmp_path):
     """The dream's experience model on a server: the prediction whose call ran out of time fails (the episode waiting
     on it ends), naming the field; neither the client nor the model's own retry sends the batch again."""
-    from dreamgym.dream import DreamConfig, DreamWorld
+    from dreamgym.dream.world import DreamConfig, DreamWorld
 
     url, served = slow
     world = DreamWorld("dial", DreamConfig(em=str(trained_dial_model()), em_url=f"{url}#tiny",
@@ -144,7 +144,7 @@ def test_dream_em_timeout_s_reaches_the_experience_models_client(slow, tmp_path)
 
 
 def test_eval_policy_timeout_s_reaches_a_served_policys_client(slow, capsys):
-    from dreamgym.evaluate import main
+    from dreamgym.rl.evaluate import main
 
     url, served = slow
     served.slowed(after_probe=True)
@@ -159,7 +159,7 @@ def test_eval_policy_timeout_s_reaches_a_served_policys_client(slow, capsys):
 
 def test_eval_em_timeout_s_reaches_the_experience_models_client(slow, tmp_path, capsys):
     from dreamgym.data import write_jsonl
-    from dreamgym.fidelity import main
+    from dreamgym.experience.fidelity import main
 
     url, served = slow
     data = tmp_path / "held.jsonl"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from plugins import dist_info
 
-from dreamgym import presets
+from dreamgym.llm import presets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +119,7 @@ def test_a_family_added_by_entry_point_gets_a_new_tiny_preset_trained_on_its_tex
     (tmp_path / "site" / "glowpkg" / "glow.py").write_text(GLOW_FAMILY)
     build = textwrap.dedent("""
         from transformers import AutoTokenizer
-        from dreamgym import presets
+        from dreamgym.llm import presets
         path = presets.build_preset("tiny")
         print(path.name, len(AutoTokenizer.from_pretrained(path)(" zorblaxian", add_special_tokens=False).input_ids))
     """)

@@ -62,7 +62,7 @@ def served(em_dir):
 
 @pytest.fixture(scope="module")
 def em_weights(em_dir):
-    from dreamgym.presets import load_preset
+    from dreamgym.llm.presets import load_preset
 
     torch.set_num_threads(1)
     return load_preset(str(em_dir / "model"), device="cpu")
@@ -85,7 +85,7 @@ def test_rollouts_lora_push_and_logprobs_agree_with_the_learner(served, em_weigh
     """Dial rollouts sampled by vLLM over token ids; a GRPO update; the adapter pushed and the next rollouts sampled
     from it: their vLLM log-probs are the updated learner's within `LOGPROB_TOL`, and not the pre-update policy's."""
     from dreamgym.envs import dial
-    from dreamgym.rollout import run_rollouts
+    from dreamgym.rl.rollout import run_rollouts
 
     _, url = served
     model, tok = em_weights
@@ -161,7 +161,7 @@ def test_dream_grpo_iteration_with_policy_and_experience_model_on_vllm(served, e
     """`dreamgym train` in dream mode with `model.policy_url` and `dream.em_url` both on the vLLM server: the
     iteration plays its dream episodes and spends no real step, and vLLM answered the policy's turns and the
     experience model's initial states."""
-    from dreamgym.train import main as train_main
+    from dreamgym.commands.train import main as train_main
 
     _, url = served
 

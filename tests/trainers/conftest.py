@@ -10,7 +10,7 @@ import torch
 
 from model_fixtures import DIAL_AGENT, DIAL_ROLLOUT
 
-from dreamgym.paths import cache_dir
+from dreamgym.utils.paths import cache_dir
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 
 __all__ = ["DIAL_AGENT", "DIAL_ROLLOUT"]
@@ -30,7 +30,7 @@ def dial_eval():
     """`dial_eval(backend, sample_seed)`: the sampled (temperature 1) policy on all 72 train tasks x 3 seeds —
     the distribution RL optimises — as an EvalResult."""
     from dreamgym.envs import dial
-    from dreamgym.evaluate import EvalConfig, evaluate_policy
+    from dreamgym.rl.evaluate import EvalConfig, evaluate_policy
 
     def run(backend, sample_seed):
         cfg = EvalConfig(temperature=1.0, sample_seed=sample_seed, agent=DIAL_AGENT, rollout=DIAL_ROLLOUT)

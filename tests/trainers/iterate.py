@@ -1,9 +1,9 @@
-"""One iteration as the run loop (`dreamgym.run`) plays it, for trainer tests that pick their own tasks and
+"""One iteration as the run loop (`dreamgym.rl.loop`) plays it, for trainer tests that pick their own tasks and
 environment class: `group_size` episodes of each task, seeded by the trainer's seed and `iteration`, then the
 trainer's update. Returns the episodes and the row the loop would log (rollout figures, then the update's)."""
 
 from dreamgym.episode import rollout_metrics
-from dreamgym.rollout import run_rollouts
+from dreamgym.rl.rollout import run_rollouts
 from dreamgym.trainers.common import mix_seed
 
 

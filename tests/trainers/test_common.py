@@ -134,7 +134,7 @@ def test_qlora_trains_adapters_on_a_4bit_base(tmp_path):
     from test_sft import demos
 
     from dreamgym.config import ConfigError, validate_config
-    from dreamgym.loops import build_backend
+    from dreamgym.rl.builders import build_backend
     from dreamgym.trainers.common import TrainerConfig
     from dreamgym.trainers.sft import SFTConfig, SFTTrainer
 

@@ -2,7 +2,7 @@
 
 import math
 
-from dreamgym.collect import run_episode
+from dreamgym.commands.collect import run_episode
 from dreamgym.envs import dial
 from dreamgym.trainers.dpo import DPOConfig, DPOTrainer, build_pairs
 from dreamgym.types import Step, Task, Trajectory

@@ -9,12 +9,12 @@ import torch
 
 from iterate import play_and_update
 
-from dreamgym.budget import RealStepBudget
+from dreamgym.rl.budget import RealStepBudget
 from dreamgym.config import ConfigError, validate_config
 from dreamgym.envs import dial, family
-from dreamgym.evaluate import two_proportion_z_test
-from dreamgym.loops import iteration_tasks
-from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.evaluate import two_proportion_z_test
+from dreamgym.curriculum.pools import iteration_tasks
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
 TIME_KEYS = ("time_s", "tokens_per_s")
@@ -123,7 +123,7 @@ def test_lora_grpo_iteration_with_kl_and_adapter_checkpoint(warm_backend, dial_c
     tr.save(tmp_path / "ck")
     assert (tmp_path / "ck" / "adapter" / "adapter_model.safetensors").is_file()
     assert not (tmp_path / "ck" / "model").exists()
-    from dreamgym.evaluate import load_policy
+    from dreamgym.rl.evaluate import load_policy
 
     model, tok, meta = load_policy(str(tmp_path / "ck"))
     assert meta["kind"] == "lora" and meta["base"] == "tiny"

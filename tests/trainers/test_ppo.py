@@ -8,10 +8,10 @@ import torch
 
 from iterate import play_and_update
 
-from dreamgym.budget import RealStepBudget
+from dreamgym.rl.budget import RealStepBudget
 from dreamgym.envs import dial, family
-from dreamgym.evaluate import two_proportion_z_test
-from dreamgym.run import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.evaluate import two_proportion_z_test
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
 from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
 
 

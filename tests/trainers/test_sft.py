@@ -6,7 +6,7 @@ import dataclasses
 import torch
 
 from dreamgym.agent import AgentConfig, build_messages
-from dreamgym.collect import run_episode
+from dreamgym.commands.collect import run_episode
 from dreamgym.envs import dial
 from dreamgym.trainers.sft import SFTConfig, SFTTrainer, turn_examples
 

@@ -55,7 +55,7 @@ from collections.abc import Iterable
 from dreamgym.envs.alfworld.engine import make_engine
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, require, scene_type, tables
 from dreamgym.envs.alfworld.official import official_root, official_rows
-from dreamgym.paths import atomic_write_text, cache_dir
+from dreamgym.utils.paths import atomic_write_text, cache_dir
 from dreamgym.types import Task
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym.envs.web.actions import MINIWOB_SUBSETS, Outcome
-from dreamgym.paths import atomic_write_text, cache_dir
+from dreamgym.utils.paths import atomic_write_text, cache_dir
 from dreamgym.types import Task
 
 NAME = "miniwob"

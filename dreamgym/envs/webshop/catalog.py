@@ -2,7 +2,7 @@
 
 Owns: `generate_products` (deterministic for a seed; 100k products take seconds), `Catalog` (products + search
 index + goal splits), `load_official` (a catalog of the official data files, which `official` reads) and
-`get_catalog` (process-wide cache, on-disk cache for large catalogs under `dreamgym.paths.cache_dir("webshop")`).
+`get_catalog` (process-wide cache, on-disk cache for large catalogs under `dreamgym.utils.paths.cache_dir("webshop")`).
 Must not know: pages, actions, the environment, policies, models.
 
 A catalog is named by a key string (`synthetic-n2000-s0`, or `official:<dir>`) so that anything holding only
@@ -23,7 +23,7 @@ from dreamgym.envs.webshop.official import read_official
 from dreamgym.envs.webshop.product import Product
 from dreamgym.envs.webshop.reward import title_nouns
 from dreamgym.envs.webshop.search import SearchEngine
-from dreamgym.paths import atomic_write_bytes, cache_dir
+from dreamgym.utils.paths import atomic_write_bytes, cache_dir
 
 CATALOG_VERSION = 2  # bump when generation changes, so stale on-disk caches are not reused
 DEFAULT_N_PRODUCTS = 2000

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dreamgym.bm25 import import_bm25s
+from dreamgym.utils.bm25 import import_bm25s
 
 if TYPE_CHECKING:
     import bm25s
 else:
-    bm25s = import_bm25s()  # not a plain import: bm25s would start jax on the GPU (dreamgym.bm25)
+    bm25s = import_bm25s()  # not a plain import: bm25s would start jax on the GPU (dreamgym.utils.bm25)
 
 SEARCH_RETURN_N = 50   # the original returns at most 50 results
 MAX_QUERY_TOKENS = 64  # longer queries are cut: BM25 cost grows with query length, relevance does not

@@ -3,7 +3,7 @@
 Owns: the HTTP routes, the session table (one `WebShopEnv` per session id, isolated, with its own lock),
 and the `webshop` command line (`cli_main`).
 Must not know: models, trainers; the pages come unchanged from the environment (`info["raw_obs"]`); how requests
-are bounded (that is `dreamgym.serving`, shared with `dreamgym serve-model`).
+are bounded (that is `dreamgym.utils.serving`, shared with `dreamgym serve-model`).
 
 Routes (all sessions are independent; ids are random 16-hex strings):
     GET  /                         start a session (?split=train|test|valid, ?task=<index>, ?seed=<n>) -> 303 to it
@@ -19,7 +19,7 @@ Page links are relative (`act?a=...`), so the HTML the environment renders works
 
 Errors, on every route (HTML pages included), are JSON `{"error": "<what is wrong>"}` with a 4xx/5xx status:
 404 unknown session or path, 405 wrong method, 400 invalid query value or body, 413 body over 1 MiB, 431 head over
-32 KiB, 408 body or head too slow, 503 past 256 open connections (see `dreamgym.serving.Limits`).
+32 KiB, 408 body or head too slow, 503 past 256 open connections (see `dreamgym.utils.serving.Limits`).
 Pages are rendered on a thread pool (40 threads, anyio's default), so slow steps do not stall other sessions;
 the listen backlog queues 1024 connections not yet accepted.
 """
@@ -36,7 +36,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dreamgym import serving
+from dreamgym.utils import serving
 from dreamgym.envs.webshop.env import WebShopEnv
 from dreamgym.envs.webshop.pages import html_to_text
 

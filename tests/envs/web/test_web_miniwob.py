@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dreamgym.collect import EpisodeFailed, run_episode
+from dreamgym.commands.collect import EpisodeFailed, run_episode
 from dreamgym.envs import check_family, family
 from dreamgym.envs.web.axtree import admissible_from_state, parse_state
 from dreamgym.envs.web.browser import BrowserConfig, BrowserFailure, BrowserPool, BrowserWorker, chromium_available

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("miniwob")
 
 from dreamgym.cli import main as cli  # noqa: E402
-from dreamgym.collect import EpisodeFailed, run_episode  # noqa: E402
+from dreamgym.commands.collect import EpisodeFailed, run_episode  # noqa: E402
 from dreamgym.envs.web import miniwob_tasks as M  # noqa: E402
 from dreamgym.envs.web.miniwob import parse_goal  # noqa: E402
 from dreamgym.envs.web.miniwob_policies import ORACLE_TASKS, POLICIES, NoOracleRule  # noqa: E402

@@ -1,0 +1,10 @@
+"""The `dreamgym` commands that are more than a call into the library: each module is one command (its config, its
+arguments, its report), built on the packages below it; nothing in the library imports a command.
+
+- `collect`: offline real trajectories from a family's scripted policies;
+- `check_family`: a family checked against its contract from the command line;
+- `train`: `TrainConfig` and `dreamgym train` (every algorithm, every mode);
+- `recipe`: several rows on one environment, the quickstart, the results table's rendering;
+- `table`: `dreamgym table`, the paper's Table 1 shape with ablations and learning curves;
+- `docs_ref`: docs/reference/ written from the code.
+"""

@@ -1,0 +1,185 @@
+"""`dreamgym table`: the shape of the paper's Table 1 (and its ablations) at a scale 2 CPU cores can run.
+
+Owns: `TableConfig` (the budget B, iteration counts, model preset choice), the list of rows and how each is
+trained (through `dreamgym.commands.recipe.Recipe`), `results.md` and the PNG learning curves.
+Must not know: trainer or experience-model internals, concrete environments.
+
+Rows (every RL row starts from the same SFT policy; every evaluation is greedy on the same held-out real tasks):
+SFT; DPO; GRPO real and PPO real with a real-step budget B; DreamGym GRPO and PPO (0 real steps beyond the
+offline data); DreamGym-S2R GRPO and PPO (the dream policy continued in the real environment with B/16 real
+steps); ablations of DreamGym GRPO: no replay (retrieval off at inference, the same experience model), no
+reasoning (an experience model trained and run without traces), no curriculum (task generation off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dreamgym.checks import env_family, family_choices
+from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
+from dreamgym.curriculum.generator import CurriculumConfig
+from dreamgym.dream.world import DreamConfig
+from dreamgym.utils.paths import atomic_write_text
+from dreamgym.commands.recipe import Recipe, check_recipe
+
+
+@dataclass
+class TableConfig:
+    env: str = checked("webshop", env_family, family_choices)
+    """Environment family (webshop or alfworld; dial for a smoke run)."""
+    run_dir: str = ""
+    """Output directory (default runs/table-<env>)."""
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
+    """One seed for the whole table."""
+    offline_episodes: int = ranged(2000, ge=10)
+    """Offline real trajectories (the experience model's training data and the DPO pairs)."""
+    offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
+    """Scripted-policy mix of the offline data, e.g. oracle:0.5,random:0.5."""
+    em_epochs: float = ranged(3, gt=0)
+    """Experience-model SFT epochs."""
+    sft_epochs: int = ranged(3, ge=1)
+    """Policy SFT epochs on the demonstrations (the most, when `sft_stop_at` is set)."""
+    sft_stop_at: float = ranged(0.0, ge=0, le=1)
+    """Stop SFT once the policy replays its demonstrations with this mean probability (`sft.stop_at`; 0: run every
+    `sft_epochs`)."""
+    sft_check_every: int = ranged(5, ge=1)
+    """SFT optimiser steps between two checks of `sft_stop_at`."""
+    sft_policy: str = "oracle"
+    """Scripted policy of `offline_mix` whose wins are the SFT (and start) demonstrations (WebShop: 'shopper')."""
+    budget: int = ranged(3200, ge=16)
+    """B: real-step budget of real GRPO/PPO; S2R gets B/16 (so B >= 16)."""
+    real_iterations: int = ranged(40, ge=1)
+    """Most iterations of a real RL row (the budget usually ends it first)."""
+    dream_iterations: int = ranged(40, ge=1)
+    """Iterations inside the experience model for the DreamGym rows."""
+    s2r_iterations: int = ranged(5, ge=1)
+    """Most real iterations of the S2R rows (B/16 usually ends them first)."""
+    tasks_per_iteration: int = ranged(8, ge=1)
+    """Tasks per iteration of every RL row (`dreamgym train`'s tasks_per_iteration)."""
+    group_size: int = ranged(4, ge=1)
+    """Episodes of each task per iteration of every RL row, GRPO and PPO alike (`dreamgym train`'s group_size)."""
+    lr: float = ranged(1e-4, gt=0)
+    """RL learning rate."""
+    eval_tasks: int = ranged(200, ge=1)
+    """Held-out real test tasks per evaluation."""
+    eval_seeds: list[int] = ranged([0], ge=0)
+    """Each held-out test task is played once per seed (the dial has 18 test tasks: use several seeds)."""
+    eval_temperature: float = ranged(0.0, ge=0)
+    """Policy temperature at evaluation: 0 is greedy; 1.0 measures the sampled policy RL optimises."""
+    eval_every: int = ranged(5, ge=0)
+    """Evaluate every this many iterations for the learning curves (0: only at the end)."""
+    rows: list[str] = field(default_factory=list)
+    """Subset of rows to run (empty: all), by name as printed in the table."""
+    train_overrides: list[str] = field(default_factory=list)
+    """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
+    em_overrides: list[str] = field(default_factory=list)
+    """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
+    threads: int = ranged(2, ge=1)
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: results.md names it)."""
+
+    def validate(self) -> None:
+        check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
+        unknown = [r for r in self.rows if r not in ALL_ROWS]
+        if unknown:
+            raise ConfigError("rows", f"unknown {unknown}", ", ".join(ALL_ROWS))
+
+
+ALL_ROWS = ["SFT", "DPO", "GRPO real", "PPO real", "DreamGym GRPO", "DreamGym-S2R GRPO", "DreamGym PPO",
+            "DreamGym-S2R PPO", "DreamGym GRPO (no replay)", "DreamGym GRPO (no reasoning)",
+            "DreamGym GRPO (no curriculum)"]
+
+
+def plot_curves(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    # An S2R row's curve starts with its dream parent's: drawn first and dashed, it does not hide the parent's.
+    for name, r in sorted(results.items(), key=lambda kv: "S2R" not in kv[0]):
+        if r.get("curve"):
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, [100 * y for y in ys], marker="o", label=name, linestyle="--" if "S2R" in name else "-")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("success on held-out real tasks (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
+    rows = t.rows or ALL_ROWS
+    t0 = time.time()
+    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks,
+               eval_seeds=t.eval_seeds, eval_temperature=t.eval_temperature, progress=progress,
+               train_overrides=t.train_overrides, em_overrides=t.em_overrides, threads=t.threads)
+    r.collect_offline(t.offline_episodes, t.offline_mix, t.sft_policy)
+    # The experience model is the costly artefact on CPU: trained only when a row dreams.
+    em = r.experience_model("em", epochs=t.em_epochs) if any("DreamGym" in row for row in rows) else None
+    r.sft(epochs=t.sft_epochs, stop_at=t.sft_stop_at or None, check_every=t.sft_check_every)
+    common: dict[str, Any] = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr,
+                                  eval_every=t.eval_every)
+    s2r_budget = t.budget // 16
+    if "DPO" in rows:
+        r.dpo()
+    algos: tuple[Literal["grpo", "ppo"], ...] = ("grpo", "ppo")
+    for algo in algos:
+        A = algo.upper()
+        if f"{A} real" in rows:
+            r.run_method(f"{A} real", algo=algo, mode="real", budget=t.budget, real_iterations=t.real_iterations,
+                         **common)
+        if f"DreamGym {A}" in rows or f"DreamGym-S2R {A}" in rows:
+            r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream_iterations=t.dream_iterations, **common)
+        if f"DreamGym-S2R {A}" in rows:
+            r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="s2r", from_method=f"DreamGym {A}", budget=s2r_budget,
+                         real_iterations=t.s2r_iterations, **common)
+    ablations = {
+        "DreamGym GRPO (no replay)": (em, DreamConfig(em_overrides=["use_retrieval=false"])),
+        "DreamGym GRPO (no curriculum)": (em, DreamConfig(curriculum=CurriculumConfig(enabled=False))),
+    }
+    if "DreamGym GRPO (no reasoning)" in rows:
+        ablations["DreamGym GRPO (no reasoning)"] = (
+            r.experience_model("em-no-reasoning", epochs=t.em_epochs, adjust=lambda c: dataclasses.replace(
+                c, em=dataclasses.replace(c.em, use_reasoning=False))),
+            DreamConfig())
+    for name, (em_dir, dcfg) in ablations.items():
+        if name in rows:
+            r.run_method(name, algo="grpo", mode="dream", em=em_dir, dream=dcfg, dream_iterations=t.dream_iterations,
+                         **common)
+    wall = time.time() - t0
+    curves = r.run / "learning_curves.png"
+    plot_curves(r.results, curves, f"{t.env}: success on held-out real tasks")
+    note = (f"\nB = {t.budget} real steps (S2R: {s2r_budget}); {len(r.test_tasks)} held-out test tasks x "
+            f"{len(t.eval_seeds)} seeds at temperature {t.eval_temperature:g}; tiny preset; "
+            f"offline real transitions: {r.real_offline}; total wall time {wall:.0f} s. Learning curves: "
+            f"{curves.name}.\n")
+    report = r.write_report(f"DreamGym results — {t.env}", note)
+    atomic_write_text(r.run / "results.md", report)
+    print("\n" + report)
+    return {"results": r.results, "wall_time_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CommandParser(prog="dreamgym table", description=__doc__.split("\n\n")[0],
+                           epilog="Config fields (key=value):\n" + describe(TableConfig),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default=None, help="environment family")
+    parser.add_argument("--config", default=None, help="YAML file with TableConfig fields")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        t = load_config(TableConfig, args.config, args.overrides + ([f"env={args.env}"] if args.env else []))
+    except ConfigError as e:
+        return fail("table", e)
+    run_table(t, progress=not args.no_progress)
+    return 0

@@ -1,0 +1,314 @@
+"""The run loop: every online training iteration of every run (real RL, RL inside the experience model, both in
+turn) goes through `train`, over a list of phases.
+
+Owns: `World` (what a phase plays in: an iteration's tasks, its environments, what happens after an iteration,
+its state beside a checkpoint), `RealWorld` (the real environment: train tasks drawn from a pool, as many as the
+real-step budget can finish), `Phase` (a world and a number of iterations), `RunState` (iterations done and the
+real-step budget: what every checkpoint keeps of the run), `LoopSettings` and `train`, the loop.
+Must not know: trainers' internals (an `OnlineTrainer` only updates and saves), the experience model (the dream is a
+`World` like any other: `dreamgym.dream.world.DreamWorld`), concrete environments.
+
+A run is a list of phases (`dreamgym.rl.modes`: real, dream, sim-to-real).
+
+One iteration, top to bottom:
+  1. tasks: the world's draw for this iteration; a real world draws only as many as the budget can finish
+     (`RealStepBudget.affordable`, each episode planned at `episode_steps`: `rollout.max_turns` or the family's
+     step limit, whichever is lower), and when not one fits the run ends;
+  2. rollouts: `group_size` episodes of each task in the world's environments, seeded by (seed, iteration); the
+     rollout engine takes every real step from the run's budget and never exceeds it;
+  3. `trainer.update(episodes)`: the algorithm's update;
+     an update that made no optimiser step (every group's rewards equal, say) is reported with a warning;
+  4. `world.after_iteration`: what the world does with the episodes and the update's figures (the dream: buffer,
+     episode log, curriculum, its report and audit);
+  5. log: one metrics row, the rollouts and the loop's counts and timings under `rollout/`, the update's figures
+     under `losses/`, and the world's own figures under its name (`dream/`) in a second row of the same step
+     (`dreamgym.utils.metric_names`);
+  6. save every `save_every` and evaluate every `eval_every` iterations of the phase; a real phase that spent the
+     budget ends the run.
+
+Iterations are numbered over the whole run (S2R's real phase continues the dream's count, a resumed run its
+checkpoint's), so task draws and rollout seeds depend only on the iteration; save and evaluation periods count
+from the phase's start.
+
+State: `RunState` (the iterations done and the real-step budget) is all the loop keeps of a run; every checkpoint
+holds it beside the trainer's own state (`trainer.save(directory, state.state_dict())`), and each world keeps its
+own beside the checkpoint (`world.save`). A run resumed from a checkpoint continues from its iteration with the
+budget it had left, and plays what the uninterrupted run would have played.
+
+Where this differs from the paper (docs/concepts.md: "The run loop, phases and worlds", "Sim-to-real",
+"Real-step accounting"): the paper's loop has no phases; S2R is its dream loop followed by real RL, which is what
+two phases of one run are, and its real phase plays the train tasks the dream left with mixed outcomes. The
+real-step budget is a hard cap the rollout engine enforces, a real iteration plays only the tasks whose groups it
+can finish, and evaluations on held-out tasks are measurement, never charged to it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dreamgym.utils import distributed
+from dreamgym.agent import AgentConfig
+from dreamgym.rl.budget import RealStepBudget
+from dreamgym.env import TextEnv
+from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
+from dreamgym.envs.family import EnvFamily
+from dreamgym.curriculum.pools import iteration_tasks
+from dreamgym.rl.builders import OnlineTrainer, PeriodicEvaluation
+from dreamgym.utils.metric_names import LOSSES, ROLLOUT, namespaced
+from dreamgym.utils.metrics import MetricsLogger
+from dreamgym.utils.paths import crash_point
+from dreamgym.rl.rollout import run_shared
+from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.types import Task
+
+
+class World(Protocol):
+    """Where a phase's episodes are played."""
+
+    name: str
+    """"real" or "dream": the progress label, and the prefix of the world's own metrics."""
+    real: bool
+    """Whether its environments' steps are real ones, paid from the run's real-step budget."""
+
+    def start(self, iteration: int) -> None:
+        """Its phase begins, or resumes, at `iteration`."""
+        ...
+
+    def tasks(self, iteration: int, n: int) -> list[Task]:
+        """The `n` tasks of iteration `iteration`."""
+        ...
+
+    def envs(self, policy_version: str) -> Callable[[], TextEnv]:
+        """The factory of this iteration's environments (`policy_version` names the policy playing in them)."""
+        ...
+
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
+                        update: Mapping[str, float]) -> dict[str, float]:
+        """What the world does with the episodes once `iteration` iterations are done (`update`: what the trainer's
+        update of them reported); returns its own metrics."""
+        ...
+
+    def save(self, iteration: int) -> None:
+        """Keep its state at `iteration`, beside the trainer's checkpoint (also at the end of its phase)."""
+        ...
+
+
+class RealWorld:
+    """The real environment of a family: each iteration a seeded sample of the pool, its environments the family's
+    train environments. Its metrics are the loop's; it keeps no state of its own."""
+
+    name = "real"
+    real = True
+
+    def __init__(self, family: EnvFamily, seed: int, pool: Sequence[Task] | None = None):
+        self.family, self.seed = family, seed
+        self.pool: list[Task] = list(family.tasks("train") if pool is None else pool)
+
+    def start(self, iteration: int) -> None:
+        pass
+
+    def tasks(self, iteration: int, n: int) -> list[Task]:
+        return iteration_tasks(self.pool, n, self.seed, iteration)
+
+    def envs(self, policy_version: str) -> Callable[[], TextEnv]:
+        return lambda: self.family.make_env("train")
+
+    def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
+                        update: Mapping[str, float]) -> dict[str, float]:
+        return {}
+
+    def save(self, iteration: int) -> None:
+        pass
+
+
+def episode_steps(world: World, rollout: RolloutConfig) -> int:
+    """The most steps an episode in `world` can take: `rollout.max_turns`, or the family's step limit `MAX_STEPS`
+    in its real environment when that is lower (what a real iteration's budget is planned with)."""
+    if isinstance(world, RealWorld):
+        return min(rollout.max_turns, world.family.MAX_STEPS)
+    return rollout.max_turns
+
+
+@dataclass
+class Phase:
+    """`iterations` iterations in `world`; evaluations tagged `<tag><iteration>` (it, dream-it, s2r-it)."""
+
+    world: World
+    iterations: int
+    tag: str = "it"
+
+
+@dataclass
+class RunState:
+    """What a run has done: completed iterations and the real-step budget (built once per run, from
+    `real_step_budget`). Every checkpoint keeps it (`state_dict`), so a resumed run continues both."""
+
+    budget: RealStepBudget
+    iteration: int = 0
+
+    @classmethod
+    def new(cls, real_step_budget: int | None) -> RunState:
+        """A run at its start: no iteration done, its one budget built from `real_step_budget` (None: no limit)."""
+        return cls(RealStepBudget(real_step_budget))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "budget": self.budget.state_dict()}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.iteration = int(d["iteration"])
+        if d.get("budget") is not None:
+            self.budget.load_state_dict(d["budget"])
+
+
+@dataclass
+class LoopSettings:
+    """How the loop runs, the same for every phase of a run."""
+
+    seed: int
+    tasks_per_iteration: int
+    group_size: int
+    """Episodes of each task per iteration (one GRPO group)."""
+    rollout: RolloutConfig
+    agent: AgentConfig
+    save_every: int = 0
+    """Save `<run_dir>/checkpoint` every this many iterations of a phase (0: the caller saves)."""
+    eval_every: int = 0
+    run_dir: Path | None = None
+    progress: bool = True
+
+    @classmethod
+    def of(cls, cfg: TrainerConfig, **kw: Any) -> LoopSettings:
+        """The settings of an online run of `cfg`; `kw` sets the rest."""
+        return cls(seed=cfg.seed, tasks_per_iteration=cfg.tasks_per_iteration, group_size=cfg.group_size,
+                   rollout=cfg.rollout, agent=cfg.agent, **kw)
+
+
+@dataclass
+class RunEnd:
+    """What `train` returns: every iteration's metrics (what it logged, the world's figures included, under their
+    namespaces), and whether the real-step budget ended the run (spent, or what is left cannot finish one task's
+    episodes)."""
+
+    history: list[dict[str, Any]]
+    out_of_budget: bool = False
+
+
+def policy_version(trainer: OnlineTrainer, seed: int, iteration: int) -> str:
+    """The policy's name in what it plays at `iteration` (the buffer and the dream's episode log keep it)."""
+    return f"{trainer.algo}-seed{seed}-it{iteration}"
+
+
+def train(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, settings: LoopSettings, *,
+          logger: MetricsLogger | None = None, evaluate: PeriodicEvaluation | None = None) -> RunEnd:
+    """Run `phases` in turn from `state.iteration` (a phase already done is skipped, one begun continues), each for
+    its iterations; see the module docstring for one iteration. `evaluate(tag, iteration)` runs every `eval_every`
+    iterations of a phase."""
+    history: list[dict[str, Any]] = []
+    start = 0
+    for phase in phases:
+        end = start + phase.iterations
+        if state.iteration < end and _phase(trainer, phase, start, end, state, settings, logger, evaluate, history):
+            return RunEnd(history, out_of_budget=True)
+        start = end
+    return RunEnd(history)
+
+
+def _warn_if_untrained(world: str, iteration: int, update: Mapping[str, float]) -> None:
+    """Say so when the update of iteration `iteration` made no optimiser step (a deferred update aside): every GRPO
+    group with equal rewards (e.g. all 0) leaves nothing to learn, and the iteration's rollouts were spent for
+    nothing."""
+    if update.get("optimizer_steps", 1.0) or update.get("update_deferred"):
+        return
+    why = (f"{update['zero_variance_groups']:.0f} of {update['groups']:.0f} groups had equal rewards"
+           if "groups" in update else "no trainable samples")
+    print(f"warning: {world} iteration {iteration} trained nothing (0 optimiser steps): {why}")
+
+
+def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: RunState, settings: LoopSettings,
+           logger: MetricsLogger | None, evaluate: PeriodicEvaluation | None, history: list[dict[str, Any]]) -> bool:
+    """Iterations `state.iteration` .. `end` - 1 of a phase that began at `start`; True when the budget ended it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    world, budget = phase.world, state.budget
+    world.start(state.iteration)
+    label = f"{world.name} {trainer.algo}"
+    ran, out_of_budget = False, False
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not settings.progress) as bar:
+        job = bar.add_task(label, total=phase.iterations, completed=state.iteration - start)
+        while state.iteration < end:
+            # 1. tasks: in the real world only as many as the budget can finish (spending the rest would cut every
+            # episode of the batch short, and train on none of them)
+            n_tasks = settings.tasks_per_iteration
+            if world.real:
+                turns = episode_steps(world, settings.rollout)
+                n_tasks = budget.affordable(n_tasks, settings.group_size, turns)
+                if n_tasks == 0:
+                    print(f"real-step budget: {budget.remaining} steps left, fewer than one task's episodes need at "
+                          f"{turns} steps each; stopping after {state.iteration} iterations")
+                    out_of_budget = True
+                    break
+            tasks = world.tasks(state.iteration, n_tasks)
+            version = policy_version(trainer, settings.seed, state.iteration)
+
+            # 2. rollouts
+            t0 = time.perf_counter()
+            stats: dict[str, float] = {}
+            episodes = run_shared(trainer.backend, world.envs(version), tasks, group_size=settings.group_size,
+                                  seed=mix_seed(settings.seed, state.iteration), config=settings.rollout,
+                                  budget=budget, agent=settings.agent, policy_version=version, stats=stats)
+            t_roll = time.perf_counter() - t0
+            crash_point("loop.rolled_out")  # fault tests: a rank dies between its rollouts and the update
+
+            # 3. the update
+            played = rollout_metrics(episodes)
+            t1 = time.perf_counter()
+            update = trainer.update(episodes)
+            t_upd = time.perf_counter() - t1
+            state.iteration += 1
+            ran = True
+            played.update(
+                iteration=float(state.iteration), real_steps_used=float(budget.used),
+                synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll,
+                rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
+                gen_tokens=stats["gen_tokens"])
+            update = {**update, "update_time_s": t_upd}
+            if update.get("update_tokens", 0) and t_upd > 0:
+                update["update_tokens_per_s"] = update["update_tokens"] / t_upd
+            metrics: dict[str, Any] = {**namespaced(ROLLOUT, played), **namespaced(LOSSES, update)}
+
+            if distributed.is_main():
+                _warn_if_untrained(world.name, state.iteration, update)
+
+            # 4. the world's turn
+            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version, update))
+
+            # 5. log
+            if logger is not None:
+                logger.log(state.iteration, metrics)
+                if own:
+                    logger.log(state.iteration, own)
+            history.append({**metrics, **own})
+            bar.update(job, completed=state.iteration - start,
+                       description=f"{label} success {played['success_rate']:.2f} loss {update.get('loss', 0):.3f} "
+                                   f"real steps {budget.used}")
+
+            # 6. save, evaluate
+            done = state.iteration - start
+            if settings.save_every and settings.run_dir is not None and done % settings.save_every == 0:
+                trainer.save(settings.run_dir / "checkpoint", state.state_dict())
+                world.save(state.iteration)
+            if evaluate is not None and settings.eval_every and done % settings.eval_every == 0:
+                evaluate(f"{phase.tag}{state.iteration}", state.iteration)
+            if world.real and budget.exhausted:
+                out_of_budget = True
+                break
+    if ran:
+        # Only the world's state: the caller saves the trainer's checkpoint of this last iteration right after, so
+        # saving the weights here as well would write them twice when the iteration is not a multiple of save_every.
+        world.save(state.iteration)
+    return out_of_budget

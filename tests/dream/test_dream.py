@@ -1,0 +1,66 @@
+"""The DreamGym loop end to end on the dial: RL inside the experience model touches no real step, grows the
+replay buffer with synthetic transitions and runs the curriculum; S2R then stays inside its real-step budget."""
+
+import json
+
+import pytest
+
+from em_helpers import trained_dial_model
+from trainers.conftest import DIAL_AGENT, DIAL_ROLLOUT
+
+from dreamgym.rl.budget import RealStepBudget
+from dreamgym.curriculum.generator import CurriculumConfig
+from dreamgym.dream.world import DreamConfig, DreamWorld
+from dreamgym.rl.modes import online_phases
+from dreamgym.envs import family
+from dreamgym.rl.loop import LoopSettings, RunState, train
+from dreamgym.trainers.common import OptimConfig, TrainerConfig
+from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
+
+
+def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
+    em = trained_dial_model()
+    world = DreamWorld("dial", DreamConfig(em=str(em), curriculum=CurriculumConfig(n_seeds=2)), tmp_path, seed=0,
+                       device="cpu")
+    seed_size = len(world.buffer)
+    common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-4), agent=DIAL_AGENT, rollout=DIAL_ROLLOUT, group_size=4,
+                           tasks_per_iteration=4)
+    trainer = GRPOTrainer(warm_backend, GRPOConfig(), common)
+    settings = LoopSettings.of(common, progress=False)
+    state = RunState(RealStepBudget(0))
+
+    def phases(mode, world, **kw):
+        return online_phases(mode, family("dial"), "dial", 0, world=world, dream_iterations=2, real_iterations=5,
+                             tasks_per_iteration=4, **kw)
+
+    hist = train(trainer, phases("dream", world), state, settings).history
+    assert len(hist) == 2 and state.budget.used == 0  # dream mode: zero real steps
+    assert hist[-1]["rollout/synthetic_steps"] > 0
+    assert len(world.buffer) > seed_size  # the buffer co-evolves with the agent's synthetic transitions
+    synthetic = [t for t in world.buffer.transitions() if t.source == "synthetic"]
+    assert synthetic and all(t.policy_version for t in synthetic)
+    log = [json.loads(line) for line in (tmp_path / "curriculum.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in log] == [0, 1] and all("variance" in row for row in log)
+    assert "dream/curriculum/valid_share" in hist[-1]
+
+    # The same run as S2R: its dream phase is done, its real phase draws the tasks the dream's log (in tmp_path)
+    # left mixed; one group of 4 x 12 turns fits the budget, a second never does
+    state.budget = RealStepBudget(60)
+    end = train(trainer, phases("s2r", world), state, settings)
+    assert end.history and end.history[0]["rollout/iteration"] == 3  # the run's count goes on
+    assert 0 < state.budget.used <= 60 and end.out_of_budget  # a hard cap: the rollout engine refuses steps past it
+    assert all(m["rollout/episodes_failed"] == 0 for m in end.history)  # no episode was cut off by the budget
+
+
+def test_dream_config_rejects_bad_values_naming_the_field():
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.commands.train import TrainConfig
+
+    for bad, field_name in (("reward_from=oracle", "reward_from"), ("initial_state=x", "initial_state"),
+                            ("task_pool=some", "task_pool")):
+        with pytest.raises(ConfigError, match=f"^{field_name}: "):
+            load_config(DreamConfig, None, [bad])
+        # within `dreamgym train` the field is named from the top
+        with pytest.raises(ConfigError, match=f"^dream\\.{field_name}: "):
+            load_config(TrainConfig, None, [f"dream.{bad}"])
+    assert load_config(DreamConfig, None, ["reward_from=model"]).reward_from == "model"

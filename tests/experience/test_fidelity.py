@@ -1,0 +1,238 @@
+import json
+
+import pytest
+
+from dreamgym.data import write_jsonl
+from dreamgym.envs import family
+from dreamgym.envs.dial import abstract_state, parse_state
+from dreamgym.experience import ExperienceModel, ExperienceModelConfig, em_transitions
+from dreamgym.experience.format import format_completion
+from dreamgym.experience.format import RESET_ACTION
+from dreamgym.experience.train import HeldOutConfig
+from dreamgym.experience.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
+                               evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
+                               token_f1)
+from dreamgym.llm.fake import FakeLLM
+from em_helpers import dial_sim, dial_trajectories, trained_dial_model
+
+
+def test_token_f1_and_exact_match():
+    assert token_f1("a b c", "a b c") == 1.0 and token_f1("a b", "c d") == 0.0
+    assert token_f1("a b c d", "a b") == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert token_f1("", "") == 1.0 and exact_match(" a\nb ", "a b") and not exact_match("a", "a b")
+
+
+def test_dial_check_flags_changes_without_a_turn():
+    assert check_dial([], abstract_state(3), "turn up", abstract_state(4)) == []
+    assert check_dial([], abstract_state(9), "turn up", abstract_state(9)) == []
+    assert check_dial([], abstract_state(3), "submit", abstract_state(5))
+    assert check_dial([], abstract_state(3), "turn up", abstract_state(6))
+    assert check_dial([], abstract_state(3), "turn up", "no dial here")
+
+
+def test_generic_check_flags_a_state_change_after_an_unavailable_action():
+    chk = check_generic(family("dial"))
+    assert chk([], abstract_state(3), "dance", abstract_state(5))
+    assert chk([], abstract_state(3), "dance", abstract_state(3)) == []
+    assert chk([], abstract_state(3), "turn up", abstract_state(4)) == []
+
+
+RESULTS = ('[page] results for "red mug", page 1 of 1 (2 total)\n[button] Back to Search\n'
+           '[link] B000000001 | Red Mug | $5.00\n[link] B000000002 | Blue Mug | $6.00')
+
+
+def _item(asin: str) -> str:
+    return f"[page] item {asin}\n[button] Back to Search\n[button] < Prev\n[text] A mug\n[button] Buy Now"
+
+
+def test_webshop_check_flags_an_item_page_not_in_the_results():
+    search = "[page] search\n[searchbox] search"
+    past = [(search, "search[red mug]")]
+    assert check_webshop(past, RESULTS, "click[B000000001]", _item("B000000001")) == []
+    assert check_webshop(past, RESULTS, "click[B000000001]", _item("B0ZZZZZZZ9"))
+    assert any("clicked" in r for r in check_webshop(past, RESULTS, "click[B000000001]", _item("B000000002")))
+    # Staying on the same item (choosing an option) is fine even when its listing is out of the window.
+    assert check_webshop([], _item("B0ZZZZZZZ9"), "click[red]", _item("B0ZZZZZZZ9")) == []
+    assert check_webshop([], _item("B000000001"), "click[Description]",
+                         "[page] description of B000000002\n[button] < Prev")
+
+
+ALF = ("Task: put a mug in desk.\nObservation: {obs}\nLocation: {loc}\nInventory: {inv}\nOpened: none\n"
+       "Lamps on: none\nAltered: none\nKnown contents: {known}\nReceptacles: cabinet 1, desk 1, shelf 1")
+
+
+def _alf(known: str, inv: str = "nothing", loc: str = "desk 1", obs: str = "ok") -> str:
+    return ALF.format(known=known, inv=inv, loc=loc, obs=obs)
+
+
+def test_alfworld_check_flags_objects_that_appear_or_vanish_without_an_action():
+    s0 = _alf("desk 1: mug 1, pen 2; shelf 1: nothing")
+    assert check_alfworld([], s0, "take mug 1 from desk 1", _alf("desk 1: pen 2; shelf 1: nothing", inv="mug 1")) == []
+    s1 = _alf("desk 1: pen 2; shelf 1: nothing", inv="mug 1")
+    assert check_alfworld([], s1, "put mug 1 in/on shelf 1", _alf("desk 1: pen 2; shelf 1: mug 1", loc="shelf 1")) == []
+    assert check_alfworld([], s0, "go to shelf 1", _alf("desk 1: mug 1, pen 2; shelf 1: nothing", loc="shelf 1")) == []
+    # A failed take (hands full in the real engine) keeps everything as it was: consistent too.
+    assert check_alfworld([], s0, "take pen 2 from desk 1", s0) == []
+    appear = check_alfworld([], s0, "go to shelf 1", _alf("desk 1: mug 1, pen 2; shelf 1: apple 3", loc="shelf 1"))
+    assert appear and "+apple 3" in appear[0]
+    assert check_alfworld([], s0, "look", _alf("desk 1: pen 2; shelf 1: nothing"))  # the mug vanished
+    assert check_alfworld([], s0, "look", _alf("shelf 1: nothing"))  # the desk vanished from knowledge
+    assert check_alfworld([], s0, "look", _alf("desk 1: mug 1, pen 2; shelf 1: nothing", inv="pen 2"))
+
+
+def test_family_checks_find_nothing_on_real_dial_and_webshop_episodes():
+    for name, trajs in (("dial", dial_trajectories(12)), ("webshop", _webshop_episodes(4))):
+        checks = checkers_for(name)
+        assert len(checks) == 2
+        for t in trajs:
+            past = []
+            for s in t.steps:
+                for c in checks:
+                    assert c(past, s.state, s.action, s.next_state) == [], (name, s.action)
+                past.append((s.state, s.action))
+
+
+def _webshop_episodes(n: int):
+    from dreamgym.commands.collect import run_episode
+
+    ws = family("webshop")
+    env = ws.make_env("train")
+    tasks = ws.tasks("train")
+    return [run_episode(env, ws.POLICIES[p](seed=i), seed=i, task=tasks[i], policy_name=p)
+            for i in range(n) for p in ("oracle", "noisy", "random")]
+
+
+def _fake(fn) -> ExperienceModel:
+    return ExperienceModel(FakeLLM(fn), config=ExperienceModelConfig(k=0), env="dial")
+
+
+def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
+    trajs = dial_trajectories(16, split="test", seed=3)
+    trs = em_transitions(trajs, history=3)
+    perfect = _fake(dial_sim)
+    tf = teacher_forced(perfect, trs)
+    assert tf["n"] == sum(len(t.steps) for t in trajs)
+    assert tf["state_f1"] == 1.0 and tf["state_em"] == 1.0 and tf["reward_acc"] == 1.0 and tf["done_acc"] == 1.0
+    assert sum(v["n"] for v in tf["by_action"].values()) == tf["n"] and len(tf["by_action"]) >= 2
+    assert all(v["state_f1"] == 1.0 for v in tf["by_action"].values())
+    fr = free_running(perfect, trajs, "dial")
+    assert fr["false_success"] == 0.0 and fr["outcome_acc"] == 1.0 and fr["contradiction_rate"] == 0.0
+
+    def liar(req):  # jumps the dial to 7 and always claims success
+        return format_completion(abstract_state(7), 1.0, True, "Success!")
+
+    bad = _fake(liar)
+    tf = teacher_forced(bad, trs)
+    assert tf["reward_acc"] < 1.0 and tf["done_acc"] < 1.0
+    # the average is the n-weighted mean of the per-verb figures
+    by = tf["by_action"]
+    assert abs(sum(v["state_f1"] * v["n"] for v in by.values()) / tf["n"] - tf["state_f1"]) < 1e-9
+    fr = free_running(bad, trajs, "dial")
+    assert any(not t.won for t in trajs)
+    assert fr["false_success"] == 1.0 and fr["contradiction_rate"] > 0.5 and fr["examples"]
+
+
+def test_action_kind_is_the_verb():
+    assert action_kind("search[red shoes]") == "search" and action_kind("click[Buy Now]") == "click"
+    assert action_kind("go to countertop 1") == "go" and action_kind("  ") == "(empty)"
+    # The web family's BrowserGym calls, arguments with spaces included.
+    assert action_kind("click('13')") == "click" and action_kind('fill("42", "red shoes")') == "fill"
+
+
+def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
+    model_dir = trained_dial_model()
+    held = tmp_path / "held.jsonl"
+    write_jsonl(held, dial_trajectories(8, split="test", seed=5))
+    meta = json.loads((model_dir / "em_config.json").read_text())
+    out = tmp_path / "fid.json"
+    rc = main(["--env", "dial", "--model", str(model_dir), "--data", str(held), "--train-data", meta["train"]["data"],
+               "--out", str(out), "--max-transitions", "24", "--max-episodes", "4", "--inference-ablations"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "rew acc" in text and "-retrieval@inf" in text and "-history@inf" in text
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert len(rows) == 3
+    for r in rows.values():
+        for k in ("state_f1", "state_em", "reward_acc", "done_acc", "false_success", "contradiction_rate"):
+            assert r[k] is None or 0.0 <= r[k] <= 1.0
+        assert r["n"] == 24 and r["episodes"] == 4
+        assert sum(v["n"] for v in r["by_action"].values()) == 24
+    assert text.count("F1 by action: ") == 3
+    assert main(["--env", "dial", "--model", str(tmp_path), "--data", str(held)]) == 2
+    assert parse_state(abstract_state(3)) == 3
+
+
+def test_heldout_report_passes_a_faithful_model_and_flags_one_that_collapsed_to_one_answer():
+    """The collapse detector: a model that writes one state for every action keeps a fair F1 on the dial (its
+    states look alike) but has one distinct next state where the real world has many."""
+    steps = [t for t in em_transitions(dial_trajectories(12, split="test", seed=4), history=3)
+             if t.action != RESET_ACTION]
+    good = heldout_report(_fake(dial_sim), steps, HeldOutConfig())
+    assert good["fit"] and not good["reasons"] and "warning" not in good
+    assert good["format_validity"] == 1.0 and good["reward1_recall"] == 1.0 and good["reward1_precision"] == 1.0
+    assert good["distinct_share"] == 1.0 and good["metrics"]["fit"] is True
+
+    def one_sentence(req):
+        return format_completion(abstract_state(5), 0.0, False, "The dial moves.")
+
+    bad = heldout_report(_fake(one_sentence), steps, HeldOutConfig())
+    assert not bad["fit"] and bad["distinct_next_states"] == 1 / len({(t.state, t.action) for t in steps})
+    assert any(r.startswith("distinct next states") for r in bad["reasons"])
+    assert any(r.startswith("reward-1 recall 0.000") for r in bad["reasons"])
+    assert "reward-1 precision" in bad["unmeasured"]  # it never says 1: nothing to measure, not gated
+    assert "NOT FIT TO DREAM IN" in bad["warning"]
+    off = HeldOutConfig(min_distinct_share=0, min_reward1_recall=0, min_state_f1=0, min_done_acc=0)
+    assert heldout_report(_fake(one_sentence), steps, off)["fit"]
+
+
+def test_the_tables_failure_share_counts_every_prediction_as_the_json_does():
+    """eval-em's table showed `fail 0.000` while its JSON counted failure states: the table's share was of the
+    teacher-forced steps only, the model's counters of every prediction (initial states and free-running too)."""
+    def no_initial_states(req):
+        return "no format" if req[-1]["content"].endswith(RESET_ACTION) else dial_sim(req)
+
+    m = ExperienceModel(FakeLLM(no_initial_states), config=ExperienceModelConfig(k=0, retries=0), env="dial")
+    row = evaluate(m, dial_trajectories(6, split="test", seed=2), "dial")
+    assert row["failure_rate"] == 0.0 and row["init_failures"] == row["init_n"] > 0
+    assert row["failures"] == m.stats["failures"] and row["predictions"] == m.stats["predictions"]
+    table = format_table({"m": row})
+    fail_column = table.splitlines()[2].split()[5]
+    assert float(fail_column) == round(m.stats["failures"] / m.stats["predictions"], 3) > 0
+    assert f"failure states {m.stats['failures']} of {m.stats['predictions']} predictions" in table
+
+
+def _eval_em_on_a_server(tmp_path, capsys, served_as: str, context: int | None = None) -> tuple[int, list[str]]:
+    """`dreamgym eval-em --url` on a few held-out dial steps against `dreamgym serve-model` serving the trained dial
+    experience model under the name `served_as` (with a `context` shorter than its own where given). Returns (exit
+    code, stderr lines)."""
+    from dreamgym.llm.server import start_server
+
+    model = ExperienceModel.load(trained_dial_model(), device="cpu")
+    if context is not None:
+        model.llm.model.config.max_position_embeddings = context
+    held = tmp_path / "held.jsonl"
+    write_jsonl(held, dial_trajectories(3, split="test", seed=5))
+    meta = json.loads((trained_dial_model() / "em_config.json").read_text())
+    with start_server(model.llm, model_name=served_as) as server:
+        rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
+                   meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
+                   "--max-transitions", "6", "--max-episodes", "2"])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def test_eval_em_refuses_a_server_that_cannot_serve_the_model_at_start_up_in_one_line(tmp_path, capsys):
+    """A server that refuses every request (it serves another model) used to give exit code 0 and a full table of
+    failure states; the start-up probe now finds it out before any prediction: exit 2, one line naming the model."""
+    rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="another")
+    assert rc == 2 and not (tmp_path / "fid.json").exists()
+    assert err[-1].startswith("dreamgym eval-em: ") and "this server serves 'another'" in err[-1], err
+
+
+def test_eval_em_exits_1_without_a_report_when_most_predictions_are_backend_errors(tmp_path, capsys):
+    """A server that passes the start-up probe but refuses the experience model's own requests (here its context is
+    shorter than their prompts: 400 context_length_exceeded) would leave a table of failure states that judges the
+    model by a backend it never used: exit 1, the count and the server's reason on stderr, no report written."""
+    rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="em", context=48)  # the probe fits; no prompt does
+    assert rc == 1 and not (tmp_path / "fid.json").exists()
+    assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "context" in err[-1], err
