@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +38,7 @@ from dreamgym.types import Task
 
 if TYPE_CHECKING:
     from dreamgym.replay.buffer import ReplayBuffer
+    from dreamgym.trainers.online import UpdateResult
     from dreamgym.experience import ExperienceModel
     from dreamgym.dream.synthetic_env import SyntheticEnv
 
@@ -176,7 +177,7 @@ class DreamWorld:
         return make
 
     def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
-                        update: Mapping[str, float]) -> dict[str, float]:
+                        update: UpdateResult) -> dict[str, float]:
         """Every rank gets the others' new transitions; the episodes go to `dream_episodes/it-<iteration>.jsonl`
         (whole and atomic: a resumed run that redoes an iteration replaces its file); the curriculum takes its step
         on their rewards; a sample of the episodes is audited (`audit_iteration`). Returns the curriculum's, the
@@ -192,8 +193,10 @@ class DreamWorld:
         failures = float(self.model.stats["failures"] - self._failures)
         if distributed.active():  # each process counts its own model's answers
             failures = distributed.sum_floats([failures])[0]
-        report = {"failure_states": failures,
-                  **{k: float(update[k]) for k in ("zero_variance_groups", "optimizer_steps") if k in update}}
+        report = {"failure_states": failures}
+        if update.zero_variance_groups is not None:
+            report["zero_variance_groups"] = float(update.zero_variance_groups)
+        report["optimizer_steps"] = float(update.optimizer_steps)
         audited = self.audit_iteration(iteration, episodes, policy_version) if distributed.is_main() else {}
         return {**cm, **em_stats, "buffer/size": float(len(self.buffer)), **report,
                 **{f"audit/{k}": v for k, v in audited.items()}}

@@ -25,6 +25,7 @@ from dreamgym.utils.jsonl import JsonlAppender
 from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.rl.rollout import PolicyBackend
 from dreamgym.trainers.common import TrainerConfig
+from dreamgym.trainers.online import UpdateResult
 from dreamgym.types import Task, Trajectory
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class OnlineTrainer(Trainer, Protocol):
     algo: str
     """Its name in the policy versions of the episodes it learns from (`grpo-seed0-it3`)."""
 
-    def update(self, episodes: Sequence[Episode]) -> dict[str, float]: ...
+    def update(self, episodes: Sequence[Episode]) -> UpdateResult: ...
 
 
 class OfflineTrainer(Trainer, Protocol):

@@ -45,7 +45,7 @@ can finish, and evaluations on held-out tasks are measurement, never charged to 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,6 +63,7 @@ from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.utils.paths import crash_point
 from dreamgym.rl.rollout import run_shared
 from dreamgym.trainers.common import TrainerConfig, mix_seed
+from dreamgym.trainers.online import UpdateResult
 from dreamgym.types import Task
 
 
@@ -87,9 +88,9 @@ class World(Protocol):
         ...
 
     def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
-                        update: Mapping[str, float]) -> dict[str, float]:
+                        update: UpdateResult) -> dict[str, float]:
         """What the world does with the episodes once `iteration` iterations are done (`update`: what the trainer's
-        update of them reported); returns its own metrics."""
+        update of them did); returns its own metrics."""
         ...
 
     def save(self, iteration: int) -> None:
@@ -118,7 +119,7 @@ class RealWorld:
         return lambda: self.family.make_env("train")
 
     def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,
-                        update: Mapping[str, float]) -> dict[str, float]:
+                        update: UpdateResult) -> dict[str, float]:
         return {}
 
     def save(self, iteration: int) -> None:
@@ -217,14 +218,14 @@ def train(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, sett
     return RunEnd(history)
 
 
-def _warn_if_untrained(world: str, iteration: int, update: Mapping[str, float]) -> None:
+def _warn_if_untrained(world: str, iteration: int, update: UpdateResult) -> None:
     """Say so when the update of iteration `iteration` made no optimiser step (a deferred update aside): every GRPO
     group with equal rewards (e.g. all 0) leaves nothing to learn, and the iteration's rollouts were spent for
     nothing."""
-    if update.get("optimizer_steps", 1.0) or update.get("update_deferred"):
+    if update.optimizer_steps or update.deferred:
         return
-    why = (f"{update['zero_variance_groups']:.0f} of {update['groups']:.0f} groups had equal rewards"
-           if "groups" in update else "no trainable samples")
+    why = (f"{update.zero_variance_groups} of {update.groups} groups had equal rewards"
+           if update.groups is not None else "no trainable samples")
     print(f"warning: {world} iteration {iteration} trained nothing (0 optimiser steps): {why}")
 
 
@@ -267,7 +268,7 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
             # 3. the update
             played = rollout_metrics(episodes)
             t1 = time.perf_counter()
-            update = trainer.update(episodes)
+            result = trainer.update(episodes)
             t_upd = time.perf_counter() - t1
             state.iteration += 1
             ran = True
@@ -276,16 +277,16 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
                 synthetic_steps=float(stats["synthetic_steps"]), rollout_time_s=t_roll,
                 rollout_tokens_per_s=stats["gen_tokens"] / stats["gen_time_s"] if stats["gen_time_s"] > 0 else 0.0,
                 gen_tokens=stats["gen_tokens"])
-            update = {**update, "update_time_s": t_upd}
-            if update.get("update_tokens", 0) and t_upd > 0:
-                update["update_tokens_per_s"] = update["update_tokens"] / t_upd
+            update = {**result.metrics, "update_time_s": t_upd}
+            if result.tokens and t_upd > 0:
+                update["update_tokens_per_s"] = result.tokens / t_upd
             metrics: dict[str, Any] = {**namespaced(ROLLOUT, played), **namespaced(LOSSES, update)}
 
             if distributed.is_main():
-                _warn_if_untrained(world.name, state.iteration, update)
+                _warn_if_untrained(world.name, state.iteration, result)
 
             # 4. the world's turn
-            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version, update))
+            own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version, result))
 
             # 5. log
             if logger is not None:
@@ -294,7 +295,7 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
                     logger.log(state.iteration, own)
             history.append({**metrics, **own})
             bar.update(job, completed=state.iteration - start,
-                       description=f"{label} success {played['success_rate']:.2f} loss {update.get('loss', 0):.3f} "
+                       description=f"{label} success {played['success_rate']:.2f} loss {result.loss:.3f} "
                                    f"real steps {budget.used}")
 
             # 6. save, evaluate

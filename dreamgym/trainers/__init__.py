@@ -5,7 +5,7 @@ Owns: nothing itself; each trainer lives in its own module and shares the pieces
 one update skeleton (`online`), SFT and DPO one fit loop (`offline`). What the loops may call (the protocols
 `dreamgym.rl.builders.OnlineTrainer` and `OfflineTrainer`):
 
-    online:  trainer.update(episodes) -> metrics          # one iteration's update; the loop plays and counts
+    online:  trainer.update(episodes) -> UpdateResult     # one iteration's update; the loop plays and counts
     offline: trainer.fit(trajectories) -> metrics
     both:    trainer.save(directory, run_state); trainer.load(directory) -> run_state   # exact resume
 

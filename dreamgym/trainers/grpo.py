@@ -40,7 +40,7 @@ from dreamgym.trainers import algos
 from dreamgym.config import ranged
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import TrainerConfig, pack, per_token, policy_forward
-from dreamgym.trainers.online import ClippedRatioTrainer
+from dreamgym.trainers.online import UpdateResult, ClippedRatioTrainer
 
 
 @dataclass
@@ -117,7 +117,7 @@ class GRPOTrainer(ClippedRatioTrainer[TurnSample]):
     def _extra_modules(self) -> dict[str, torch.nn.Module]:
         return {"reference": self.reference} if self.reference is not None else {}
 
-    def update(self, episodes: Sequence[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode]) -> UpdateResult:
         """Group advantages of the trainable `episodes`, then one `optimize` on their turns (or, with `min_groups`,
         on the samples kept until enough groups carried signal). Returns the group counts and the update's
         statistics."""
@@ -145,7 +145,7 @@ class GRPOTrainer(ClippedRatioTrainer[TurnSample]):
         metrics.update(groups=float(n_groups), zero_variance_groups=float(zero_groups), samples=float(len(samples)))
         metrics.update(self.optimize(samples))
         self.updates += 1
-        return metrics
+        return UpdateResult.of(metrics)
 
     def _extra_stats(self, samples: Sequence[TurnSample]) -> dict[str, float]:
         return {"trained_tokens": float(sum(len(s.completion_ids) for s in samples) * self.config.epochs)}

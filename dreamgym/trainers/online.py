@@ -1,7 +1,8 @@
 """The update GRPO and PPO share: clipped-ratio steps over turn samples, epochs x minibatches x ranks.
 
-Owns: `ClippedRatioTrainer`, the base of the online trainers: `update(episodes) -> metrics` is the whole of
-what the run loop (`dreamgym.rl.loop`) asks of them, `optimize(samples)` the skeleton every such update runs
+Owns: `UpdateResult`, what an online update tells the loop and the dream world, typed; `ClippedRatioTrainer`, the
+base of the online trainers: `update(episodes) -> UpdateResult` is the whole of what the run loop
+(`dreamgym.rl.loop`) asks of them, `optimize(samples)` the skeleton every such update runs
 (recompute the "old" log-probs when the sampler's are not the learner's; `epochs` passes over the samples in a
 seeded order, each cut into `minibatches` optimiser steps; each step's samples sorted by length and cut into
 micro-batches of at most `optim.micro_batch_tokens` padded tokens, shared between the processes of a
@@ -11,8 +12,9 @@ Must not know: rollouts, environments, the real-step budget, iterations: the loo
 learns from the episodes it is given.
 
 State: besides the weights and the optimiser (`BaseTrainer`), the count of updates made (`updates`): a checkpoint
-keeps it, so a resumed trainer draws the same sample orders as an uninterrupted one. The metrics an update returns
-are logged by the run loop under `losses/` (`dreamgym.utils.metric_names`).
+keeps it, so a resumed trainer draws the same sample orders as an uninterrupted one. The figures of an update
+(`UpdateResult.metrics`) are logged by the run loop under `losses/` (`dreamgym.utils.metric_names`); what the loop
+and the dream world act on are its typed fields, so nobody outside a trainer reads its figures by name.
 
 What differs between the algorithms is the loss of one micro-batch (`_micro_step`): how much of the step's loss
 it carries, and how much its statistics weigh in the logged means (GRPO: its share of the step's token weight;
@@ -31,6 +33,37 @@ import torch
 from dreamgym.utils import distributed, fsdp
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import BaseTrainer, clip_and_step, micro_batches, mix_seed, set_lr
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateResult:
+    """What one online update did. The typed fields are what the run loop and the dream world act on; `metrics` is
+    every figure the algorithm reports (those fields included, as floats), logged as is under `losses/`."""
+
+    optimizer_steps: int
+    """Optimiser steps taken (0: nothing was learnt, e.g. every group's rewards were equal)."""
+    loss: float
+    """The update's mean loss (0.0 when it took no step)."""
+    tokens: int
+    """Tokens the update back-propagated (for its throughput)."""
+    groups: int | None = None
+    """Groups of episodes of one task the update saw (None: the algorithm does not group, PPO)."""
+    zero_variance_groups: int | None = None
+    """Of `groups`, those whose rewards were all equal: zero advantage, left out (None: no groups)."""
+    deferred: bool = False
+    """The update kept its samples for a later one (GRPO's `min_groups`) instead of stepping."""
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Every figure of the update, by its name under `losses/`."""
+
+    @classmethod
+    def of(cls, metrics: dict[str, float]) -> UpdateResult:
+        """The result of an update that reported `metrics` (its trainer's own names, read here and nowhere else)."""
+        groups = metrics.get("groups")
+        zero = metrics.get("zero_variance_groups")
+        return cls(optimizer_steps=int(metrics.get("optimizer_steps", 0)), loss=float(metrics.get("loss", 0.0)),
+                   tokens=int(metrics.get("update_tokens", 0)), groups=None if groups is None else int(groups),
+                   zero_variance_groups=None if zero is None else int(zero),
+                   deferred=bool(metrics.get("update_deferred", 0.0)), metrics=metrics)
 
 
 class _TurnSample(Protocol):
@@ -59,9 +92,8 @@ class ClippedRatioTrainer(BaseTrainer, Generic[SampleT]):
         self.updates = 0
         """Updates made: seeds each update's sample order (an online run makes one per iteration)."""
 
-    def update(self, episodes: Sequence[Episode]) -> dict[str, float]:
-        """Learn from one iteration's episodes (those that are not `trainable` are left out); returns the update's
-        metrics."""
+    def update(self, episodes: Sequence[Episode]) -> UpdateResult:
+        """Learn from one iteration's episodes (those that are not `trainable` are left out)."""
         raise NotImplementedError
 
     def _micro_step(self, part: list[SampleT], step: list[SampleT],

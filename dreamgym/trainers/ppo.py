@@ -43,7 +43,7 @@ from dreamgym.trainers.common import (
     policy_forward,
     state_hidden_only,
 )
-from dreamgym.trainers.online import ClippedRatioTrainer
+from dreamgym.trainers.online import UpdateResult, ClippedRatioTrainer
 
 
 @dataclass
@@ -124,13 +124,13 @@ class PPOTrainer(ClippedRatioTrainer[PPOSample]):
                 out[chunk] = self.value_head(h).cpu()
         return out
 
-    def update(self, episodes: Sequence[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode]) -> UpdateResult:
         """Turn-level GAE over the trainable `episodes`, then one `optimize` on their turns. Returns the value and
         advantage statistics, the sample count and the update's statistics."""
         samples, metrics = self.build_samples([e for e in episodes if e.trainable])
         metrics = {**metrics, "samples": float(len(samples)), **self.optimize(samples)}
         self.updates += 1
-        return metrics
+        return UpdateResult.of(metrics)
 
     def build_samples(self, episodes: Sequence[Episode]) -> tuple[list[PPOSample], dict[str, float]]:
         """Turn samples with GAE advantages and value targets (turns without generated tokens are dropped)."""

@@ -107,7 +107,7 @@ def test_rollouts_lora_push_and_logprobs_agree_with_the_learner(served, em_weigh
         for e in episodes:
             if e.member == 0:
                 e.turns[-1].reward = 1.0
-        assert trainer.update(episodes)["optimizer_steps"] == 1
+        assert trainer.update(episodes).optimizer_steps == 1
 
         nxt = run_rollouts(backend, dial.DialEnv, tasks, group_size=4, seed=1, config=DIAL_ROLLOUT, agent=DIAL_AGENT)
         assert backend.pushes == 2 and backend.adapter.endswith("-2")

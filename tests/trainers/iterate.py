@@ -11,4 +11,4 @@ def play_and_update(trainer, tasks, env_factory, iteration=0):
     episodes = run_rollouts(trainer.backend, env_factory, tasks, group_size=trainer.common.group_size,
                             seed=mix_seed(trainer.common.seed, iteration), config=trainer.common.rollout,
                             agent=trainer.common.agent)
-    return episodes, {**rollout_metrics(episodes), **trainer.update(episodes)}
+    return episodes, {**rollout_metrics(episodes), **trainer.update(episodes).metrics}
