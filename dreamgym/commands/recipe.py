@@ -261,7 +261,7 @@ class Recipe:
             world = None
             if mode != "real" and not from_method:
                 dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
-                world = DreamWorld(self.env, dcfg, method_dir, self.seed, algo=algo)
+                world = DreamWorld(self.env, dcfg, method_dir, self.seed)
             phases = online_phases(mode, self.family, self.env, self.seed, world=world,
                                    real_iterations=real_iterations, dream_iterations=dream_iterations,
                                    tasks_per_iteration=tasks_per_iteration,

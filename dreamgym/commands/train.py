@@ -204,7 +204,7 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
             trainer.save(run_dir / tag, state.state_dict())
         evaluation(trainer.backend, tag, step)
 
-    world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed, algo=cfg.algo) if cfg.mode != "real" else None
+    world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed) if cfg.mode != "real" else None
     phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool,
                            real_iterations=cfg.iterations if cfg.mode == "real" else cfg.dream.s2r_iterations,
                            dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)

@@ -67,7 +67,8 @@ class DreamConfig:
     """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task, else
     the model's), 'real' or 'model'."""
     clusters: int = ranged(8, ge=1)
-    """PPO has one rollout per task: the curriculum groups tasks into this many embedding clusters."""
+    """With one episode per task per iteration (`group_size=1`), the curriculum measures reward variance over this
+    many embedding clusters of similar tasks instead of each task's own episodes."""
     reward_from: Literal["auto", "model", "state"] = "auto"
     """A synthetic step's reward and end: 'model' (the experience model's), 'state' (the family's reward rule on the
     written states, `grounded_outcome`) or 'auto' ('state' for families that have one, else 'model')."""
@@ -104,14 +105,13 @@ def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]
 
 class DreamWorld:
     """The synthetic side of a run (a `dreamgym.rl.loop.World`): the experience model, its co-evolving replay buffer,
-    the curriculum and a `SyntheticEnv` factory. Built once per run; the trainer never sees it. `algo` says how the
-    curriculum groups outcomes: GRPO by the group of each task, PPO by embedding clusters of tasks."""
+    the curriculum and a `SyntheticEnv` factory. Built once per run; the trainer never sees it, and it never knows
+    which algorithm trains (the curriculum reads every episode's reward)."""
 
     name = "dream"
     real = False
 
-    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None,
-                 algo: str = "grpo"):
+    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
         from dreamgym.envs import family
         from dreamgym.experience import ExperienceModel, checkpoint_buffer
 
@@ -121,7 +121,6 @@ class DreamWorld:
         self.family: EnvFamily = family(env_name)
         self.config = dream
         self.run_dir = Path(run_dir)
-        self.algo = algo
         # Several processes: rank 0 owns the persistent buffer (and fills the embedding cache first); the others
         # keep the same transitions in memory, and `share_new_transitions` gives every rank what the others added.
         main = distributed.is_main()
@@ -255,12 +254,15 @@ class DreamWorld:
         return received
 
     def curriculum_step(self, iteration: int, episodes: Sequence[Episode]) -> dict[str, float]:
+        """The curriculum's step on every trainable episode's reward, by task: V_τ over the episodes each task
+        played this iteration, whatever algorithm trains on them. With one episode per task (`group_size=1`) a
+        task's own outcomes cannot vary, so V_τ is taken over an embedding cluster of similar tasks
+        (docs/concepts.md#curriculum)."""
         rewards, tasks = _rewards_by_task(episodes)
-        if self.algo == "ppo" and rewards:
-            # One rollout per task: V_τ over an embedding cluster of similar tasks (docs/concepts.md#curriculum).
+        if rewards and all(len(r) == 1 for r in rewards.values()):
             ids = list(rewards)
             emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
-            rewards = cluster_groups(ids, [rewards[i][0] for i in ids], emb, self.config.clusters, seed=iteration)
+            rewards = cluster_groups(ids, [rewards[i] for i in ids], emb, self.config.clusters, seed=iteration)
         return self.curriculum.update(iteration, rewards, tasks)
 
     def state_dict(self) -> dict[str, Any]:

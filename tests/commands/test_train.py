@@ -199,6 +199,19 @@ def test_dream_mode_from_the_command_line_keeps_each_evaluated_policy(tmp_path):
     assert all(resumed["stats"][k] >= v for k, v in state["stats"].items())
 
 
+def test_a_ppo_dream_feeds_the_curriculum_every_episode_of_each_task(tmp_path):
+    """PPO plays `group_size` episodes of each task as GRPO does; the curriculum's V_τ of a task is over all of them
+    (the dream world used to keep only each task's first reward under PPO, so V_τ came from one episode)."""
+    from em_helpers import trained_dial_model
+
+    run = tmp_path / "ppo-dream"
+    assert train_main(["--algo", "ppo", "--env", "dial", "mode=dream", f"dream.em={trained_dial_model()}",
+                       f"run_dir={run}", "dream.iterations=1", "dream.curriculum.enabled=false", "group_size=4",
+                       "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", *FAST]) == 0
+    rows = json.loads((run / "curriculum.jsonl").read_text().splitlines()[-1])["variance"]
+    assert len(rows) == 2 and all(row["n"] > 1 for row in rows), rows
+
+
 def test_s2r_mode_from_the_command_line_dreams_then_spends_its_budget_in_the_real_env(tmp_path, capsys):
     """`dreamgym train mode=s2r`: the dream phase (tagged dream-it<N>, no real step), then the real phase on the
     train tasks the dream left mixed (tagged s2r-it<N>, counted from its own start) under the real-step budget."""

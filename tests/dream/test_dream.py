@@ -64,3 +64,29 @@ def test_dream_config_rejects_bad_values_naming_the_field():
         with pytest.raises(ConfigError, match=f"^dream\\.{field_name}: "):
             load_config(TrainConfig, None, [f"dream.{bad}"])
     assert load_config(DreamConfig, None, ["reward_from=model"]).reward_from == "model"
+
+
+def _played(task, group: int, rewards: list[float]):
+    from dreamgym.episode import Episode, Turn
+
+    return [Episode(task=task, seed=0, group=group, member=m, end_reason="terminated",
+                    turns=[Turn(state="s", prompt_ids=[1], completion_ids=[2], logprobs=[0.0], text="a", action="a",
+                                reward=r)])
+            for m, r in enumerate(rewards)]
+
+
+def test_the_curriculum_reads_every_episode_of_a_task_whatever_the_algorithm(tmp_path):
+    """PPO plays `group_size` episodes per task like GRPO: the curriculum's V_τ of a task is over all of them (the
+    dream world used to keep each task's first reward under PPO and cluster tasks, dropping the rest), and the
+    world is built without being told the algorithm."""
+    world = DreamWorld("dial", DreamConfig(em=str(trained_dial_model()), curriculum=CurriculumConfig(enabled=False),
+                                           clusters=1), tmp_path, seed=0, device="cpu")
+    a, b = world.base_tasks[:2]
+    world.curriculum_step(0, _played(a, 0, [1.0, 0.0, 0.0, 0.0]) + _played(b, 1, [1.0, 1.0, 1.0, 1.0]))
+    logged = {row["task_id"]: row for row in world.curriculum.variance_log}
+    assert logged[a.id]["n"] == 4 and logged[a.id]["variance"] == pytest.approx(0.1875)
+    assert logged[b.id]["n"] == 4 and logged[b.id]["variance"] == 0.0
+    # one episode per task: its own outcome cannot vary, so V_τ is over a cluster of similar tasks (here one cluster)
+    world.curriculum.variance_log.clear()
+    world.curriculum_step(1, _played(a, 0, [1.0]) + _played(b, 1, [0.0]))
+    assert [(row["n"], row["variance"]) for row in world.curriculum.variance_log] == [(2, 0.25), (2, 0.25)]
