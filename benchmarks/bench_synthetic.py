@@ -50,7 +50,7 @@ def real_steps_per_s(env_name: str, seconds: float = 3.0) -> tuple[float, int]:
 def default_model(env_name: str) -> Path:
     from dreamgym.commands.collect import collect
     from dreamgym.experience import ExperienceModelConfig
-    from dreamgym.experience.train import TrainEMConfig, train
+    from dreamgym.experience.train import TrainEMConfig, train_em
     from dreamgym.utils.paths import cache_dir
 
     spec = {"env": env_name, "episodes": 600, "max_steps": 300, "k": 2, "embedder": "hashing", "v": 1}
@@ -63,7 +63,7 @@ def default_model(env_name: str) -> Path:
     collect(env_name, {"oracle": 0.5, "noisy": 0.3, "random": 0.2}, spec["episodes"], data, overwrite=True,
             progress=False)
     t0 = time.perf_counter()
-    train(TrainEMConfig(env=env_name, data=str(data), out=str(out), max_steps=spec["max_steps"], resume=False,
+    train_em(TrainEMConfig(env=env_name, data=str(data), out=str(out), max_steps=spec["max_steps"], resume=False,
                         em=ExperienceModelConfig(k=spec["k"], embedder=spec["embedder"]), log_every=100))
     print(f"trained a benchmark experience model in {time.perf_counter() - t0:.0f}s -> {out}")
     return out

@@ -42,7 +42,7 @@ from dreamgym.envs import dial
 from dreamgym.rl.evaluate import EvalConfig, evaluate_policy, two_proportion_z_test
 from dreamgym.rl.builders import build_backend, build_offline_trainer, build_online_trainer
 from dreamgym.commands.recipe import env_train_config
-from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 
 
 def main() -> None:
@@ -101,7 +101,7 @@ def main() -> None:
     trainer = build_online_trainer(be, gcfg, gcfg.grpo)
     world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={run / 'em'}"]), out / "dream", args.seed)
     state = RunState(RealStepBudget(0))
-    train(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings.of(gcfg, progress=False))
+    run_phases(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings.of(gcfg, progress=False))
     trainer.save(out / "dream" / "final", state.state_dict())
     results["dream"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("dream:", json.dumps(results["dream"]), flush=True)
@@ -113,7 +113,7 @@ def main() -> None:
     be = build_backend(rcfg, str(out / "start"))
     trainer = build_online_trainer(be, rcfg, rcfg.grpo)
     state = RunState(RealStepBudget(None))
-    train(trainer, [Phase(RealWorld(dial, rcfg.seed), rcfg.iterations)], state,
+    run_phases(trainer, [Phase(RealWorld(dial, rcfg.seed), rcfg.iterations)], state,
           LoopSettings.of(rcfg, progress=False))
     trainer.save(out / "real" / "final", state.state_dict())
     results["real"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}

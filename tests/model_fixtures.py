@@ -215,7 +215,7 @@ def build_em() -> Path:
     """Train the EM fixture (under $DREAMGYM_CACHE/test-artifacts, resumable) and pack it."""
     from dreamgym.experience.config import ExperienceModelConfig
     from dreamgym.trainers.common import ModelConfig
-    from dreamgym.experience.train import TrainEMConfig, train
+    from dreamgym.experience.train import TrainEMConfig, train_em
 
     t0 = time.perf_counter()
     s = EM_SETTINGS
@@ -231,7 +231,7 @@ def build_em() -> Path:
                             optim=dataclasses.replace(TrainEMConfig().optim, lr=s["lr"],
                                                       warmup_steps=s["warmup_steps"]),
                             log_every=50, save_every=200)
-        train(cfg)
+        train_em(cfg)
     # The optimizer state in checkpoint/ is what resuming needs; the tests load the model only.
     files = [(f, str(f.relative_to(out))) for f in sorted(out.rglob("*"))
              if f.is_file() and f.relative_to(out).parts[0] != "checkpoint"]

@@ -42,7 +42,7 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     from dreamgym.rl.budget import RealStepBudget
     from dreamgym.envs import family
     from dreamgym.rl.rollout import run_rollouts
-    from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
+    from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer, TurnSample
 
     model, tok = cuda_tiny
@@ -66,7 +66,7 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     # Not exactly 0: the update packs rows into other padded shapes than the recomputation, and bf16 kernels of
     # other shapes may round differently; far below the sampler/learner gap above either way.
     assert abs(m["approx_kl"]) < 1e-3, m
-    end = train(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
+    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, progress=False))
     [it] = end.history
     assert it["rollout/episodes"] == 16 and it["rollout/iteration"] == 1 and math.isfinite(it["losses/loss"])
@@ -130,13 +130,13 @@ def test_experience_model_trains_on_cuda_and_its_checkpoint_loads_and_predicts(t
     from em_helpers import dial_query, dial_trajectories
 
     from dreamgym.experience import ExperienceModel, ExperienceModelConfig, Prediction, read_checkpoint_meta
-    from dreamgym.experience.train import TrainEMConfig, train
+    from dreamgym.experience.train import TrainEMConfig, train_em
 
     out = tmp_path / "em"
     cfg = TrainEMConfig(env="dial", out=str(out), max_steps=4, batch_size=4, device="cuda", task_writing=0,
                         save_every=0, log_every=2, em=ExperienceModelConfig(embedder="hashing", k=1, history=0),
                         optim=dataclasses.replace(TrainEMConfig().optim, warmup_steps=1, micro_batch_tokens=2048))
-    summary = train(cfg, trajectories=dial_trajectories(12))
+    summary = train_em(cfg, trajectories=dial_trajectories(12))
     assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and not summary["lora"]
     assert read_checkpoint_meta(out)["final"]
     # An untrained model writes to its budget: keep it short, and without retries.

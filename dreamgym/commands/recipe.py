@@ -8,7 +8,7 @@ or S2R), the results table (`render_table`, report.md, summary.json), `Quickstar
 budget). Configs are built typed (`dataclasses.replace`); only a user's own `train_overrides`/`em_overrides` are
 text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
-`dreamgym.rl.loop.train`), concrete environments (families are reached through `dreamgym.envs.family`).
+`dreamgym.rl.loop.run_phases`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dreamgym.rl.builders import (Evaluation, OnlineTrainer, build_backend, buil
                             close_backend)
 from dreamgym.utils.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
 from dreamgym.utils.paths import atomic_write_text
-from dreamgym.rl.loop import LoopSettings, RunState, train
+from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.commands.train import TrainConfig
 from dreamgym.trainers.common import ModelConfig
 
@@ -141,7 +141,7 @@ class Recipe:
         """The experience model `name` (tiny, trained from scratch on the offline data for `epochs`, then the
         caller's `em_overrides`, then `adjust`), trained once and reused from disk."""
         from dreamgym.experience.checkpoint import is_trained
-        from dreamgym.experience.train import train
+        from dreamgym.experience.train import train_em
 
         out = self.run / name
         if not is_trained(out):  # an unfinished run resumes from its checkpoint
@@ -150,7 +150,7 @@ class Recipe:
             if adjust is not None:
                 cfg = adjust(cfg)
             validate_config(cfg)
-            train(cfg)
+            train_em(cfg)
             done()
         return out
 
@@ -266,7 +266,7 @@ class Recipe:
                                    real_iterations=real_iterations, dream_iterations=dream_iterations,
                                    tasks_per_iteration=tasks_per_iteration,
                                    dream_log=self.run / self._slug(from_method) if from_method else None)
-            train(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
+            run_phases(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
                                                           progress=self.progress),
                   logger=lg, evaluate=evaluate)
             trainer.save(method_dir / "final", state.state_dict())

@@ -3,7 +3,7 @@ inside the experience model.
 
 Owns: `TrainConfig` (the run-level fields on top of `dreamgym.trainers.common.TrainerConfig`) and the command
 line `main(argv)`: the run directory, demonstrations for SFT/DPO, the run's evaluation record, checkpoints,
-resume and the summary. GRPO/PPO run through the run loop (`dreamgym.rl.loop.train`) over the phases of `mode`
+resume and the summary. GRPO/PPO run through the run loop (`dreamgym.rl.loop.run_phases`) over the phases of `mode`
 (`dreamgym.rl.modes.online_phases`); SFT/DPO through the offline loop (`dreamgym.rl.builders.train_offline`).
 Must not know: how the loops run, trainers' internals, recipes.
 
@@ -44,7 +44,7 @@ from dreamgym.rl.builders import (Evaluation, OnlineTrainer, Trainer, build_back
 from dreamgym.utils.metrics import MetricsLogger, machine_info
 from dreamgym.utils.paths import atomic_write_text
 from dreamgym.llm.presets import PresetError
-from dreamgym.rl.loop import LoopSettings, RunState, train
+from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.trainers.checkpoint import CheckpointError, resumable_checkpoint
 from dreamgym.trainers.common import TrainerConfig
 from dreamgym.trainers.dpo import DPOConfig
@@ -210,7 +210,7 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
                            dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)
     settings = LoopSettings.of(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
                                progress=progress)
-    end = train(trainer, phases, state, settings, logger=logger, evaluate=periodic)
+    end = run_phases(trainer, phases, state, settings, logger=logger, evaluate=periodic)
     if end.out_of_budget and state.budget.exhausted:
         print(f"real-step budget of {cfg.real_step_budget} used up after {state.iteration} iterations")
 

@@ -6,7 +6,7 @@ each iteration the synthetic transitions are in the buffer, the episodes in the 
 taken its step, the iteration's report is made (failure states, zero-variance groups, optimiser steps) and a sample
 of its episodes has been audited in the real environment where one can be run, `dreamgym.dream.audit`). The paper's
 loop, curriculum tasks -> rollouts inside the experience model -> GRPO/PPO update -> buffer -> curriculum, is the run
-loop (`dreamgym.rl.loop.train`) over a `DreamWorld`.
+loop (`dreamgym.rl.loop.run_phases`) over a `DreamWorld`.
 Must not know: trainers' internals, concrete environments (families are reached through `dreamgym.envs.family`),
 how the experience model formats prompts, recipes and command lines.
 """

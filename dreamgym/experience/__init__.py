@@ -13,7 +13,7 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `model`: `ExperienceModel`, batched prediction with retrieval, retries and the failure state;
 - `reasoning`: reasoning-trace teachers (environment-grounded, LLM) for the training targets' `<think>`;
 - `data`: experience-model transitions, the seed replay buffer, tokenized training examples;
-- `train`: `TrainEMConfig`, the SFT loop and the `dreamgym train-em` command (import it from there);
+- `train`: `TrainEMConfig`, the SFT loop (`train_em`) and the `dreamgym train-em` command;
 - `fidelity`: how faithful a trained model is on held-out real transitions (`dreamgym eval-em`) and the gate that
   says whether it is fit to dream in.
 

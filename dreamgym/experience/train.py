@@ -199,7 +199,7 @@ def split_heldout(trajectories: list[Trajectory], share: float, seed: int) -> li
     return sorted(random.Random(f"heldout-{seed}").sample(range(n), k)) if k > 0 else []
 
 
-def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
+def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
           progress: Callable[[str], None] | None = None,
           heldout_report: HeldOutReport | None = None) -> dict[str, Any]:
     """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
         if not cfg.data:
             raise ConfigError("data", "give the offline trajectories with --data or data=", "a trajectory file")
         check_inputs(cfg)
-        summary = train(cfg, progress=print, heldout_report=heldout_report)
+        summary = train_em(cfg, progress=print, heldout_report=heldout_report)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)
     print(json.dumps(summary, indent=1))

@@ -1,10 +1,10 @@
 """The run loop: every online training iteration of every run (real RL, RL inside the experience model, both in
-turn) goes through `train`, over a list of phases.
+turn) goes through `run_phases`, over a list of phases.
 
 Owns: `World` (what a phase plays in: an iteration's tasks, its environments, what happens after an iteration,
 its state beside a checkpoint), `RealWorld` (the real environment: train tasks drawn from a pool, as many as the
 real-step budget can finish), `Phase` (a world and a number of iterations), `RunState` (iterations done and the
-real-step budget: what every checkpoint keeps of the run), `LoopSettings` and `train`, the loop.
+real-step budget: what every checkpoint keeps of the run), `LoopSettings` and `run_phases`, the loop.
 Must not know: trainers' internals (an `OnlineTrainer` only updates and saves), the experience model (the dream is a
 `World` like any other: `dreamgym.dream.world.DreamWorld`), concrete environments.
 
@@ -190,7 +190,7 @@ class LoopSettings:
 
 @dataclass
 class RunEnd:
-    """What `train` returns: every iteration's metrics (what it logged, the world's figures included, under their
+    """What `run_phases` returns: every iteration's metrics (what it logged, the world's figures included, under their
     namespaces), and whether the real-step budget ended the run (spent, or what is left cannot finish one task's
     episodes)."""
 
@@ -203,7 +203,7 @@ def policy_version(trainer: OnlineTrainer, seed: int, iteration: int) -> str:
     return f"{trainer.algo}-seed{seed}-it{iteration}"
 
 
-def train(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, settings: LoopSettings, *,
+def run_phases(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, settings: LoopSettings, *,
           logger: MetricsLogger | None = None, evaluate: PeriodicEvaluation | None = None) -> RunEnd:
     """Run `phases` in turn from `state.iteration` (a phase already done is skipped, one begun continues), each for
     its iterations; see the module docstring for one iteration. `evaluate(tag, iteration)` runs every `eval_every`

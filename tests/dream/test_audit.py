@@ -18,7 +18,7 @@ from dreamgym.dream.world import DREAM_EPISODES_DIR, DreamConfig, DreamWorld
 from dreamgym.rl.modes import online_phases
 from dreamgym.envs import dial, family
 from dreamgym.episode import Episode, Turn
-from dreamgym.rl.loop import LoopSettings, RunState, train
+from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
@@ -31,7 +31,7 @@ def _dream(tmp_path, backend, audit_episodes, rollout=DIAL_ROLLOUT, iterations=2
     state = RunState(RealStepBudget(0))  # a budget of 0: any real step charged to it would fail the run
     phases = online_phases("dream", family("dial"), "dial", 0, world=world, dream_iterations=iterations,
                            real_iterations=0, tasks_per_iteration=3)
-    hist = train(GRPOTrainer(backend, GRPOConfig(), common), phases, state, LoopSettings.of(common, progress=False))
+    hist = run_phases(GRPOTrainer(backend, GRPOConfig(), common), phases, state, LoopSettings.of(common, progress=False))
     return hist.history, state
 
 

@@ -13,7 +13,7 @@ from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.rl.modes import online_phases
 from dreamgym.envs import family
-from dreamgym.rl.loop import LoopSettings, RunState, train
+from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.trainers.common import OptimConfig, TrainerConfig
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
@@ -33,7 +33,7 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
         return online_phases(mode, family("dial"), "dial", 0, world=world, dream_iterations=2, real_iterations=5,
                              tasks_per_iteration=4, **kw)
 
-    hist = train(trainer, phases("dream", world), state, settings).history
+    hist = run_phases(trainer, phases("dream", world), state, settings).history
     assert len(hist) == 2 and state.budget.used == 0  # dream mode: zero real steps
     assert hist[-1]["rollout/synthetic_steps"] > 0
     assert len(world.buffer) > seed_size  # the buffer co-evolves with the agent's synthetic transitions
@@ -46,7 +46,7 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
     # The same run as S2R: its dream phase is done, its real phase draws the tasks the dream's log (in tmp_path)
     # left mixed; one group of 4 x 12 turns fits the budget, a second never does
     state.budget = RealStepBudget(60)
-    end = train(trainer, phases("s2r", world), state, settings)
+    end = run_phases(trainer, phases("s2r", world), state, settings)
     assert end.history and end.history[0]["rollout/iteration"] == 3  # the run's count goes on
     assert 0 < state.budget.used <= 60 and end.out_of_budget  # a hard cap: the rollout engine refuses steps past it
     assert all(m["rollout/episodes_failed"] == 0 for m in end.history)  # no episode was cut off by the budget

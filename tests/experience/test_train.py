@@ -6,7 +6,7 @@ from dreamgym.experience.checkpoint import checkpoint_model_config, read_checkpo
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.trainers.common import ModelConfig
 from dreamgym.experience.model import ExperienceModel
-from dreamgym.experience.train import TrainEMConfig, main, train
+from dreamgym.experience.train import TrainEMConfig, main, train_em
 from em_helpers import dial_query, dial_trajectories
 
 
@@ -67,7 +67,7 @@ def test_lora_training_writes_a_peft_adapter_that_loads(tmp_path):
     out = tmp_path / "lora"
     cfg = TrainEMConfig(env="dial", data="unused", out=str(out), model=ModelConfig(lora=True), max_steps=2,
                         batch_size=4, em=ExperienceModelConfig(k=0, use_retrieval=False), log_every=1)
-    summary = train(cfg, trajectories=dial_trajectories(6))
+    summary = train_em(cfg, trajectories=dial_trajectories(6))
     assert summary["lora"] and summary["steps"] == 2
     assert (out / "model" / "adapter_config.json").is_file() and not (out / "model" / "config.json").exists()
     m = ExperienceModel.load(out, device="cpu", config_overrides=["max_new_tokens=24", "retries=0"])

@@ -103,14 +103,14 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
     from dreamgym.experience import ExperienceModel, checkpoint_buffer
     from dreamgym.experience.config import ExperienceModelConfig
     from dreamgym.trainers.common import ModelConfig
-    from dreamgym.experience.train import TrainEMConfig, train
+    from dreamgym.experience.train import TrainEMConfig, train_em
     from dreamgym.llm.presets import load_preset
 
     trajs = dial_trajectories(8)
     data = tmp_path / "dial.jsonl"
     write_jsonl(data, trajs)
     ckpt = tmp_path / "em"
-    train(TrainEMConfig(env="dial", data=str(data), out=str(ckpt), model=ModelConfig(lora=True), max_steps=3,
+    train_em(TrainEMConfig(env="dial", data=str(data), out=str(ckpt), model=ModelConfig(lora=True), max_steps=3,
                         batch_size=4, optim=dataclasses.replace(TrainEMConfig().optim, lr=5e-3),
                         em=ExperienceModelConfig(k=2, embedder="hashing"), log_every=1), trajectories=trajs)
     out = tmp_path / "exported"

@@ -21,7 +21,7 @@ from dreamgym.rl.evaluate import EvalConfig
 from dreamgym.curriculum.pools import VARIANCE_LOG, iteration_tasks, task_pool
 from dreamgym.rl.builders import Evaluation
 from dreamgym.utils.metrics import MetricsLogger, read_metrics
-from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 
 
 def test_dream_task_pool_data_keeps_the_train_tasks_with_real_steps_in_the_buffer(tmp_path):
@@ -118,7 +118,7 @@ def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_period
     fam, trainer, evals = family("dial"), StandIn(tokenizer), []
     pool = fam.tasks("train")
     state = RunState(RealStepBudget(None), iteration=2)
-    end = train(trainer, [Phase(RealWorld(fam, 7, pool), 5)], state,
+    end = run_phases(trainer, [Phase(RealWorld(fam, 7, pool), 5)], state,
                 settings(3, eval_every=3, save_every=2, run_dir=tmp_path),
                 evaluate=lambda tag, it: evals.append((tag, it)))
     assert len(end.history) == 3 and state.iteration == 5 and not end.out_of_budget
@@ -136,7 +136,7 @@ def test_a_phase_that_continues_another_counts_from_its_start(tokenizer):
     phase already done is not run again."""
     fam, trainer, evals = family("dial"), StandIn(tokenizer), []
     state = RunState(RealStepBudget(None), iteration=2)
-    train(trainer, [Phase(RealWorld(fam, 0), 2, "dream-it"), Phase(RealWorld(fam, 0), 3, "s2r-it")], state,
+    run_phases(trainer, [Phase(RealWorld(fam, 0), 2, "dream-it"), Phase(RealWorld(fam, 0), 3, "s2r-it")], state,
           settings(3, eval_every=2), evaluate=lambda tag, it: evals.append((tag, it)))
     assert state.iteration == 5 and len(trainer.played) == 3 and evals == [("s2r-it4", 4)] and trainer.saved == []
 
@@ -146,11 +146,11 @@ def test_the_run_ends_when_the_budget_is_spent_or_cannot_finish_one_task(tokeniz
     trainer = StandIn(tokenizer)
     state = RunState(RealStepBudget(6))  # 2 tasks (4 steps), then the 2 steps left afford 1 task and spend the budget
     phases = [Phase(RealWorld(fam, 0), 10), Phase(RealWorld(fam, 0), 10, "s2r-it")]
-    end = train(trainer, phases, state, settings(2))
+    end = run_phases(trainer, phases, state, settings(2))
     assert [len(p) for p in trainer.played] == [2, 1] and len(end.history) == 2
     assert end.out_of_budget and state.budget.exhausted and state.iteration == 2  # the later phase never ran
     trainer, state = StandIn(tokenizer), RunState(RealStepBudget(1))  # not one task's episodes fit: nothing is spent
-    end = train(trainer, phases, state, settings(2))
+    end = run_phases(trainer, phases, state, settings(2))
     assert end.history == [] and end.out_of_budget and state.budget.used == 0 and trainer.played == []
     assert "stopping after 0 iterations" in capsys.readouterr().out
 
@@ -191,7 +191,7 @@ def test_a_world_is_asked_in_order_and_its_metrics_are_logged_under_its_name(tmp
     world, trainer = ScriptedDream(), StandIn(tokenizer)
     state = RunState(RealStepBudget(0))
     logger = MetricsLogger(tmp_path, tensorboard=False)
-    end = train(trainer, [Phase(world, 3, "dream-it")], state, settings(2, save_every=2, run_dir=tmp_path),
+    end = run_phases(trainer, [Phase(world, 3, "dream-it")], state, settings(2, save_every=2, run_dir=tmp_path),
                 logger=logger)
     logger.close()
     assert world.calls == [("start", 0), ("envs", "standin-seed7-it0"), ("after", 1, 2, "standin-seed7-it0"),

@@ -14,7 +14,7 @@ from dreamgym.config import ConfigError, validate_config
 from dreamgym.envs import dial, family
 from dreamgym.rl.evaluate import two_proportion_z_test
 from dreamgym.curriculum.pools import iteration_tasks
-from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
 
 TIME_KEYS = ("time_s", "tokens_per_s")
@@ -35,7 +35,7 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     before = dial_eval(be, 101)
     cfg, common = GRPOConfig(epochs=2, minibatches=2), dial_common(lr=2e-4, group_size=8, tasks_per_iteration=8)
     tr = GRPOTrainer(be, cfg, common)
-    end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     assert len(end.history) == 6
@@ -61,7 +61,7 @@ def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
         return GRPOTrainer(HFBackend(m, tok), cfg, common), RunState(RealStepBudget(500))
 
     def run(tr, state, until):
-        end = train(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common,
+        end = run_phases(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common,
                                                                                              progress=False))
         return [_stable(m) for m in end.history]
 

@@ -11,7 +11,7 @@ from iterate import play_and_update
 from dreamgym.rl.budget import RealStepBudget
 from dreamgym.envs import dial, family
 from dreamgym.rl.evaluate import two_proportion_z_test
-from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, train
+from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
 
 
@@ -26,7 +26,7 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     cfg = PPOConfig(epochs=2, minibatches=2, gamma=1.0, lam=0.95)
     common = dial_common(lr=2e-4, tasks_per_iteration=12, group_size=4)
     tr = PPOTrainer(be, cfg, common)
-    end = train(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
                 LoopSettings.of(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
