@@ -10,8 +10,8 @@ Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebE
 actions), `miniwob_policies` (oracle / noisy / random), `explain` (reasoning traces), `browser` (the pool).
 `make_env` takes `browsers` (the size of the process-wide pool its environments share, default 2), `pool` (a
 `BrowserPool` of your own), `max_steps` (10) and `n_seeds` (the size of the split's pool, see `tasks`). The split
-chooses the tasks: the 18 of the default set, or any the `miniwob` package ships (`train:all`,
-`test:click-checkboxes-large,enter-date`; see `miniwob_tasks`).
+chooses the tasks: the 18 of the default set, the extended set (`train:extended`: 8 more tasks the oracle solves),
+or any the `miniwob` package ships (`train:all`, `test:click-checkboxes-large,enter-date`; see `miniwob_tasks`).
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ def make_env(split: str = "train", *, browsers: int = DEFAULT_BROWSERS, pool: Br
 
 def tasks(split: str = "train", n_seeds: int | None = None, **_: Any) -> list[Task]:
     """The tasks of a split: "train" (the train tasks at seeds 0..19) or "test" (every task at 5 held-out seeds,
-    three tasks never trained on); "train:all" / "test:all" the same seeds of every task the `miniwob` package
-    ships, "train:NAME,NAME" of the tasks named (an unknown name raises `UnknownTaskError` listing the shipped
+    three tasks never trained on); "train:extended" / "test:extended" the same with the 8 `EXTRA_TRAIN_TASKS`
+    added; "train:all" / "test:all" the same seeds of every task the `miniwob` package ships, "train:NAME,NAME" of
+    the tasks named (an unknown name raises `UnknownTaskError` listing the shipped
     ones); `n_seeds` changes the seeds per task."""
     return _tasks(split, n_seeds)
 

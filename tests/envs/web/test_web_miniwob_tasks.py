@@ -40,7 +40,7 @@ def test_an_unknown_task_is_refused_with_the_list_of_shipped_ones(split, message
         split_specs(split)
     text = str(e.value)
     assert text.startswith(message) and "\n" not in text
-    assert "choose default or all or names from the" in text and ", ".join(shipped_tasks()) in text
+    assert "choose default or extended or all or names from the" in text and ", ".join(shipped_tasks()) in text
     with pytest.raises(ValueError, match="splits 'train' and 'test'"):
         split_specs("valid:all")
 
@@ -57,6 +57,22 @@ def test_commands_refuse_an_unknown_task_before_they_start(command, tmp_path, ca
     assert err.startswith(f"dreamgym {command[0]}: unknown MiniWoB++ task 'enter-txt' (close: enter-text")
     assert "\n" not in err and "use-slider" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_extended_set_adds_oracle_tasks_to_train_and_keeps_the_test_only_tasks_and_their_pages_out():
+    """`train:extended` is the default train split plus `EXTRA_TRAIN_TASKS` at the same seeds; `test:extended` is the
+    default test split plus them at the held-out seeds. No test-only task, nor a task that plays a test-only task's
+    page under another name, is trained on; the oracle has a rule for every added task."""
+    extra = M.EXTRA_TRAIN_TASKS
+    train = split_specs("train:extended")
+    assert train[:300] == split_specs("train") and train[300:] == [(t, s) for t in extra for s in range(20)]
+    assert split_specs("test:extended") == split_specs("test") + [(t, 10_000 + s) for t in extra for s in range(5)]
+    trained = {t for t, _ in train}
+    same_page = {"click-collapsible-nodelay", "click-collapsible-2", "click-collapsible-2-nodelay",
+                 "click-test-transfer"}
+    assert not trained & (set(M.TEST_ONLY) | same_page) and set(extra) <= set(ORACLE_TASKS)
+    assert len(set(extra)) == 8 and not set(extra) & set(M.DEFAULT_TASKS)
+    assert choose("extended") == M.EXTENDED_TASKS == (*M.DEFAULT_TASKS, *extra)
 
 
 def test_choose_names_each_task_once_in_the_order_given():
