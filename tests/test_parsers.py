@@ -22,7 +22,8 @@ from dreamgym.experience.format import format_completion, format_reward, parse_c
 from dreamgym.llm.fake import FakeLLM
 
 TAGS = ["<state>", "</state>", "<reward>", "</reward>", "<done>", "</done>", "<think>", "</think>", "<action>",
-        "</action>", "<STATE>", "<Reward>", "<DONE>", "Variant", "variant 2", ":", "1.", "3)", "Choice:"]
+        "</action>", "<STATE>", "<Reward>", "<DONE>", "Variant", "variant 2", ":", "1.", "3)", "Choice:", "<edit>",
+        "</edit>", "\n- ", "\n+ ", "\n= "]
 WORDS = ["true", "false", "yes", "no", "0", "1", "0.5", "1e-1", "7", "nan", "-0", " ", "\n", "\t", "x"]
 # Hostile runs: one tag or character repeated up to 3000 times (21k characters); several per text.
 RUNS = st.tuples(st.sampled_from(TAGS + [" ", "\n", "9"]), st.integers(1, 3000)).map(lambda t: t[0] * t[1])
@@ -32,7 +33,8 @@ MODEL_TEXT = st.lists(st.one_of(st.sampled_from(TAGS + WORDS), st.text(max_size=
 PROPERTY = settings(max_examples=150, deadline=timedelta(milliseconds=500),
                     suppress_health_check=[HealthCheck.too_slow])
 
-EM_REASONS = {"empty output", "no <state> block", "empty <state>", "no parseable <reward>", "no parseable <done>"}
+EM_REASONS = {"empty output", "no <state> or <edit> block", "empty <state>", "no parseable <reward>",
+              "no parseable <done>"}
 
 
 @PROPERTY
@@ -42,10 +44,14 @@ EM_REASONS = {"empty output", "no <state> block", "empty <state>", "no parseable
 def test_parse_completion_returns_a_valid_answer_or_a_reason(text):
     parsed, reason = parse_completion(text)
     if parsed is None:
-        assert reason in EM_REASONS or re.fullmatch(r"reward \S+ outside \[0, 1\]", reason), reason
+        assert reason in EM_REASONS or re.fullmatch(r"reward \S+ outside \[0, 1\]|edit line \d+ has no operation "
+                                                    r"\(-, \+ or =\)", reason), reason
         return
     assert reason == ""
-    assert parsed.next_state and parsed.next_state == parsed.next_state.strip() and parsed.next_state in text
+    if parsed.edit is not None:  # an edit: every operation one of the three, its line text of the answer
+        assert parsed.next_state == "" and all(op in "-+=" and line in text for op, line in parsed.edit)
+    else:
+        assert parsed.next_state and parsed.next_state == parsed.next_state.strip() and parsed.next_state in text
     assert 0.0 <= parsed.reward <= 1.0 and not math.isnan(parsed.reward)
     assert isinstance(parsed.done, bool)
     assert parsed.reasoning == " ".join(parsed.reasoning.split()) and all(w in text for w in parsed.reasoning.split())
@@ -59,7 +65,7 @@ FIELD = st.lists(st.one_of(st.text(max_size=6), st.sampled_from(TAGS + WORDS)), 
 def test_a_formatted_answer_parses_back(state, reward, done, reasoning):
     # What the format cannot carry: a state holding a tag that ends it, reasoning holding one that ends it.
     assume(state.strip() and not re.search(r"</state>|<reward>|<done>", state, re.I))
-    assume(not re.search(r"</think>|<state>", reasoning, re.I))
+    assume(not re.search(r"</think>|<state>|<edit>", reasoning, re.I))
     for use_reasoning in (True, False):
         parsed, reason = parse_completion(format_completion(state, reward, done, reasoning, use_reasoning))
         assert reason == "" and parsed is not None
@@ -138,6 +144,9 @@ def test_a_selection_answer_with_thousands_of_digits_falls_back_instead_of_raisi
 # (parser, repeated unit, repeats): each input took the quadratic parsers 3-10 s (benchmarks/bench_parser.py).
 HOSTILE = {
     "parse_completion <state>": (parse_completion, "<state>", 10_000),
+    "parse_completion <edit>": (parse_completion, "<edit>", 10_000),
+    "parse_completion edit lines": (lambda t: parse_completion("<edit>\n" + t + "</edit><reward>0</reward><done>no"),
+                                    "- x\n", 10_000),
     "parse_completion <think>": (lambda t: parse_completion(t + "<state>s</state><reward>0</reward><done>no"),
                                  "<think>", 10_000),
     "parse_action": (parse_action, "<action>", 10_000),

@@ -4,9 +4,11 @@ it is trained, and the checkpoint it lives in.
 Owns, one concept per module (each imports only the ones listed before it):
 
 - `config`: `ExperienceModelConfig`, the settings saved with every checkpoint;
+- `edits`: line edits of a state (what changed: lines that go, come, stay), derived from a pair of states and
+  applied to a state;
 - `hooks`: the environment families' optional hooks, the package's only door to a family;
-- `format`: the prompt, the strict output format and its parser, the reset pseudo-action, the failure state,
-  `FORMAT_VERSION`, and `Prediction`;
+- `format`: the prompt, the strict output format (the next state whole or as an edit) and its parser, the reset
+  pseudo-action, the failure state, `FORMAT_VERSION`, and `Prediction`;
 - `checkpoint`: the checkpoint layout (`em_config.json`, `model/`, the resumable `checkpoint/`) and reading it back;
 - `shortcuts`: the `OutcomeResolver` seam (outcomes given without a model call, answers rejected as
   contradicting the action) and `FamilyShortcuts`, its implementation from the family hooks;

@@ -66,8 +66,9 @@ def checkpoint_model_config(meta: dict[str, Any], overrides: Sequence[str] = ())
         if key in fields and (value := fields.pop(key)) != fixed:
             raise ConfigError(f"model.{key}", f"the checkpoint was trained with {value!r}, which this version no "
                               f"longer supports", repr(fixed))
-    # Checkpoints from before `compact_states` were trained on whole states.
-    fields = {"compact_states": False, **fields, **parse_overrides(list(overrides))}
+    # Checkpoints from before `compact_states` were trained on whole states, and those from before `state_format`
+    # wrote whole states whatever the field's default becomes: a model is decoded in the format it was trained in.
+    fields = {"compact_states": False, "state_format": "whole", **fields, **parse_overrides(list(overrides))}
     return from_dict(ExperienceModelConfig, fields)
 
 

@@ -9,7 +9,7 @@ Must not know: how prompts are rendered, models, torch, training, any concrete e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from dreamgym.config import ConfigError, ranged
 
@@ -70,6 +70,8 @@ class ExperienceModelConfig:
     """Write only the part of the next state the family's `model_state` keeps; `complete_state` restores the rest."""
     write_observation: bool = False
     """Write only the observation; the family's `state_after` folds it into the previous state."""
+    state_format: Literal["whole", "edit"] = "whole"
+    """How the next state is written: 'whole', or 'edit' (the line edit of the current state, whole where shorter)."""
     copy_hidden_outcomes: bool = False
     """At inference, answer a step whose outcome depends only on the task's hidden world from a real step of the
     same task under the same `hidden_outcome_key`, without a model call."""

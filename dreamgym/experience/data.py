@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamgym.experience.checkpoint import read_checkpoint_meta
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.format import RESET_ACTION, build_request, format_completion, written_state
+from dreamgym.experience.format import RESET_ACTION, build_request, target_completion
 from dreamgym.types import Trajectory, Transition
 
 if TYPE_CHECKING:
@@ -133,10 +133,10 @@ def checkpoint_buffer(checkpoint: str | Path, data: str | Path | None = None,
 def encode_examples(transitions: list[Transition], examples: list[list[Transition]], cfg: ExperienceModelConfig,
                     backend: HFBackend, stats: Counter[str]) -> list[tuple[list[int], int]]:
     """Token ids of prompt + completion for each transition, and the prompt length (the loss mask boundary);
-    the strict output format is the completion (`encode_chat_examples` does the tokenizing)."""
+    the strict output format is the completion, the next state written whole or as an edit as `cfg.state_format`
+    says (`target_completion`; `encode_chat_examples` does the tokenizing)."""
     count = lambda req: len(backend.prompt_ids(req))  # noqa: E731
-    pairs = ((build_request(tr, ex, cfg, count, stats),
-              format_completion(written_state(tr, cfg), tr.reward, tr.done, tr.reasoning, cfg.use_reasoning))
+    pairs = ((build_request(tr, ex, cfg, count, stats), target_completion(tr, cfg))
              for tr, ex in zip(transitions, examples))
     return encode_chat_examples(pairs, backend, cfg.max_new_tokens, stats)
 

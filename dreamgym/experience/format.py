@@ -5,7 +5,9 @@ Owns: the input format (task, history window, current abstract state, action, k 
 output format, its regex and token budgets for structured decoding (`output_constraint`) and its lenient parser,
 the reset pseudo-action, the failure state, `FORMAT_VERSION`, how much of a state
 the model writes (`written_state`) and how the whole state is rebuilt from it (`completed_state`, through the
-family hooks in `dreamgym.experience.hooks`), and the `Prediction` record every answer is returned as.
+family hooks in `dreamgym.experience.hooks`), whether it writes the next state whole or as an edit of the current
+one (`state_format`: `written_edit`, `target_completion`, `answer_state`; the edit itself is
+`dreamgym.experience.edits`), and the `Prediction` record every answer is returned as.
 Must not know: models, torch or any model library, generation, retrieval, training, any concrete environment.
 
 Input (one chat request per query; `render_user` below):
@@ -17,8 +19,8 @@ Input (one chat request per query; `render_user` below):
     Action: <a>
     <state>
     <s' clipped>
-    </state>
-    <reward><r></reward>
+    </state>                        (under state_format "edit": the example's edit where the model writes one,
+    <reward><r></reward>             `<edit>` block below, clipped to whole lines)
     <done><true|false></done>
     ...                             (the example's outcome in the output format, so it can be copied)
     History: <a_{t-H}> ; ... ; <a_{t-1}>   (absent with use_history=False or at the first step)
@@ -35,6 +37,28 @@ Output (strict; the model is trained to write exactly this, the parser is lenien
     <reward><r: 0 or 1, or a decimal in [0, 1] with binary_reward=False></reward>
     <done><true|false></done>
 
+The edit form (`state_format: edit`; the default "whole" is the form above): where the change is shorter than the
+next state, the `<state>` block becomes an `<edit>` block holding a line edit of the current state
+(`dreamgym.experience.edits`: one operation per line, `- ` a line that goes, `+ ` a line that comes, `= ` a line
+that stays as an anchor; lines named by content, applied with a cursor that only moves forward), e.g. on MiniWoB++
+
+    <think>fill writes 'Tora' into the textbox [15].</think>
+    <edit>
+    - [15] textbox '', clickable
+    + [15] textbox '' value='Tora', clickable, focused
+    +   StaticText 'Tora'
+    </edit>
+    <reward>0</reward>
+    <done>false</done>
+
+The model chooses the block: its training targets are edits where the edit is shorter than the state (in
+characters) and whole states elsewhere (a new page, every `[reset]`), and the regex lets it open either. Both act on
+states as the model writes them (`written_state`: compacted, or the observation), so `answer_state` applies an edit
+to the query's state in that form and completes the result as it completes a written state. An edit that cannot
+apply (it removes or keeps a line the state does not hold after the cursor) or leaves no line is malformed, as an
+answer that does not parse is: re-generated, then the failure state. Everything downstream (the synthetic
+environment, fidelity's F1 and exact match, the buffer) sees whole next states only.
+
 With `structured_output` (the default) the answer is decoded inside `output_regex`, which is this format with
 no `<` inside a field and a reward the config trains on, so it always parses; budgets close the trace after
 `max_think_tokens` and each field in time for the rest to fit in `max_new_tokens`. Servers, which cannot count a
@@ -46,11 +70,11 @@ limit is the synthetic environment's business, not the model's. The initial stat
 to the pseudo-action `[reset]` on the empty state, so the model can also write initial states for tasks the real
 environment cannot reset to (curriculum variants).
 
-Failure state (our choice, after the paper's "an invalid action leads to a failure state with reward 0"): an
-output that stays malformed after the model's retries (`dreamgym.experience.model`) becomes `FAILURE_STATE` with
-reward 0.0, done True and `failed=True`. Done is True because there is no valid state to continue from; the
-synthetic environment reports it as a truncation (the world did not end the task; the simulator gave up) with
-`info["em_failure"] = True`, so trainers can tell it from a real outcome.
+Failure state (our choice, after the paper's "an invalid action leads to a failure state with reward 0"): an output
+that stays malformed (or whose edit cannot apply) after the model's retries (`dreamgym.experience.model`) becomes
+`FAILURE_STATE` with reward 0.0, done True and `failed=True`. Done is True because there is no valid state to
+continue from; the synthetic environment reports it as a truncation (the world did not end the task; the simulator
+gave up) with `info["em_failure"] = True`, so trainers can tell it from a real outcome.
 """
 
 from __future__ import annotations
@@ -62,6 +86,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dreamgym.experience.config import ExperienceModelConfig
+from dreamgym.experience.edits import (EDIT_BODY, EditError, EditOp, apply_edit, bounded_edit_body, bounded_edit_chars,
+                                       clip_edit, derive_edit, format_edit, parse_edit)
 from dreamgym.experience.hooks import family_hooks
 from dreamgym.llm.base import ChatRequest, FieldBudget, OutputConstraint
 from dreamgym.types import Task, Transition
@@ -73,13 +99,23 @@ FAILURE_STATE = "[failure] The simulated environment could not produce a valid n
 STOP = "</done>"
 """Generation stops here: the done tag closes every answer."""
 FORMAT_VERSION = 4
-"""Bump when the prompt or output format changes: checkpoints record it, cached test artifacts key on it."""
+"""Bump when the prompt or output format changes: checkpoints record it, cached test artifacts key on it. The edit
+form did not bump it: it is a setting saved with the checkpoint (`state_format`, read as "whole" from checkpoints
+without it), and the whole-state format's prompts and answers are byte for byte what version 4 wrote."""
 
 SYSTEM_PROMPT = (
     "You are an experience model. Given the task, the history, the current state and the agent's action, reason "
     "about what the action does inside <think> </think>, then write the next state inside <state> </state>, the "
     "reward inside <reward> </reward> and whether the episode ends inside <done> </done>.")
 """System message (sent when `ExperienceModelConfig.system_prompt` is on; the tiny preset learns without it)."""
+EDIT_SYSTEM_PROMPT = (
+    "You are an experience model. Given the task, the history, the current state and the agent's action, reason "
+    "about what the action does inside <think> </think>, then write what changes in the current state inside "
+    "<edit> </edit>, one line per change: '- ' and a line of the state that goes, '+ ' and a line that comes, '= ' "
+    "and a line that stays, to place what comes after it (or write the whole next state inside <state> </state> "
+    "when that is shorter), then the reward inside <reward> </reward> and whether the episode ends inside "
+    "<done> </done>.")
+"""System message under `state_format: edit`."""
 
 
 def _clip(text: str, n: int) -> str:
@@ -91,18 +127,45 @@ def format_reward(r: float) -> str:
     return f"{round(float(r), 3):g}"
 
 
+def _written(state: str, env: str, cfg: ExperienceModelConfig) -> str:
+    """`state` (of family `env`) in the form the model writes states: its observation under `write_observation`,
+    compacted under `compact_states`, else whole."""
+    hooks = family_hooks(env) if cfg.write_observation or cfg.compact_states else None
+    if hooks is None:
+        return state
+    if cfg.write_observation and hooks.writes_observations:
+        return hooks.model_observation(state)
+    return hooks.model_state(state) if cfg.compact_states else state
+
+
 def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
     """`tr.next_state` as the model writes it: only its observation (the family's `model_observation`) under
     `cfg.write_observation`, else compacted by the family's `model_state` under `cfg.compact_states`; whole
     after `[reset]` (there is no previous state to complete it from)."""
     if not tr.state.strip():
         return tr.next_state
-    hooks = family_hooks(tr.task.env) if cfg.write_observation or cfg.compact_states else None
-    if hooks is None:
-        return tr.next_state
-    if cfg.write_observation and hooks.writes_observations:
-        return hooks.model_observation(tr.next_state)
-    return hooks.model_state(tr.next_state) if cfg.compact_states else tr.next_state
+    return _written(tr.next_state, tr.task.env, cfg)
+
+
+def written_edit(tr: Transition, cfg: ExperienceModelConfig) -> str | None:
+    """The text of the edit the model writes for `tr` under `state_format: edit` (`dreamgym.experience.edits`): the
+    change from its state to its next state, both as the model writes states (`written_state`). None where the model
+    writes the whole next state instead: under `state_format: whole`, after `[reset]`, and where the edit would be no
+    shorter than the state (a new page)."""
+    if cfg.state_format != "edit" or not tr.state.strip():
+        return None
+    after = written_state(tr, cfg)
+    edit = format_edit(derive_edit(_written(tr.state, tr.task.env, cfg), after))
+    return edit if len(edit) < len(after.strip()) else None
+
+
+def target_completion(tr: Transition, cfg: ExperienceModelConfig) -> str:
+    """The training target of `tr`: its outcome in the output format, the next state written as an edit where
+    `written_edit` gives one, else whole."""
+    edit = written_edit(tr, cfg)
+    if edit is None:
+        return format_completion(written_state(tr, cfg), tr.reward, tr.done, tr.reasoning, cfg.use_reasoning)
+    return format_edit_completion(edit, tr.reward, tr.done, tr.reasoning, cfg.use_reasoning)
 
 
 def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> str:
@@ -119,11 +182,17 @@ def completed_state(written: str, query: Transition, cfg: ExperienceModelConfig,
 
 def render_example(i: int, ex: Transition, cfg: ExperienceModelConfig) -> str:
     """One retrieved transition. Its outcome is written exactly as the model writes its own answer (with the
-    reasoning trace when `example_reasoning` is on and the example has one), so a small model can copy what
-    applies: the tags make the copied span unambiguous."""
+    reasoning trace when `example_reasoning` is on and the example has one; under `state_format: edit` as the edit
+    of its state where the model would write one), so a small model can copy what applies: the tags make the copied
+    span unambiguous."""
     show = cfg.use_reasoning and cfg.example_reasoning and bool(ex.reasoning)
-    outcome = format_completion(_clip(written_state(ex, cfg), cfg.example_next_state_chars), ex.reward, ex.done,
-                                _clip(ex.reasoning or "", cfg.example_next_state_chars), use_reasoning=show)
+    n = cfg.example_next_state_chars
+    trace = _clip(ex.reasoning or "", n)
+    edit = written_edit(ex, cfg)
+    if edit is None:
+        outcome = format_completion(_clip(written_state(ex, cfg), n), ex.reward, ex.done, trace, use_reasoning=show)
+    else:
+        outcome = format_edit_completion(clip_edit(edit, n), ex.reward, ex.done, trace, use_reasoning=show)
     return f"## {i}\nState: {_clip(ex.state, cfg.example_state_chars)}\nAction: {ex.action}\n{outcome}"
 
 
@@ -157,7 +226,8 @@ def build_request(query: Transition, examples: list[Transition], cfg: Experience
     examples from the end, then the history, then halve the state until it fits."""
 
     def make(ex: list[Transition], h: int, sc: int) -> ChatRequest:
-        msgs = [{"role": "system", "content": SYSTEM_PROMPT}] if cfg.system_prompt else []
+        system = EDIT_SYSTEM_PROMPT if cfg.state_format == "edit" else SYSTEM_PROMPT
+        msgs = [{"role": "system", "content": system}] if cfg.system_prompt else []
         return msgs + [{"role": "user", "content": render_user(query, ex, cfg, history=h, state_chars=sc)}]
 
     examples = list(examples[: cfg.k]) if cfg.use_retrieval else []
@@ -186,9 +256,19 @@ def build_request(query: Transition, examples: list[Transition], cfg: Experience
 def format_completion(next_state: str, reward: float, done: bool, reasoning: str | None,
                       use_reasoning: bool = True) -> str:
     """The training target in the strict output format (see the module docstring)."""
+    return _completion(f"<state>\n{next_state.strip()}\n</state>", reward, done, reasoning, use_reasoning)
+
+
+def format_edit_completion(edit: str, reward: float, done: bool, reasoning: str | None,
+                           use_reasoning: bool = True) -> str:
+    """The strict output format with the next state written as `edit`, an edit's text (`format_edit`: one line per
+    operation, each ended by a newline; "" leaves the state as it is)."""
+    return _completion(f"<edit>\n{edit}</edit>", reward, done, reasoning, use_reasoning)
+
+
+def _completion(block: str, reward: float, done: bool, reasoning: str | None, use_reasoning: bool) -> str:
     think = f"<think>{' '.join((reasoning or '').split())}</think>\n" if use_reasoning else ""
-    return (f"{think}<state>\n{next_state.strip()}\n</state>\n<reward>{format_reward(reward)}</reward>\n"
-            f"<done>{'true' if done else 'false'}</done>")
+    return f"{think}{block}\n<reward>{format_reward(reward)}</reward>\n<done>{'true' if done else 'false'}</done>"
 
 
 # The output format as a regex, for structured decoding. Fields hold no "<", so every "<" of an answer opens or
@@ -204,22 +284,27 @@ _LONGEST_REWARD = "0.125"
 def output_regex(cfg: ExperienceModelConfig) -> str:
     """The strict output format (module docstring) as a regex: what structured decoding lets the model write. The
     reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`."""
-    return _answer_regex(cfg, _FIELD, _STATE)
+    return _answer_regex(cfg, _FIELD, _STATE, EDIT_BODY)
 
 
-def _answer_regex(cfg: ExperienceModelConfig, think: str, state: str) -> str:
-    """The output format as a regex with `think` and `state` as the patterns of those fields."""
+def _answer_regex(cfg: ExperienceModelConfig, think: str, state: str, edit: str) -> str:
+    """The output format as a regex with `think`, `state` and `edit` as the patterns of those fields; the `<edit>`
+    block is an alternative to the `<state>` block under `state_format: edit` only."""
     trace = f"<think>{think}</think>\n" if cfg.use_reasoning else ""
     reward = _BINARY_REWARD if cfg.binary_reward else _DECIMAL_REWARD
-    return f"{trace}<state>\n{state}</state>\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
+    block = f"<state>\n{state}</state>"
+    if cfg.state_format == "edit":
+        block = f"({block}|<edit>\n{edit}</edit>)"
+    return f"{trace}{block}\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
 
 
 def output_constraint(cfg: ExperienceModelConfig) -> OutputConstraint:
     """`output_regex` with per-field token budgets: the <think> trace closes after `max_think_tokens` tokens or
-    when only the rest of the answer fits in `max_new_tokens`; the state closes when only its tail fits. Each
-    token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer. Servers get the
-    budgets as character bounds (`server_regex`)."""
+    when only the rest of the answer fits in `max_new_tokens`; the state (or the edit) closes when only its tail
+    fits. Each token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer. Servers
+    get the budgets as character bounds (`server_regex`)."""
     reward = "1" if cfg.binary_reward else _LONGEST_REWARD
+    # `</state>` is the longer closer: an edit's tail fits in the same reserve.
     tail = len(f"</state>\n<reward>{reward}</reward>\n<done>false{STOP}".encode())
     state_opening = len(b"</think>\n<state>\n") + 1  # and one character of state
     state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail)
@@ -247,29 +332,37 @@ def _server_regex(cfg: ExperienceModelConfig, tail: int) -> tuple[str, int]:
     think_chars = SERVER_CHARS_PER_TOKEN * cfg.max_think_tokens
     state_chars = SERVER_CHARS_PER_TOKEN * max(1, cfg.max_new_tokens - len(opening) - tail)
     regex = _answer_regex(cfg, f"[^<]{{0,{think_chars}}}",
-                          rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}")
-    longest = len(opening) + tail + (think_chars if cfg.use_reasoning else 0) + _LEADING_SPACE + state_chars
+                          rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}", bounded_edit_body(state_chars))
+    body = _LEADING_SPACE + state_chars
+    if cfg.state_format == "edit":  # an edit's body has at most as many units as a state characters (edits.py)
+        body = max(body, bounded_edit_chars(state_chars) - 2)  # its tags are a character shorter each
+    longest = len(opening) + tail + (think_chars if cfg.use_reasoning else 0) + body
     return regex, longest
 
 
 @dataclass
 class ParsedOutput:
-    """A well-formed output's fields, as written (the state not yet completed by `completed_state`)."""
+    """A well-formed output's fields, as written (the state not yet completed by `completed_state`, an edit not yet
+    applied: `answer_state` does both)."""
 
     next_state: str
+    """The `<state>` block's text; "" when the answer is an edit."""
     reward: float
     done: bool
     reasoning: str
+    edit: list[EditOp] | None = None
+    """The `<edit>` block's operations (`dreamgym.experience.edits`); None when the answer writes the whole state."""
 
 
 # The parser is linear in its input: every search below is a single left-to-right scan. A lazy `<tag>(.*?)</tag>`
 # search would rescan the rest of the text from every opening tag (quadratic: 40 s for 40k repeated `<state>` tags,
 # benchmarks/bench_parser.py). The first opening tag decides: the closers a later one could use all lie after the
 # first one too, so when the first has no closer, none has, and searching from it alone is the same answer.
-_STATE_OPEN = re.compile(r"<state>", re.I)
+_ANSWER_OPEN = re.compile(r"<(state|edit)>", re.I)  # whichever opens first holds the answer's next state
 _STATE_CLOSE = re.compile(r"(</state>)|<reward>|<done>", re.I)  # a missing </state> ends at the next tag
+_EDIT_CLOSE = re.compile(r"(</edit>)|<reward>|<done>", re.I)
 _THINK_OPEN = re.compile(r"<think>", re.I)
-_THINK_CLOSE = re.compile(r"(</think>)|<state>", re.I)
+_THINK_CLOSE = re.compile(r"(</think>)|<state>|<edit>", re.I)
 _REWARD_RE = re.compile(r"<reward>\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?|true|false)\s*(?:</reward>)?", re.I)
 _DONE_RE = re.compile(r"<done>\s*(true|false|yes|no|1|0)\b", re.I)
 
@@ -292,17 +385,27 @@ def _block(text: str, opener: re.Pattern[str], closer: re.Pattern[str],
 
 def parse_completion(text: str) -> tuple[ParsedOutput | None, str]:
     """(parsed, "") for a well-formed output, else (None, reason). Lenient about whitespace, case, a missing
-    </state> or </reward> before the next tag, and text around the tags; strict about the presence of a
-    non-empty state, a reward in [0, 1] and a done flag. Time linear in `len(text)`."""
+    </state>, </edit> or </reward> before the next tag, and text around the tags; strict about the presence of a
+    non-empty state or of an edit whose every line is an operation, a reward in [0, 1] and a done flag. Reads either
+    form of the next state whatever the config (the first block opened counts). Time linear in `len(text)`."""
     if not isinstance(text, str) or not text.strip():
         return None, "empty output"
-    b_state = _block(text, _STATE_OPEN, _STATE_CLOSE)
+    m_open = _ANSWER_OPEN.search(text)
+    is_edit = m_open is not None and m_open.group(1).lower() == "edit"
+    b_state = _block(text, _ANSWER_OPEN, _EDIT_CLOSE if is_edit else _STATE_CLOSE)
     if b_state is None:
-        return None, "no <state> block"
+        return None, "no <state> or <edit> block"
     s_start, c_start, c_end, s_end = b_state
-    state = text[c_start:c_end].strip("\n").strip()
-    if not state:
-        return None, "empty <state>"
+    edit: list[EditOp] | None = None
+    if is_edit:
+        edit, why = parse_edit(text[c_start:c_end])
+        if edit is None:
+            return None, why
+        state = ""
+    else:
+        state = text[c_start:c_end].strip("\n").strip()
+        if not state:
+            return None, "empty <state>"
     m_r = _REWARD_RE.search(text, s_end)
     if not m_r:
         return None, "no parseable <reward>"
@@ -316,7 +419,20 @@ def parse_completion(text: str) -> tuple[ParsedOutput | None, str]:
     done = m_d.group(1).lower() in ("true", "yes", "1")
     b_think = _block(text, _THINK_OPEN, _THINK_CLOSE, endpos=s_start)
     reasoning = " ".join(text[b_think[1]:b_think[2]].split()) if b_think else ""
-    return ParsedOutput(next_state=state, reward=reward, done=done, reasoning=reasoning), ""
+    return ParsedOutput(next_state=state, reward=reward, done=done, reasoning=reasoning, edit=edit), ""
+
+
+def answer_state(parsed: ParsedOutput, query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> str:
+    """The whole next state a well-formed answer to `query` gives: its state completed (`completed_state`), or its
+    edit applied to the query's state as the model writes states, then completed. Raises `EditError` when the edit
+    cannot apply (it names a line the state does not hold) or leaves no state: the answer is then malformed."""
+    if parsed.edit is None:
+        return completed_state(parsed.next_state, query, cfg, env)
+    base = _written(query.state, env or query.task.env, cfg) if query.state.strip() else ""
+    written = apply_edit(base, parsed.edit)
+    if not written.strip():
+        raise EditError("the edit leaves an empty state")
+    return completed_state(written, query, cfg, env)
 
 
 @dataclass

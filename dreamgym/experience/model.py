@@ -14,14 +14,16 @@ a backend that enforces it (the local one, vLLM and `dreamgym serve-model` throu
 writes a malformed answer and no retry is spent; the rest below is for backends that ignore it and for
 contradictions.
 
-Malformed outputs: an output that does not parse, or whose next state the shortcuts reject as contradicting the
-action (`reject_contradictions`), is re-generated `retries` times (sampled at `RETRY_TEMPERATURE`, one batched
-call per retry round); one still malformed after that becomes the failure state (`FAILURE_STATE`, reward 0.0,
-done True, `failed=True`) and increments `stats["failures"]`; when its last attempt was a backend error (the
-call raised: a server down or refusing the request) it also increments `stats["backend_failures"]` and its
-`error` names the backend's, so a caller can tell a model that writes nonsense from a backend it cannot use.
-A batch whose call ran past the backend's time limit (`GenerationTimeout`) is not re-generated: the same batch would
-take as long again on a backend already too slow for it. Nothing here raises on bad output.
+Malformed outputs: an output that does not parse, an edit that cannot apply to the query's state (it removes or
+keeps a line the state does not hold; also counted in `stats["inapplicable_edits"]`), or an output whose next state
+the shortcuts reject as contradicting the action (`reject_contradictions`), is re-generated `retries` times (sampled
+at `RETRY_TEMPERATURE`, one batched call per retry round); one still malformed after that becomes the failure state
+(`FAILURE_STATE`, reward 0.0, done True, `failed=True`) and increments `stats["failures"]`; when its last attempt
+was a backend error (the call raised: a server down or refusing the request) it also increments
+`stats["backend_failures"]` and its `error` names the backend's, so a caller can tell a model that writes nonsense
+from a backend it cannot use. A batch whose call ran past the backend's time limit (`GenerationTimeout`) is not
+re-generated: the same batch would take as long again on a backend already too slow for it. Nothing here raises on
+bad output.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from typing import TYPE_CHECKING
 from dreamgym.experience.checkpoint import (checkpoint_model_config, load_checkpoint_model, load_checkpoint_tokenizer,
                                             read_checkpoint_meta)
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, build_request,
-                                        completed_state, output_constraint, parse_completion, query_for)
+from dreamgym.experience.edits import EditError
+from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, answer_state, build_request,
+                                        output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
 from dreamgym.llm.base import GENERATION_TIMEOUT_S, LLM, ChatRequest, GenerationTimeout, SamplingParams
 from dreamgym.types import Task, Transition
@@ -176,7 +179,13 @@ class ExperienceModel:
                     still.append((i, text))
                     continue
                 parsed, err = parse_completion(text)
-                state = completed_state(parsed.next_state, queries[i], self.config, self.env) if parsed else ""
+                state = ""
+                if parsed is not None:
+                    try:
+                        state = answer_state(parsed, queries[i], self.config, self.env)
+                    except EditError as e:  # a line edit naming a line the state does not hold: malformed
+                        self.stats["inapplicable_edits"] += 1
+                        parsed, err = None, f"edit does not apply: {e}"
                 if parsed is not None and (err := self.shortcuts.contradiction(queries[i], state, self.config)):
                     self.stats["contradicted"] += 1
                     parsed = None

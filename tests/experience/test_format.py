@@ -39,7 +39,7 @@ def test_parser_is_lenient_about_layout(text):
 
 @pytest.mark.parametrize("text,reason", [
     ("", "empty output"),
-    ("the dial turns", "no <state> block"),
+    ("the dial turns", "no <state> or <edit> block"),
     ("<state>   </state><reward>0</reward><done>true</done>", "empty <state>"),
     ("<state>x</state><reward>lots</reward><done>true</done>", "no parseable <reward>"),
     ("<state>x</state><reward>7</reward><done>true</done>", "reward 7 outside [0, 1]"),

@@ -29,7 +29,7 @@ def test_malformed_output_is_retried_then_becomes_the_failure_state_and_is_count
     assert [p.failed for p in preds] == [False, True, False]
     fail = preds[1]
     assert fail.next_state == FAILURE_STATE and fail.reward == 0.0 and fail.done is True
-    assert fail.attempts == 3 and fail.error == "no <state> block"
+    assert fail.attempts == 3 and fail.error == "no <state> or <edit> block"
     # One generate call for the batch, then one per retry round holding only the malformed request.
     assert m.stats["generate_calls"] == 3 and len(llm.calls) == 3 + 2
     assert m.stats["malformed"] == 3 and m.stats["retries"] == 2 and m.stats["failures"] == 1

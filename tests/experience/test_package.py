@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dreamgym.experience
 
-ORDER = ["config", "hooks", "format", "checkpoint", "shortcuts", "model", "data", "train"]
+ORDER = ["config", "edits", "hooks", "format", "checkpoint", "shortcuts", "model", "data", "train"]
 
 
 def _package_imports(path: Path) -> set[str]:
