@@ -191,6 +191,30 @@ def test_the_server_regex_bounds_an_edit_and_its_longest_answer_fills_server_max
     assert not re.fullmatch(c.server_regex, longest.replace("- ", "- \n+ ", 1))
 
 
+def test_a_budget_closes_an_edit_mid_line_token_by_token():
+    """The constraint as the local backend enforces it: once only the answer's tail fits in `max_new_tokens`, the
+    next token must hold the "<" that closes the edit, even in the middle of a line (whose last line break the
+    regex lets it skip), and the rest of the answer still fits."""
+    from dreamgym.experience.checkpoint import load_checkpoint_tokenizer
+    from dreamgym.llm.grammar import Grammars
+    from em_helpers import trained_dial_model
+
+    tok = load_checkpoint_tokenizer(trained_dial_model())
+    grammars = Grammars(tok, len(tok))
+    prefix = tok("<think>x</think>\n<edit>\n- [dial] 3\n+ [dial", add_special_tokens=False)["input_ids"]
+    tail = len("</state>\n<reward>1</reward>\n<done>false</done>")
+    row = grammars.row(output_constraint(EDIT), len(prefix) + tail)
+    assert all(row.accept(t) for t in prefix)
+    mask = grammars.bitmask(1)
+    row.fill(mask, 0)
+    allowed = [t for t in range(len(tok)) if (int(mask[0, t // 32]) >> (t % 32)) & 1]
+    assert allowed and all("<" in tok.decode([t]) for t in allowed) and row.forced == 1
+    rest = tok("</edit>\n<reward>0</reward>\n<done>false</done>", add_special_tokens=False)["input_ids"]
+    assert all(row.accept(t) for t in rest) and len(rest) <= tail
+    parsed, _ = parse_completion(tok.decode(prefix + rest))
+    assert parsed is not None and parsed.edit == [("-", "[dial] 3"), ("+", "[dial")]
+
+
 # ------------------------------------------------------------------------------------- prediction and failure
 
 
