@@ -82,7 +82,7 @@ def main() -> None:
     seed = em_transitions(load_trajectories(a.data), history=base.history)
     queries = em_transitions(load_trajectories(a.heldout), history=base.history) if a.heldout else seed
     if not a.no_teacher:
-        from dreamgym.reasoning import EnvTeacher, annotate
+        from dreamgym.experience.reasoning import EnvTeacher, annotate
 
         seed = annotate(seed, EnvTeacher(a.env))
         queries = seed if not a.heldout else annotate(queries, EnvTeacher(a.env))

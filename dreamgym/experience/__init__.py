@@ -9,11 +9,11 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `hooks`: the environment families' optional hooks, the package's only door to a family;
 - `format`: the prompt, the strict output format (the next state whole or as an edit) and its parser, the reset
   pseudo-action, the failure state, `FORMAT_VERSION`, and `Prediction`;
+- `reasoning`: reasoning-trace teachers (environment-grounded, LLM) for the training targets' `<think>`;
 - `checkpoint`: the checkpoint layout (`em_config.json`, `model/`, the resumable `checkpoint/`) and reading it back;
 - `shortcuts`: the `OutcomeResolver` seam (outcomes given without a model call, answers rejected as
   contradicting the action) and `FamilyShortcuts`, its implementation from the family hooks;
 - `model`: `ExperienceModel`, batched prediction with retrieval, retries and the failure state;
-- `reasoning`: reasoning-trace teachers (environment-grounded, LLM) for the training targets' `<think>`;
 - `data`: experience-model transitions, the seed replay buffer, tokenized training examples;
 - `train`: `TrainEMConfig`, the SFT loop (`train_em`) and the `dreamgym train-em` command;
 - `fidelity`: how faithful a trained model is on held-out real transitions (`dreamgym eval-em`) and the gate that

@@ -244,7 +244,7 @@ def test_an_inapplicable_edit_is_retried_then_becomes_the_failure_state_and_is_c
 
 def test_the_synthetic_environment_steps_on_applied_edits_and_ends_on_an_inapplicable_one():
     from dreamgym.envs import dial
-    from dreamgym.synthetic_env import SyntheticEnv
+    from dreamgym.dream.synthetic_env import SyntheticEnv
     from dreamgym.types import Task
 
     def answer(req):
@@ -268,7 +268,7 @@ def test_the_synthetic_environment_steps_on_applied_edits_and_ends_on_an_inappli
 
 def test_fidelity_scores_the_whole_next_state_after_the_edit_and_counts_an_inapplicable_one():
     from dreamgym.envs import dial
-    from dreamgym.fidelity import teacher_forced
+    from dreamgym.experience.fidelity import teacher_forced
 
     steps = [t for t in em_transitions(dial_trajectories(4)) if t.action != RESET_ACTION][:12]
 
@@ -322,7 +322,7 @@ def test_retrieved_examples_show_their_edit_and_the_prompt_shrinks_on_a_miniwob_
 def tiny_tokenizer():
     from transformers import AutoTokenizer
 
-    from dreamgym.presets import resolve
+    from dreamgym.llm.presets import resolve
 
     return AutoTokenizer.from_pretrained(str(resolve("tiny")))
 
@@ -350,7 +350,7 @@ def test_a_tiny_model_trained_a_few_steps_on_edits_is_decoded_as_edits_and_its_a
     on every step); each answer parses, and each one either applies to the query's state, giving a whole dial state,
     or is the failure state and counted."""
     from dreamgym.envs import dial
-    from dreamgym.experience.train import TrainEMConfig, train
+    from dreamgym.experience.train import TrainEMConfig, train_em
     from dreamgym.trainers.common import OptimConfig
 
     em = dataclasses.replace(EDIT, k=0, use_retrieval=False, use_reasoning=False, max_new_tokens=48)
@@ -358,7 +358,7 @@ def test_a_tiny_model_trained_a_few_steps_on_edits_is_decoded_as_edits_and_its_a
     assert all(written_edit(t, em) is not None for t in em_transitions(trajs) if t.action != RESET_ACTION)
     cfg = TrainEMConfig(env="dial", data="unused", out=str(tmp_path / "em"), max_steps=30, batch_size=8, em=em,
                         optim=OptimConfig(lr=3e-3, warmup_steps=5), threads=1, task_writing=0, save_every=0)
-    train(cfg, trajectories=trajs)
+    train_em(cfg, trajectories=trajs)
     m = ExperienceModel.load(tmp_path / "em", device="cpu", config_overrides=["retries=0"])
     assert m.config.state_format == "edit"
     queries = [t for t in em_transitions(dial_trajectories(4, split="test")) if t.action != RESET_ACTION][:12]

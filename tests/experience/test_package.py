@@ -6,7 +6,8 @@ from pathlib import Path
 
 import dreamgym.experience
 
-ORDER = ["config", "edits", "hooks", "format", "checkpoint", "shortcuts", "model", "data", "train"]
+ORDER = ["config", "edits", "hooks", "format", "reasoning", "checkpoint", "shortcuts", "model", "data", "train",
+         "fidelity"]
 
 
 def _package_imports(path: Path) -> set[str]:
