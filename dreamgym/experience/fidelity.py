@@ -15,7 +15,9 @@ Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consis
   `reward1_precision` of the predicted reward 1 against the real one, and the collapse detector
   `distinct_next_states`: distinct predicted next states per distinct (state, action) scored, beside the same
   ratio of the real next states (`distinct_next_states_real`); a model that writes one sentence for every action
-  has a high F1 on similar states but a ratio near 1 / number of steps.
+  has a high F1 on similar states but a ratio near 1 / number of steps. `copy_state_f1` and `copy_state_em` score
+  the current state itself as the prediction: the floor a model must beat, since F1 credits the lines a step leaves
+  unchanged (on MiniWoB++ copying scores F1 0.91, exact match 0.15).
   `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
   `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`: `search`,
   `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
@@ -234,6 +236,8 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
         "failure_rate": failures / n,
         "failures": failures,
         "format_validity": 1.0 - failures / n if steps else None,
+        "copy_state_f1": sum(token_f1(t.state, t.next_state) for t in steps) / n,
+        "copy_state_em": sum(exact_match(t.state, t.next_state) for t in steps) / n,
     }
     kinds: dict[str, list[int]] = {}
     for i, t in enumerate(steps):
@@ -372,6 +376,10 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
                          f"steps {r['failures'] - r['init_failures'] - r['fr_failures']}/{r['n']}, initial states "
                          f"{r['init_failures']}/{r['init_n']}, free-running steps {r['fr_failures']}/"
                          f"{r['fr_predictions']})")
+    for name, r in rows.items():  # what F1 and EM are worth: the same steps, the current state copied
+        if r.get("copy_state_f1") is not None:
+            lines.append(f"{name}: copying the current state scores F1 {r['copy_state_f1']:.3f}, EM "
+                         f"{r['copy_state_em']:.3f} on the same steps (the floor to beat)")
     for name, r in rows.items():  # where the average F1 comes from: one line per action verb
         parts = [f"{k} {v['state_f1']:.3f} (n={v['n']})" for k, v in (r.get("by_action") or {}).items()]
         if parts:
@@ -536,8 +544,8 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     reasons, unmeasured = gate(tf, cfg)
     if not steps:
         reasons = ["no held-out step to score"]
-    keys = ("n", "format_validity", "state_f1", "state_em", "reward1_recall", "reward1_precision", "done_acc",
-            "distinct_next_states", "distinct_next_states_real", "distinct_share")
+    keys = ("n", "format_validity", "state_f1", "state_em", "copy_state_f1", "copy_state_em", "reward1_recall",
+            "reward1_precision", "done_acc", "distinct_next_states", "distinct_next_states_real", "distinct_share")
     report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"], "fit": not reasons,
                               "reasons": reasons, "unmeasured": unmeasured}
     report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}

@@ -127,6 +127,11 @@ def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
     # the average is the n-weighted mean of the per-verb figures
     by = tf["by_action"]
     assert abs(sum(v["state_f1"] * v["n"] for v in by.values()) / tf["n"] - tf["state_f1"]) < 1e-9
+    # the copy baseline is the model's floor, the same for both models: the current state scored as the next one
+    steps = [t for t in trs if t.action != RESET_ACTION]
+    unchanged = sum(" ".join(t.state.split()) == " ".join(t.next_state.split()) for t in steps) / len(steps)
+    assert tf["copy_state_em"] == pytest.approx(unchanged) and unchanged < 1.0
+    assert 0.0 < tf["copy_state_f1"] < 1.0 and tf["copy_state_f1"] == teacher_forced(perfect, trs)["copy_state_f1"]
     fr = free_running(bad, trajs, "dial")
     assert any(not t.won for t in trajs)
     assert fr["false_success"] == 1.0 and fr["contradiction_rate"] > 0.5 and fr["examples"]
