@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym.config import ConfigError
-from dreamgym.rl.compare import BOOTSTRAP_RESAMPLES, Outcomes, aggregate_runs, compare_paired, outcomes
+from dreamgym.rl.compare import (BOOTSTRAP_RESAMPLES, Outcomes, aggregate_runs, compare_paired, improvement_interval,
+                                 outcomes, task_scores)
 from dreamgym.utils.metrics import describe_machine
 from dreamgym.utils.paths import atomic_write_text
 
@@ -144,6 +145,7 @@ def aggregate_seeds(per_seed: dict[int, dict[str, Any]], *,
         if missing:
             raise ValueError(f"seed {s} has no row {missing[0]!r}")
     played = {row: _pooled(per_seed, row) for row in rows}
+    scores = {row: task_scores(played[row]) for row in rows}
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         agg = aggregate_runs(played[row], resamples=resamples)
@@ -153,6 +155,9 @@ def aggregate_seeds(per_seed: dict[int, dict[str, Any]], *,
                 first = {k: v for runs in played[ref].values() for k, v in runs.items()}
                 second = {k: v for runs in played[row].values() for k, v in runs.items()}
                 vs[ref] = compare_paired(first, second).to_dict()
+                if scores[ref][0] == scores[row][0]:  # the same test tasks: the strata of the bootstrap
+                    p, lo, hi = improvement_interval(scores[row][1], scores[ref][1], resamples=resamples)
+                    vs[ref] |= {"probability_of_improvement": p, "poi_low": lo, "poi_high": hi}
         out[row] = {**agg.to_dict(), "real_steps": [per_seed[s]["results"][row].get("real_steps", 0) for s in seeds],
                     "wall_time_s": [per_seed[s]["results"][row].get("wall_time_s", 0.0) for s in seeds],
                     "vs": vs}
@@ -183,14 +188,17 @@ def render_seeds_report(title: str, per_seed: dict[int, dict[str, Any]], agg: di
     refs = [ref for ref in REFERENCE_ROWS if ref in agg]
     lines += ["", f"Over the {len(seeds)} seeds.", "",
               "| method | real steps in RL (per seed) | success % over all episodes [95% CI] (won/n) "
-              "| IQM % [95% CI] | " + " | ".join(f"vs {ref}: only it / only {ref} (p)" for ref in refs)
+              "| IQM % [95% CI] | "
+              + " | ".join(f"vs {ref}: only it / only {ref} (p); P(it > {ref}) [95% CI]" for ref in refs)
               + " | wall time (s, per seed) |",
               "|---|---|---|---|" + "---|" * len(refs) + "---|"]
     for row, a in agg.items():
         vs = []
         for ref in refs:
             c = a["vs"].get(ref)
-            vs.append(f"{c['only_second']} / {c['only_first']} ({_p(c['p_two_sided'])})" if c else "")
+            poi = (f"; {c['probability_of_improvement']:.2f} [{c['poi_low']:.2f}, {c['poi_high']:.2f}]"
+                   if c and "probability_of_improvement" in c else "")
+            vs.append(f"{c['only_second']} / {c['only_first']} ({_p(c['p_two_sided'])}){poi}" if c else "")
         lines.append(f"| {row} | {' / '.join(str(x) for x in a['real_steps'])} | "
                      f"{_pct(a['success_rate'])} [{_pct(a['ci_low'])}, {_pct(a['ci_high'])}] "
                      f"({a['n_success']}/{a['n']}) | {_pct(a['iqm'])} [{_pct(a['iqm_low'])}, {_pct(a['iqm_high'])}] | "
@@ -209,7 +217,10 @@ def method_note(seeds: Sequence[int], tasks: int, agg: dict[str, dict[str, Any]]
             f"interval of a stratified bootstrap (seeds resampled within each task, 2,000 resamples; Agarwal et al. "
             f"2021). vs a reference row: episodes paired by (seed, task, evaluation seed); the pairs only this row won "
             f"/ only the reference won, and the exact two-sided sign test on them (scipy.stats.binomtest); {tests} "
-            f"comparisons, p-values not corrected for their number.\n")
+            f"comparisons, p-values not corrected for their number. P(it > reference): the probability of "
+            f"improvement of rliable (per task, the share of (seed, seed) pairs in which this row scored higher, ties "
+            f"half, averaged over tasks), with its stratified bootstrap interval; unpaired, it compares the seeds' "
+            f"runs, not the episodes.\n")
 
 
 def row_findings(reference: str, results: dict[str, dict[str, Any]] | None = None,

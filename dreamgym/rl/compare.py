@@ -3,13 +3,15 @@ run several times (Agarwal et al. 2021, "Deep RL at the edge of the statistical 
 
 Owns: `Outcomes` (what each episode of an evaluation scored, keyed by (run, task id, evaluation seed)), `outcomes`
 (read from `episode_rows` records, the rows `dreamgym eval --json` writes), `compare_paired` (two policies on the
-episodes both played: wins, discordant pairs, the exact sign test, the paired reward difference) and
+episodes both played: wins, discordant pairs, the exact sign test, the paired reward difference),
 `aggregate_runs` (several runs of one method: success over every episode with its Wilson interval, and the
-interquartile mean of per-(run, task) success with a stratified bootstrap interval).
+interquartile mean of per-(run, task) success with a stratified bootstrap interval) and `improvement_interval`
+(rliable's probability of improvement between two methods' runs, with its stratified bootstrap interval).
 Must not know: how the policies were trained or evaluated, commands, report layouts.
 
 The statistics are scipy's (`binomtest`, `bootstrap`, `trim_mean`), not rliable's: rliable 1.2.0 brings arch,
-statsmodels, pandas and seaborn into the pinned environment for these three functions. Its stratified bootstrap
+statsmodels, pandas and seaborn into the pinned environment for these functions (its probability of improvement
+is a few lines of numpy, below). Its stratified bootstrap
 (runs resampled independently within each task) is scipy's multi-sample bootstrap with one sample per task.
 """
 
@@ -136,6 +138,36 @@ def iqm_interval(scores: np.ndarray, *, confidence: float = 0.95, resamples: int
 
     res = stats.bootstrap(tuple(scores[:, j] for j in range(scores.shape[1])), statistic, n_resamples=resamples,
                           confidence_level=confidence, method="percentile", vectorized=True,
+                          rng=np.random.default_rng(seed))
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> Any:
+    """P(X > Y) of rliable (`metrics.probability_of_improvement`): for each task, the share of (run of x, run of y)
+    pairs in which x scored higher, ties counting half (the Mann-Whitney U statistic over n x m), averaged over the
+    tasks. `x`, `y`: (..., tasks, runs) score arrays, runs on the last axis."""
+    del axis  # the bootstrap passes it; runs are always the last axis here
+    gt = (x[..., :, None] > y[..., None, :]).mean(axis=(-2, -1))
+    eq = (x[..., :, None] == y[..., None, :]).mean(axis=(-2, -1))
+    return (gt + 0.5 * eq).mean(axis=-1)
+
+
+def improvement_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95,
+                         resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(P(X > Y), low, high) for two methods' runs x tasks score matrices: the percentile interval of a stratified
+    bootstrap resampling each method's runs within each task, as rliable does. (nan, nan) interval when either
+    method has one run."""
+    point = float(probability_of_improvement(x.T, y.T))
+    if x.shape[0] < 2 or y.shape[0] < 2:
+        return point, float("nan"), float("nan")
+    tasks = x.shape[1]
+
+    def statistic(*per_task: np.ndarray, axis: int = -1) -> Any:
+        # per_task: x's runs of task 0..T-1, then y's; each (..., runs) -> (..., tasks, runs)
+        return probability_of_improvement(np.stack(per_task[:tasks], axis=-2), np.stack(per_task[tasks:], axis=-2))
+
+    res = stats.bootstrap(tuple(x[:, j] for j in range(tasks)) + tuple(y[:, j] for j in range(tasks)), statistic,
+                          n_resamples=resamples, confidence_level=confidence, method="percentile", vectorized=True,
                           rng=np.random.default_rng(seed))
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 

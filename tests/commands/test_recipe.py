@@ -180,7 +180,7 @@ def _seed_rows(seed_folder):
 def test_an_interrupted_table_over_seeds_resumes_without_rerunning_finished_rows(tmp_path):
     """`table --seeds` killed after its second finished row: run again, it reads the finished rows back (their files
     untouched), runs the rest, and the report over seeds is computed on the per-seed episodes on disk."""
-    from dreamgym.rl.compare import aggregate_runs, compare_paired, outcomes
+    from dreamgym.rl.compare import aggregate_runs, compare_paired, improvement_interval, outcomes, task_scores
 
     run = tmp_path / "t"
     args = ["table", "--env", "dial", "--no-progress", "--seeds", "0,1", "--workers", "1", f"run_dir={run}",
@@ -211,7 +211,11 @@ def test_an_interrupted_table_over_seeds_resumes_without_rerunning_finished_rows
         assert got["n"] == sum(per_seed[s][slugs[row]]["result"]["n"] for s in (0, 1)) == 2 * 3 * 2
         if row != "SFT":
             pooled = [{k: v for s in (0, 1) for k, v in played[name][s].items()} for name in ("SFT", row)]
-            assert got["vs"]["SFT"] == compare_paired(*pooled).to_dict()
+            paired = compare_paired(*pooled).to_dict()
+            assert {k: got["vs"]["SFT"][k] for k in paired} == paired
+            p, lo, hi = improvement_interval(task_scores(runs)[1], task_scores(played["SFT"])[1])
+            assert (got["vs"]["SFT"]["probability_of_improvement"], got["vs"]["SFT"]["poi_low"],
+                    got["vs"]["SFT"]["poi_high"]) == (p, lo, hi)
             assert got["vs"]["SFT"]["n"] == 2 * 3 * 2 and got["vs"]["SFT"]["unpaired_first"] == 0
     report = (run / "report.md").read_text()
     assert "| method | seed 0 | seed 1 |" in report and "| DreamGym GRPO |" in report
@@ -237,6 +241,6 @@ def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_
     assert set(summary["over_seeds"]["DreamGym GRPO"]["vs"]) == {"SFT", "GRPO real"}
     assert summary["over_seeds"]["GRPO real"]["vs"].keys() == {"SFT"}
     report = (run / "report.md").read_text()
-    assert "vs SFT: only it / only SFT (p)" in report and "IQM % [95% CI]" in report
+    assert "vs SFT: only it / only SFT (p); P(it > SFT) [95% CI]" in report and "IQM % [95% CI]" in report
     assert "- DreamGym GRPO: above SFT in " in report and "the SFT start is per seed" in report
     assert report.rstrip().splitlines()[-1].startswith("Machine (seed 0's run): ")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dreamgym.rl.compare import aggregate_runs, compare_paired, iqm_interval, outcomes, sign_test
+from dreamgym.rl.compare import (aggregate_runs, compare_paired, improvement_interval, iqm_interval, outcomes,
+                                 sign_test)
 
 
 def _rows(wins, task_ids=("a", "b"), seeds=(0, 1)):
@@ -55,3 +56,14 @@ def test_stratified_bootstrap_resamples_runs_within_each_task():
     assert point == pytest.approx(0.3) and math.isnan(lo) and math.isnan(hi)
     with pytest.raises(ValueError, match="no episode of task b"):
         aggregate_runs({0: outcomes(_rows([1, 0, 1, 0]), run=0), 1: outcomes(_rows([1, 1], task_ids=("a",)), run=1)})
+
+
+def test_probability_of_improvement_is_the_mann_whitney_share_averaged_over_tasks():
+    """rliable's P(X > Y): per task, U / (n m) with ties counted half, then the mean over tasks."""
+    x = np.array([[1.0, 0.5], [0.5, 0.0], [1.0, 1.0]])
+    y = np.array([[0.5, 0.5], [0.0, 0.0], [0.5, 1.0]])
+    p, lo, hi = improvement_interval(x, y, resamples=300)
+    assert p == pytest.approx(np.mean([stats.mannwhitneyu(x[:, j], y[:, j]).statistic / 9 for j in range(2)]))
+    assert lo <= p <= hi
+    assert improvement_interval(y, y, resamples=100)[0] == 0.5
+    assert math.isnan(improvement_interval(x[:1], y, resamples=100)[1])
