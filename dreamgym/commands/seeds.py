@@ -5,7 +5,8 @@ the recipe in `<run_dir>/seed-<s>/` (its own report.md and summary.json, exactly
 
 Owns: `check_seeds` (the seeds and workers rules, at start-up), `run_seeds` (the per-seed runs, in processes),
 `aggregate_seeds` (per row: success over every seed's episodes, the IQM over seeds with its stratified bootstrap
-interval, paired comparisons with the reference rows on the same test episodes), `render_seeds_report`,
+interval, paired comparisons with the reference rows on the same test episodes and the probability of improvement
+over them), `render_seeds_report`,
 `row_findings` (the sentences under a table, derived from its figures) and `write_seeds_report`.
 Must not know: how a row is trained (a seed's run is the recipe's own function, given), trainers, environments.
 The statistics are `dreamgym.rl.compare`'s.
@@ -36,9 +37,11 @@ REFERENCE_ROWS = ("SFT", "GRPO real")
 """The rows every other row is compared with, episode by episode: the start every RL row begins from, and RL in the
 real environment."""
 
+
 def check_seeds(seeds: Sequence[int], workers: int, threads: int) -> None:
-    """The rules of `seeds` and `workers`: no seed twice, and no more runs at a time than the cores they pin
-    (`workers` x `threads`): an oversubscribed run is slower than running the seeds one after another."""
+    """The rules of `seeds` and `workers`: no seed twice, and no more threads at a time (`workers` x `threads`) than
+    the cores this process may use: beyond that the runs only take turns on the cores, and their wall times (part of
+    the report) measure the crowding."""
     dup = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if dup:
         raise ConfigError("seeds", f"seed {dup[0]} is listed twice")
