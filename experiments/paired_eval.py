@@ -7,6 +7,9 @@ reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
 
+Episodes ended by an environment failure (`failed`) are left out, as `dreamgym eval` leaves them out of n. The
+pairing and the tests are `dreamgym.rl.compare`'s, which the reports over seeds (`--seeds`) use too.
+
 Either side may be several files joined by commas (evaluations of one policy on disjoint task ranges, e.g.
 games 61-180 and 181-274): their episodes are pooled.
 """
@@ -16,7 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dreamgym.rl.evaluate import paired_mean_difference, paired_sign_test, two_proportion_z_test, wilson_interval
+from dreamgym.rl.compare import Outcomes, compare_paired, outcomes
+from dreamgym.rl.evaluate import two_proportion_z_test, wilson_interval
 
 
 def main() -> None:
@@ -24,37 +28,36 @@ def main() -> None:
     ap.add_argument("first", help="eval --json file(s), comma-separated, of the reference policy (e.g. the SFT start)")
     ap.add_argument("second", help="eval --json file(s), comma-separated, of the policy tested for a gain")
     args = ap.parse_args()
-    runs = []
+    runs: list[Outcomes] = []
     for paths in (args.first, args.second):
-        played: dict[tuple[str, int], tuple[bool, float]] = {}  # (task, seed) -> (won, reward)
+        played: Outcomes = {}
         for path in paths.split(","):
-            for r in json.load(open(path, encoding="utf-8"))["episodes"]:
-                key = (r["task"], r["seed"])
-                if key in played:
-                    raise SystemExit(f"{path}: task {r['task']} seed {r['seed']} is in two of the pooled files")
-                played[key] = (bool(r["won"]), float(r["reward"]))
+            try:
+                more = outcomes(json.load(open(path, encoding="utf-8"))["episodes"], where=path)
+            except ValueError as e:
+                raise SystemExit(str(e)) from None
+            if set(more) & set(played):
+                raise SystemExit(f"{path}: an episode (task, seed) of it is in another of the pooled files")
+            played.update(more)
         runs.append(played)
-    common = sorted(set(runs[0]) & set(runs[1]))
-    if not common:
-        raise SystemExit("no (task, seed) pair was played by both policies")
-    a, b = ([r[k][0] for k in common] for r in runs)
-    n = len(common)
-    for name, won in ((args.first, a), (args.second, b)):
-        k = sum(won)
+    try:
+        c = compare_paired(runs[0], runs[1])
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    n = c.n
+    for name, k in ((args.first, c.first_wins), (args.second, c.second_wins)):
         lo, hi = wilson_interval(k, n)
         print(f"{name}: {k} of {n}, {100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
-    only_a = sum(x and not y for x, y in zip(a, b))
-    only_b = sum(y and not x for x, y in zip(a, b))
-    lo_b = wilson_interval(sum(b), n)[0]
-    hi_a = wilson_interval(sum(a), n)[1]
-    print(f"pairs won by the first only: {only_a}, by the second only: {only_b}, by both: "
-          f"{sum(x and y for x, y in zip(a, b))} (of {n}; {len(runs[0]) - n} / {len(runs[1]) - n} unpaired left out)")
-    print(f"one-sided paired sign test p = {paired_sign_test(only_a, only_b):.4f}; "
-          f"unpaired two-proportion p = {two_proportion_z_test(sum(a), n, sum(b), n)[1]:.4f}; "
+    lo_b = wilson_interval(c.second_wins, n)[0]
+    hi_a = wilson_interval(c.first_wins, n)[1]
+    print(f"pairs won by the first only: {c.only_first}, by the second only: {c.only_second}, by both: "
+          f"{c.first_wins - c.only_first} (of {n}; {c.unpaired_first} / {c.unpaired_second} unpaired left out)")
+    print(f"one-sided paired sign test p = {c.p_second_better:.4f}; "
+          f"unpaired two-proportion p = {two_proportion_z_test(c.first_wins, n, c.second_wins, n)[1]:.4f}; "
           f"intervals {'do not overlap' if lo_b > hi_a else 'overlap'}")
-    ra, rb = ([r[k][1] for k in common] for r in runs)
-    diff, half = paired_mean_difference(ra, rb)
-    print(f"mean reward {sum(ra) / n:.3f} -> {sum(rb) / n:.3f}; paired difference {diff:+.3f} +- {half:.3f} (95%)")
+    mean_first = sum(runs[0][k][1] for k in set(runs[0]) & set(runs[1])) / n
+    print(f"mean reward {mean_first:.3f} -> {mean_first + c.reward_difference:.3f}; paired difference "
+          f"{c.reward_difference:+.3f} +- {c.reward_half_width:.3f} (95%)")
 
 
 if __name__ == "__main__":

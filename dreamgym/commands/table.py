@@ -1,7 +1,9 @@
 """`dreamgym table`: the shape of the paper's Table 1 (and its ablations) at a scale 2 CPU cores can run.
 
-Owns: `TableConfig` (the budget B, iteration counts, model preset choice), the list of rows and how each is
-trained (through `dreamgym.commands.recipe.Recipe`), `results.md` and the PNG learning curves.
+Owns: `TableConfig` (the budget B, iteration counts, model preset choice, seeds), the list of rows and how each is
+trained (through `dreamgym.commands.recipe.Recipe`, which reads back rows an interrupted run finished), `results.md`
+and the PNG learning curves; with several seeds, one table per seed and the report over seeds
+(`dreamgym.commands.seeds`).
 Must not know: trainer or experience-model internals, concrete environments.
 
 Rows (every RL row starts from the same SFT policy; every evaluation is greedy on the same held-out real tasks):
@@ -25,7 +27,8 @@ from dreamgym.config import CommandParser, ConfigError, checked, describe, fail,
 from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig
 from dreamgym.utils.paths import atomic_write_text
-from dreamgym.commands.recipe import Recipe, check_recipe
+from dreamgym.commands.recipe import Recipe, add_seeds_options, check_recipe, seeds_overrides
+from dreamgym.commands.seeds import SeedRunError, check_seeds, run_seeds, write_seeds_report
 
 
 @dataclass
@@ -36,6 +39,12 @@ class TableConfig:
     """Output directory (default runs/table-<env>)."""
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """One seed for the whole table."""
+    seeds: list[int] = ranged([], ge=0, le=2**32 - 1)
+    """Several seeds (`--seeds 0,1,2`): every row runs once per seed, each seed a whole table (its own offline data,
+    experience models and SFT start) in run_dir/seed-<s>/, and run_dir gets the report over seeds (empty or one
+    seed: one table in run_dir, at `seed` or that seed, as with no seeds)."""
+    workers: int = ranged(1, ge=1)
+    """With several `seeds`: how many seeds run at a time, each in its own process with `threads` threads."""
     offline_episodes: int = ranged(2000, ge=10)
     """Offline real trajectories (the experience model's training data and the DPO pairs)."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
@@ -84,6 +93,7 @@ class TableConfig:
 
     def validate(self) -> None:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
+        check_seeds(self.seeds, self.workers, self.threads)
         unknown = [r for r in self.rows if r not in ALL_ROWS]
         if unknown:
             raise ConfigError("rows", f"unknown {unknown}", ", ".join(ALL_ROWS))
@@ -117,9 +127,17 @@ def plot_curves(results: dict[str, dict[str, Any]], path: Path, title: str) -> N
 
 
 def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
+    """The table: one run in `t.run_dir` (at `t.seed`, or at the one seed `t.seeds` holds), or with several
+    `t.seeds` one table per seed (`run_table_seeds`). Rows that finished in an earlier run with the same settings
+    are read back, not run again. Returns the rows' records and episodes, the wall time and the machine record."""
+    t = dataclasses.replace(t, run_dir=t.run_dir or f"runs/table-{t.env}")
+    if len(t.seeds) > 1:
+        return run_table_seeds(t, progress)
+    if t.seeds:
+        t = dataclasses.replace(t, seed=t.seeds[0], seeds=[])
     rows = t.rows or ALL_ROWS
     t0 = time.time()
-    r = Recipe(t.env, t.run_dir or f"runs/table-{t.env}", seed=t.seed, eval_tasks=t.eval_tasks,
+    r = Recipe(t.env, t.run_dir, seed=t.seed, eval_tasks=t.eval_tasks,
                eval_seeds=t.eval_seeds, eval_temperature=t.eval_temperature, progress=progress,
                train_overrides=t.train_overrides, em_overrides=t.em_overrides, threads=t.threads)
     r.collect_offline(t.offline_episodes, t.offline_mix, t.sft_policy)
@@ -165,7 +183,24 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     report = r.write_report(f"DreamGym results — {t.env}", note)
     atomic_write_text(r.run / "results.md", report)
     print("\n" + report)
-    return {"results": r.results, "wall_time_s": wall}
+    return {"results": r.results, "episodes": r.episodes, "wall_time_s": wall, "machine": r.machine}
+
+
+def run_table_seeds(t: TableConfig, progress: bool = True) -> dict[str, Any]:
+    """The table once per seed of `t.seeds`, each a whole one-seed table in `<run_dir>/seed-<s>/` (its learning
+    curves there), `t.workers` at a time; then the report over seeds at `t.run_dir` (report.md, its copy results.md,
+    summary.json)."""
+    t0 = time.time()
+    per_seed = run_seeds(run_table, t, seeds=t.seeds, run_dir=t.run_dir, workers=t.workers, progress=progress)
+    wall = time.time() - t0
+    note = (f"\nB = {t.budget} real steps (S2R: {t.budget // 16}); {len(t.eval_seeds)} evaluation seeds per test task "
+            f"at temperature {t.eval_temperature:g}; tiny preset; total wall time {wall:.0f} s. Learning curves: "
+            "seed-<s>/learning_curves.png.\n")
+    report = write_seeds_report(t.run_dir, f"DreamGym results — {t.env}, seeds {', '.join(map(str, t.seeds))}",
+                                t.env, per_seed, note, workers=t.workers)
+    atomic_write_text(Path(t.run_dir) / "results.md", report)
+    print("\n" + report)
+    return {"per_seed": per_seed, "wall_time_s": wall}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,11 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", default=None, help="environment family")
     parser.add_argument("--config", default=None, help="YAML file with TableConfig fields")
     parser.add_argument("--no-progress", action="store_true")
+    add_seeds_options(parser)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_intermixed_args(argv)
     try:
-        t = load_config(TableConfig, args.config, args.overrides + ([f"env={args.env}"] if args.env else []))
+        t = load_config(TableConfig, args.config,
+                        args.overrides + ([f"env={args.env}"] if args.env else []) + seeds_overrides(args))
     except ConfigError as e:
         return fail("table", e)
-    run_table(t, progress=not args.no_progress)
+    try:
+        run_table(t, progress=not args.no_progress)
+    except SeedRunError as e:
+        return fail("table", e)
     return 0

@@ -2,9 +2,10 @@
 
 Owns: `EvalConfig`, `evaluate_policy` (every (task, seed) pair played once through the rollout engine, in one
 batch), `EvalResult` (success rate with its Wilson 95% interval, mean reward, mean steps, n), the
-two-proportion z-test used to call an improvement significant, `load_policy` (a preset, a local model, or a
-checkpoint written by a trainer, full or LoRA) and the `dreamgym eval` command (a local policy, or one served by
-OpenAI-compatible servers at `http://HOST:PORT/v1#MODEL`; `--episodes-out` writes every episode as trajectories).
+two-proportion z-test used to call an improvement significant, `episode_rows` (each episode's outcome, for pairing),
+`load_policy` (a preset, a local model, or a checkpoint written by a trainer, full or LoRA) and the `dreamgym eval`
+command (a local policy, or one served by OpenAI-compatible servers at `http://HOST:PORT/v1#MODEL`; `--episodes-out`
+writes every episode as trajectories).
 Must not know: trainers' internals. `evaluate_policy` gets a `TextEnv` factory and never imports a concrete
 environment; only the command line looks an environment family up by name.
 
@@ -155,6 +156,13 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
                       noop_step_rate=m["noop_step_rate"], episodes=list(episodes))
 
 
+def episode_rows(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
+    """One record per episode (task id, seed, won, reward, steps, whether an environment failure ended it), so two
+    policies evaluated on the same tasks and seeds can be compared pair by pair (`dreamgym.rl.compare`)."""
+    return [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
+             "steps": len(e.turns), "failed": not e.trainable} for e in episodes]
+
+
 # --------------------------------------------------------------------------------------------- loading policies
 def load_policy(spec: str, device: str | None = None, quantize: str = "none") -> tuple[Any, Any, dict[str, Any]]:
     """(model, tokenizer, checkpoint meta) for a preset name, local model directory, Hugging Face id, or a
@@ -296,9 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         from dreamgym.utils.paths import atomic_write_text
 
-        # One row per episode, so two policies evaluated on the same tasks and seeds can be compared pair by pair.
-        rows = [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
-                 "steps": len(e.turns), "failed": not e.trainable} for e in result.episodes]
+        rows = episode_rows(result.episodes)
         atomic_write_text(args.json, json.dumps({"policy": args.policy, "env": args.env, "split": args.split,
                                                  "seeds": seeds, "tasks_from": args.tasks_from,
                                                  "skip_tasks": args.skip_tasks, "max_tasks": args.max_tasks,

@@ -98,3 +98,149 @@ def test_the_quickstart_report_says_where_sft_stopped_and_whether_the_criterion_
     assert "step 985" in met and "0.201 >= sft_stop_at=0.2" in met and "every 5 steps" in met
     short = sft_start_note({"step": 2368, "replay_success": 0.12, "criterion_met": False}, q)
     assert "cap (2368 steps, sft_epochs=64)" in short and "short of sft_stop_at=0.2" in short
+
+
+def test_the_recorded_quickstart_figures_are_the_ones_its_results_page_shows():
+    """The text printed under the quickstart's table is derived from `QUICKSTART_RECORDED`; every figure there must be
+    on the page it names, so the printed text and the docs cannot drift apart."""
+    from pathlib import Path
+
+    from dreamgym.commands.recipe import QUICKSTART_RECORDED
+    from dreamgym.rl.evaluate import wilson_interval
+
+    root = Path(__file__).resolve().parents[2]
+    for page, runs in QUICKSTART_RECORDED.values():
+        text = (root / page).read_text()
+        for run in runs:
+            for row, k in run.wins.items():
+                lo, hi = wilson_interval(k, run.n)
+                figure = f"{100 * k / run.n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+                assert figure in text, f"{run.setting}, {row}: {figure} is not on {page}"
+
+
+def test_the_printed_expectations_are_derived_from_the_recorded_counts():
+    from dreamgym.commands.recipe import QUICKSTART_RECORDED, RecordedRun, recorded_note
+
+    note = recorded_note("dial")
+    # One recorded setting where the dream row fell under SFT: the text may not say "each time".
+    assert "DreamGym GRPO ended above it in 3 of 4" in note and "-3.3 points" in note and "each time" not in note
+    assert recorded_note("alfworld") == ""
+    saved = QUICKSTART_RECORDED["dial"]
+    try:
+        QUICKSTART_RECORDED["dial"] = (saved[0], (RecordedRun("x", "d", {"SFT": 10, "DreamGym GRPO": 5}, n=20),))
+        assert "DreamGym GRPO ended above it in 0 of 1 (-25.0 points)" in recorded_note("dial")
+    finally:
+        QUICKSTART_RECORDED["dial"] = saved
+
+
+def test_seeds_and_workers_are_checked_at_start_up_naming_the_field():
+    import os
+
+    from dreamgym.config import ConfigError, load_config
+    from dreamgym.commands.recipe import QuickstartConfig
+    from dreamgym.commands.table import TableConfig
+
+    cores = len(os.sched_getaffinity(0))
+    for cls in (QuickstartConfig, TableConfig):
+        with pytest.raises(ConfigError, match="seeds: seed 1 is listed twice"):
+            load_config(cls, None, ["seeds=[0,1,1]"])
+        with pytest.raises(ConfigError, match="^workers: "):
+            load_config(cls, None, [f"seeds={list(range(cores + 1))}", f"workers={cores + 1}", "threads=1"])
+        with pytest.raises(ConfigError, match="^workers: "):  # two threads each: half as many runs at a time
+            load_config(cls, None, [f"seeds={list(range(cores))}", f"workers={cores}", "threads=2"])
+        with pytest.raises(ConfigError, match="seeds"):
+            load_config(cls, None, ["seeds=[-1]"])
+        assert load_config(cls, None, ["seeds=[0,1]", "workers=1", "threads=1"]).seeds == [0, 1]
+
+
+SMOKE = ["offline_episodes=10", "dream_iterations=1", "budget=16", "real_iterations=1", "eval_tasks=3",
+         "eval_seeds=[0,1]", "group_size=2", "tasks_per_iteration=2", "threads=1"]
+"""A recipe at smoke size: seconds per row on one thread (it learns nothing; the mechanics are what is tested)."""
+
+
+def _cli(args, tmp_path, env_extra=None):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def _seed_rows(seed_folder):
+    """Every finished row's record and episodes in a seed's run folder, as the recipe saved them."""
+    rows = {}
+    for f in seed_folder.glob("*/result.json"):
+        saved = json.loads(f.read_text())
+        rows[f.parent.name] = saved
+    return rows
+
+
+def test_an_interrupted_table_over_seeds_resumes_without_rerunning_finished_rows(tmp_path):
+    """`table --seeds` killed after its second finished row: run again, it reads the finished rows back (their files
+    untouched), runs the rest, and the report over seeds is computed on the per-seed episodes on disk."""
+    from dreamgym.rl.compare import aggregate_runs, compare_paired, improvement_interval, outcomes, task_scores
+
+    run = tmp_path / "t"
+    args = ["table", "--env", "dial", "--no-progress", "--seeds", "0,1", "--workers", "1", f"run_dir={run}",
+            "rows=[SFT,GRPO real,DreamGym GRPO]", "sft_epochs=1", "em_epochs=0.05", "eval_every=0",
+            "em_overrides=[max_steps=2]", *SMOKE]
+    killed = _cli(args, tmp_path, {"DREAMGYM_CRASH_AT": "recipe.row_saved@2"})
+    assert killed.returncode != 0 and "seed 0: a run's process died" in killed.stderr + killed.stdout
+    done = _seed_rows(run / "seed-0")
+    assert sorted(done) == ["grpo-real", "sft"] and not (run / "seed-1" / "sft" / "result.json").exists()
+    stamps = {name: (run / "seed-0" / name / "result.json").stat().st_mtime_ns for name in done}
+
+    resumed = _cli(args, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = resumed.stdout
+    assert log.count("finished in an earlier run with these settings") == 2  # seed 0's SFT and GRPO real only
+    for name, stamp in stamps.items():
+        assert (run / "seed-0" / name / "result.json").stat().st_mtime_ns == stamp
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["sft_start"] == "per seed"
+    per_seed = {s: _seed_rows(run / f"seed-{s}") for s in (0, 1)}
+    slugs = {"SFT": "sft", "GRPO real": "grpo-real", "DreamGym GRPO": "dreamgym-grpo"}
+    played = {row: {s: outcomes(per_seed[s][slug]["episodes"], run=s) for s in (0, 1)} for row, slug in slugs.items()}
+    for row, runs in played.items():
+        got = summary["over_seeds"][row]
+        want = aggregate_runs(runs)
+        assert (got["n"], got["n_success"], got["per_run"], got["iqm"]) == (
+            want.n, want.n_success, want.per_run, want.iqm)
+        assert got["n"] == sum(per_seed[s][slugs[row]]["result"]["n"] for s in (0, 1)) == 2 * 3 * 2
+        if row != "SFT":
+            pooled = [{k: v for s in (0, 1) for k, v in played[name][s].items()} for name in ("SFT", row)]
+            paired = compare_paired(*pooled).to_dict()
+            assert {k: got["vs"]["SFT"][k] for k in paired} == paired
+            p, lo, hi = improvement_interval(task_scores(runs)[1], task_scores(played["SFT"])[1])
+            assert (got["vs"]["SFT"]["probability_of_improvement"], got["vs"]["SFT"]["poi_low"],
+                    got["vs"]["SFT"]["poi_high"]) == (p, lo, hi)
+            assert got["vs"]["SFT"]["n"] == 2 * 3 * 2 and got["vs"]["SFT"]["unpaired_first"] == 0
+    report = (run / "report.md").read_text()
+    assert "| method | seed 0 | seed 1 |" in report and "| DreamGym GRPO |" in report
+    assert (run / "results.md").read_text() == report
+
+
+def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_report_over_seeds(tmp_path):
+    """`quickstart --seeds 0,1 --workers 2`: each seed a whole one-seed quickstart in seed-<s>/ (its own SFT start and
+    report), their output in their logs, and at the top the per-seed table, the aggregates and the paired tests,
+    with the text under them derived from the figures."""
+    run = tmp_path / "q"
+    res = _cli(["quickstart", "--no-progress", "--seeds", "0,1", "--workers", "2", f"run_dir={run}", "em_steps=2",
+                "sft_epochs=1", *SMOKE], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for s in (0, 1):
+        seed_report = (run / f"seed-{s}" / "report.md").read_text()
+        assert "| method | real data (transitions) |" in seed_report  # the one-seed report, unchanged in shape
+        assert "== SFT policy on the demonstrations" in (run / f"seed-{s}" / "log.txt").read_text()
+        assert f"seed {s} finished" in res.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["workers"] == 2
+    assert list(summary["over_seeds"]) == ["SFT", "DreamGym GRPO", "DreamGym-S2R GRPO", "GRPO real"]
+    assert set(summary["over_seeds"]["DreamGym GRPO"]["vs"]) == {"SFT", "GRPO real"}
+    assert summary["over_seeds"]["GRPO real"]["vs"].keys() == {"SFT"}
+    report = (run / "report.md").read_text()
+    assert "vs SFT: only it / only SFT (p); P(it > SFT) [95% CI]" in report and "IQM % [95% CI]" in report
+    assert "- DreamGym GRPO: above SFT in " in report and "the SFT start is per seed" in report
+    assert report.rstrip().splitlines()[-1].startswith("Machine (seed 0's run): ")
