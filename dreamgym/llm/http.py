@@ -67,7 +67,8 @@ from typing import Any
 
 import httpx
 
-from dreamgym.llm.base import GENERATION_TIMEOUT_S, ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.base import (CLOSE_TIMEOUT_S, GENERATION_TIMEOUT_S, ChatRequest, Completion, SamplingParams,
+                               adapter_root, row_seed)
 from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, LLMTimeoutError, ServerCapabilities,
                                        ServerCapabilityError, probe_server, shorten)
 from dreamgym.llm.capabilities import Rejected as _Rejected
@@ -75,15 +76,6 @@ from dreamgym.llm.capabilities import Rejected as _Rejected
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
-def adapter_root() -> Path:
-    """The folder policy backends write their temporary adapter folders under (`$TMPDIR/dreamgym-adapters`), and the
-    one `dreamgym serve-model` loads runtime adapters from unless told another: a client can make it read nothing
-    else."""
-    return Path(tempfile.gettempdir()) / "dreamgym-adapters"
-
-
-CLOSE_TIMEOUT_S = 3.0
-"""Seconds a policy backend's closing unload waits for its one try: a clean-up, bounded whatever the server does."""
 _CHAT_PROMPTS_KEPT = 4096  # prompts remembered for chat-only servers (a few rollout batches' worth)
 
 
@@ -194,8 +186,8 @@ class OpenAIHTTPBackend:
                                    "server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)") from e
 
     def unload_lora_adapter(self, name: str, *, timeout: float | None = None, retries: int | None = None) -> None:
-        """Drop a LoRA adapter loaded with `load_lora_adapter`. Raises `LLMEndpointError` when the server refuses.
-        `timeout` and `retries` replace the client's own for this call (a clean-up after a failure waits less)."""
+        """Drop a LoRA adapter loaded with `load_lora_adapter` (`timeout`, `retries`: this call's, else the client's).
+        Raises `LLMEndpointError` when the server refuses."""
         try:
             self._call("POST", "/unload_lora_adapter", {"lora_name": name}, parse=False, timeout=timeout,
                        retries=retries)
@@ -279,8 +271,7 @@ class OpenAIHTTPBackend:
         """One HTTP call with retries on connection errors, timeouts, 429 and 5xx (exponential backoff with
         jitter, honouring Retry-After), except a POST's read timeout, which raises `LLMTimeoutError` at once (see
         the module's doc). 4xx raises `_Rejected` at once. `parse=False` for endpoints that answer success in plain
-        text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`. `timeout` (seconds, connecting included)
-        and `retries` replace the client's for this call."""
+        text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`. `timeout`, `retries`: this call's."""
         url = self.base_url + path
         last, last_response = "", None
         max_retries = self.max_retries if retries is None else max(0, retries)
@@ -641,8 +632,7 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         self.adapter: str | None = None
         """The adapter name requests are sent to (None: the served model itself)."""
         self.pushes = 0
-        self.failure: str | None = None
-        """The first server failure (gone, or past its timeout) a generation raised; None while all went well."""
+        self.failure: str | None = None  # the first server failure a generation raised (then `close` is brief)
         self._pushed: tuple[int, int] | None = None  # `_weights_version()` at the last push
         self._baseline: tuple[int, int] | None = None  # a full-weight policy's version at its first generation
 
@@ -682,11 +672,9 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         return True
 
     def close(self) -> None:
-        """Unload the pushed adapter (best effort) and close the connections; a temporary adapter_dir is deleted.
-
-        The unload is one try of at most `CLOSE_TIMEOUT_S` seconds: a server that failed mid-run (gone, or hung)
-        must not hold the shutdown for another timeout and its retries. After such a failure an unload that fails
-        too is logged at debug level only: the user's last line stays the first error, which said what happened."""
+        """Unload the pushed adapter (one try, `CLOSE_TIMEOUT_S` at most: a server that failed mid-run must not hold
+        the shutdown for another timeout) and close the connections; a temporary adapter_dir is deleted. After a
+        failure, a failed unload is logged at debug level: the run's one-line error stays the user's last line."""
         if self.adapter is not None:
             try:
                 self.unload_lora_adapter(self.adapter, timeout=CLOSE_TIMEOUT_S, retries=0)

@@ -34,17 +34,14 @@ streaming are refused with 400 rather than silently ignored.
 Structured outputs, as vLLM's: `structured_outputs: {"regex": ...}` on either endpoint makes every choice match
 the regex (decoded inside it, token by token); a regex that does not compile, one that no text the model can write
 matches (its language empty: `[^\\s\\S]`), another kind of structured output (`json`, `grammar`, `choice`, ...) and
-vLLM's removed `guided_*` fields are refused with 400. A regex costs its compile once (cached), and that cost grows
-faster than its length, so one request could hold a core for minutes: a regex over `max_regex_chars` characters is
-refused before it is parsed, and one whose compile runs past `regex_timeout_s` seconds is refused then (the compile,
-on the server's one compiling thread, finishes in the background and is cached; a request whose regex waited its
-whole timeout behind it gets 503 `regex_compiler_busy`, which clients retry).
+vLLM's removed `guided_*` fields are refused with 400, and so is a regex over `--max-regex-chars` or whose compile
+runs past `--regex-timeout-s` (`dreamgym.llm.regex_gate`: 400 `regex_too_long` or `regex_too_costly`; 503
+`regex_compiler_busy` for one queued behind such a compile).
 
 Access: with a token (`$DREAMGYM_MODEL_TOKEN` or `--token-file`, as `dreamgym serve-env`) every route but `/health`
 needs `Authorization: Bearer TOKEN` (or the token as a Basic password: `http://token:TOKEN@host:port/v1`), else 401.
-Runtime adapters load only from inside `adapter_dir` (symlinks resolved; default: the folder DreamGym's policy
-backends write theirs under, `dreamgym.llm.http.adapter_root()`), else 403: a client cannot make the server read
-any other path. Bound beyond loopback without a token, the command warns at start-up.
+Runtime adapters load only from inside `adapter_dir` (symlinks resolved; default: where DreamGym's policy backends
+write theirs, `dreamgym.llm.base.adapter_root()`), else 403. Bound beyond loopback without a token, it warns.
 
 Runtime LoRA, as vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING` endpoints: `load_lora_adapter {lora_name, lora_path}`
 loads a PEFT adapter folder (what DreamGym's trainers save) onto the served model; requests whose `model` is that
@@ -64,8 +61,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +72,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamgym.utils import serving
-from dreamgym.llm.base import Completion, ConstraintError, OutputConstraint, SamplingParams, row_seed
-from dreamgym.llm.http import adapter_root
+from dreamgym.llm.base import Completion, OutputConstraint, SamplingParams, adapter_root, row_seed
+from dreamgym.llm.regex_gate import MAX_REGEX_CHARS, REGEX_TIMEOUT_S, RegexGate, RegexRefused
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +82,6 @@ DEFAULT_MAX_TOKENS = 256
 LIMITS = serving.Limits(max_body_bytes=4 << 20)
 CHUNK_CHARS = 1 << 15
 """Characters of a prompt tokenized at a time while it is checked against the context."""
-MAX_REGEX_CHARS = 16 << 10
-"""Longest `structured_outputs.regex` accepted by default, in characters: DreamGym's own experience-model regex is
-about 120; a 16 KiB regex of alternations already compiles for seconds (a measured 300 k: 13 s and +285 MB)."""
-REGEX_TIMEOUT_S = 5.0
-"""Default seconds a regex may take to compile before its request is refused."""
 TOKEN_ENV = "DREAMGYM_MODEL_TOKEN"
 """The environment variable `dreamgym serve-model` reads its bearer token from (a command line would show it)."""
 CUT_SLACK = 64
@@ -375,48 +366,6 @@ def provably_over(tokenizer: Any, texts: Iterable[str], room: int, size: int = C
     return None
 
 
-class RegexGate:
-    """Compiles the regexes requests bring, within `max_chars` characters and `timeout_s` seconds each, on one
-    thread of its own: a costly compile holds one core, never the server (xgrammar releases the GIL)."""
-
-    def __init__(self, backend: Any, max_chars: int = MAX_REGEX_CHARS, timeout_s: float = REGEX_TIMEOUT_S):
-        if max_chars < 1 or not timeout_s > 0:
-            raise ValueError(f"max_regex_chars must be >= 1 and regex_timeout_s > 0, got {max_chars}, {timeout_s}")
-        self.backend, self.max_chars, self.timeout_s = backend, max_chars, timeout_s
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serve-model-regex")
-        self._ready: Future | None = None
-
-    def check(self, constraint: OutputConstraint) -> None:
-        """Refuse (400) a regex over the length cap before parsing it, one that does not compile or matches nothing,
-        and one not compiled within the timeout (the compile goes on and is cached for a later request); 503 when
-        the timeout passed with the regex still queued behind such a compile."""
-        n = len(constraint.regex)
-        if n > self.max_chars:
-            raise _HTTPError(400, f"structured_outputs.regex has {n} characters; this server accepts at most "
-                                  f"{self.max_chars} (dreamgym serve-model --max-regex-chars)", code="regex_too_long")
-        if self._ready is None:
-            # The first regex also builds the vocabulary's tables (a second or so, whatever the regex): that set-up
-            # is waited for untimed, so the timeout measures the regex alone.
-            self._ready = self._pool.submit(self.backend.check_constraint, OutputConstraint(regex="x"))
-        self._ready.result()
-        compiling = self._pool.submit(self.backend.check_constraint, constraint)
-        try:
-            compiling.result(timeout=self.timeout_s)
-        except FutureTimeout:
-            if compiling.cancel():  # never started: an earlier costly regex still holds the compiling thread
-                raise _HTTPError(503, f"this server is still compiling an earlier regex past its {self.timeout_s:g} s "
-                                      "limit; send this one again shortly", kind="server_error",
-                                 code="regex_compiler_busy") from None
-            raise _HTTPError(400, f"structured_outputs.regex did not compile within {self.timeout_s:g} s (dreamgym "
-                                  "serve-model --regex-timeout-s); a regex this costly is refused",
-                             code="regex_too_costly") from None
-        except ConstraintError as e:
-            raise _HTTPError(400, f"structured_outputs.regex: {e}") from e
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
 def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005, limits: serving.Limits = LIMITS,
                token: str | None = None, adapter_dir: str | Path | None = None,
                max_regex_chars: int = MAX_REGEX_CHARS, regex_timeout_s: float = REGEX_TIMEOUT_S) -> FastAPI:
@@ -569,7 +518,11 @@ def _constraint(gate: RegexGate, body: ChatCompletionBody | CompletionBody) -> O
     if not so.regex:
         raise _HTTPError(400, "structured_outputs has no regex")
     constraint = OutputConstraint(regex=so.regex)
-    gate.check(constraint)
+    try:
+        gate.check(constraint)
+    except RegexRefused as e:
+        raise _HTTPError(e.status, str(e), "server_error" if e.status >= 500 else "invalid_request_error",
+                         e.code) from e
     return constraint
 
 

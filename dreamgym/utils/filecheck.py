@@ -58,11 +58,13 @@ def output_path(path: str | Path, kind: Literal["file", "folder"]) -> None:
 
 def file_kind(path: str | Path) -> str | None:
     """What is at `path` (a symlink followed): "regular file", "folder", "FIFO", "device", "socket", None when
-    nothing (a dangling symlink included)."""
+    nothing (a dangling symlink included); ValueError when it cannot be looked at."""
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as e:  # a folder on the way that cannot be searched: said as bad input, not a traceback
+        raise ValueError(f"{path}: cannot look at it ({e.strerror or e})") from None
     if stat.S_ISREG(mode):
         return "regular file"
     if stat.S_ISDIR(mode):

@@ -180,7 +180,8 @@ def test_closing_after_the_server_failed_is_brief_and_quiet(tiny_preset, failure
     import signal
     import time
 
-    from dreamgym.llm.http import CLOSE_TIMEOUT_S, LLMTimeoutError
+    from dreamgym.llm.base import CLOSE_TIMEOUT_S
+    from dreamgym.llm.http import LLMTimeoutError
 
     model, tok = tiny_preset
     timeout = CLOSE_TIMEOUT_S + 5

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from dreamgym.llm.hf import HFBackend
-from dreamgym.llm.http import OpenAIHTTPBackend, adapter_root
+from dreamgym.llm.base import adapter_root
+from dreamgym.llm.http import OpenAIHTTPBackend
 from dreamgym.llm.server import MAX_REGEX_CHARS, start_server
 from dreamgym.trainers.common import ModelConfig, prepare_policy
 
