@@ -55,10 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"dreamgym {name}: not available ({e})", file=sys.stderr)
         return 2
+    from dreamgym.envs.registry import FamilyImportError
+
     try:
         return int(fn(argv[1:]) or 0)
-    except ConfigError as e:  # bad config found after start-up still ends in one line, never a traceback
-        return fail(name, e)
+    except (ConfigError, FamilyImportError) as e:  # found after start-up (a bad config, an installed family that
+        return fail(name, e)                      # does not load): still one line, never a traceback
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dreamgym.utils.jsonl import JsonlAppender
-from dreamgym.utils.paths import atomic_write_bytes, crash_point
+from dreamgym.utils.paths import atomic_write_bytes, check_replaceable, crash_point
 from dreamgym.types import Source, Step, Task, Trajectory, _jsonable
 
 DEFAULT_SYSTEM_PROMPT = ("You are an agent acting in a text environment. Each user turn shows the current "
@@ -293,6 +293,7 @@ def read_jsonl(path: str | Path, skip_torn_tail: bool = False) -> Iterator[Traje
 
 def write_parquet(path: str | Path, trajectories: Iterable[Trajectory]) -> int:
     """Write trajectories to a Parquet file atomically (temp file in the same directory, then rename)."""
+    check_replaceable(path)
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -202,6 +202,44 @@ def test_paths_of_the_wrong_kind_or_under_a_file_are_refused(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "file", "run"]
 
 
+def test_an_output_path_that_is_no_regular_file_or_cannot_be_created_is_refused_before_any_work(tmp_path, capsys):
+    """Issue 69, 1-2: `--episodes-out`/`--json` naming a FIFO or a device were replaced by a regular file (exit 0), and a
+    folder that cannot be created failed only after the whole evaluation, in a traceback. Now one rule, at start-up:
+    a regular file or nothing, under a folder that can be created and written."""
+    import os
+
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    for option in ("--episodes-out", "--json"):
+        refused(capsys, ["eval", "--env", "dial", "--max-tasks", "1", option, str(fifo)],
+                f"{option}: {fifo} is a FIFO, not a file")
+        assert fifo.is_fifo()
+    # A device node is checked without touching one: the rule is the file's kind, read by stat.
+    with pytest.raises(ValueError, match=f"{os.devnull} is a device, not a file"):
+        filecheck.output_path(os.devnull, "file")
+    refused(capsys, ["eval", "--env", "dial", "--max-tasks", "1", "--episodes-out", "/proc/nope/x.jsonl"],
+            "/proc/nope/x.jsonl: cannot create folders in /proc")
+    refused(capsys, ["eval", "--env", "dial", "--max-tasks", "1", "--json", "/proc/x.json"], "cannot write in /proc")
+    # Nothing is left behind by the check itself: the probe entries it makes are removed.
+    filecheck.output_path(tmp_path / "new" / "deeper" / "x.jsonl", "file")
+    filecheck.output_path(tmp_path / "y.jsonl", "file")
+    filecheck.output_path(tmp_path, "folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.jsonl"]
+
+
+def test_eval_tasks_from_another_familys_data_names_the_family(tmp_path, capsys):
+    """Issue 69, 8: before, "no test tasks left"; now the record and its family are named."""
+    from dreamgym.data import write_jsonl
+    from dreamgym.types import Step, Task, Trajectory
+
+    task = Task(id="lamps-0", env="lamps", instruction="light the lamp", goal={}, split="test")
+    path = tmp_path / "lamps.jsonl"
+    write_jsonl(path, [Trajectory(task=task, steps=[Step(state="dark", action="toggle", reward=1.0, terminated=True,
+                                                         truncated=False, next_state="lit")])])
+    refused(capsys, ["eval", "--env", "dial", "--tasks-from", str(path)],
+            "a task of environment family 'lamps', not 'dial'")
+
+
 @pytest.mark.parametrize("env", ["dial", "webshop"])
 def test_serve_env_refuses_a_split_without_tasks_before_it_binds(env):
     p = subprocess.run([sys.executable, "-m", "dreamgym.cli", "serve-env", "--env", env, "--split", "nosuch",

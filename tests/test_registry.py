@@ -183,14 +183,73 @@ def test_a_family_that_fails_to_import_is_named_never_skipped(tmp_path):
         assert family("lamps").name == "lamps"  # a broken neighbour does not hide the others
     """, tmp_path, FIXTURES)
     assert run.returncode == 0, run.stderr
-    assert "environment family 'broken' (familypkg.does_not_exist) failed to import: ModuleNotFoundError" in run.stdout
+    assert ("environment family 'broken' (entry point broken = familypkg.does_not_exist of package familypkg) failed "
+            "to import: ModuleNotFoundError") in run.stdout
     assert FamilyImportError.__mro__[1] is ImportError
 
 
-def test_an_entry_point_taking_a_builtin_name_is_an_error(tmp_path):
-    _dist_info(tmp_path, {"dial": "familypkg.lamps"})
-    run = _python("from dreamgym.envs import family_names; family_names()", tmp_path, FIXTURES)
-    assert run.returncode != 0 and "'dial' is already registered" in run.stderr and "of familypkg" in run.stderr
+def test_an_entry_point_taking_a_builtin_name_is_an_error_of_that_name_only(tmp_path):
+    """Both sources are named when the name is used; listing and the other families are untouched (issue 69, 3: the
+    listing raised, so every command of every family failed in a traceback)."""
+    _dist_info(tmp_path, {"dial": "familypkg.lamps", "lamps": "familypkg.lamps"})
+    run = _python("""
+        from dreamgym.envs import FamilyImportError, family, family_names
+        assert family_names()[:2] == ("dial", "webshop") and "lamps" in family_names()
+        assert family("lamps").name == "lamps"
+        try:
+            family("dial")
+        except FamilyImportError as e:
+            print(e)
+    """, tmp_path, FIXTURES)
+    assert run.returncode == 0, run.stderr
+    assert "'dial' is already registered (register_family: 'dreamgym.envs.dial')" in run.stdout
+    assert "entry point dial = familypkg.lamps of package familypkg" in run.stdout
+
+
+_BROKEN_MODULES = {
+    "raises": ('raise RuntimeError("boom at import")\n', "failed to import: RuntimeError: boom at import"),
+    "syntax": ("def f(:\n", "failed to import: SyntaxError: invalid syntax"),
+    "exits": ("import sys\nsys.exit(3)\n", "failed to import: SystemExit: 3"),
+    "hookless": ("X = 1\n", "cannot be used: environment family 'hookless' (badfams.hookless) lacks make_env"),
+}
+
+
+def test_a_family_package_that_fails_at_import_is_one_line_exit_2_and_the_others_keep_working(tmp_path):
+    """Issue 69, 3: a family module that raises, has a syntax error, calls sys.exit(3) or lacks its hooks, and a
+    package re-registering `dial`: `check-family` and `collect` said it in a traceback (or, for sys.exit(3), exited
+    3 with no output). Now each is one line naming the family, its entry point and package, exit 2; `lamps` and the
+    built-in families of the same install still run."""
+    pkg = tmp_path / "badfams"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, (code, _) in _BROKEN_MODULES.items():
+        (pkg / f"{name}.py").write_text(code)
+    _dist_info(tmp_path, {name: f"badfams.{name}" for name in _BROKEN_MODULES} | {"dial": "badfams.hookless"},
+               name="badfams")
+    _dist_info(tmp_path / "other", {"lamps": "familypkg.lamps"})
+    env = {"PYTHONPATH": ":".join(map(str, (ROOT, tmp_path, tmp_path / "other", FIXTURES))), "PATH": "/usr/bin:/bin",
+           "HF_HUB_OFFLINE": "1"}
+
+    def dreamgym(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dreamgym.cli", *argv], capture_output=True, text=True,
+                              timeout=300, env=env)
+
+    expected = {name: words for name, (_, words) in _BROKEN_MODULES.items()}
+    expected["dial"] = "'dial' is already registered (register_family: 'dreamgym.envs.dial'); entry point dial = " \
+                       "badfams.hookless of package badfams"
+    for name, words in expected.items():
+        for argv in (["check-family", "--env", name], ["collect", "--env", name, "--episodes", "1", "--out",
+                                                       str(tmp_path / "out.jsonl")]):
+            run = dreamgym(*argv)
+            assert run.returncode == 2 and run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, \
+                (argv, run.returncode, run.stderr)
+            assert f"dreamgym {argv[0]}: " in run.stderr and words in run.stderr, (argv, run.stderr)
+            if name != "dial":
+                assert f"entry point {name} = badfams.{name} of package badfams" in run.stderr, run.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+    ok = dreamgym("collect", "--env", "lamps", "--episodes", "2", "--out", str(tmp_path / "lamps.jsonl"))
+    assert ok.returncode == 0, ok.stderr
+    assert len((tmp_path / "lamps.jsonl").read_text().splitlines()) == 2
 
 
 # ------------------------------------------------------------------------------------- gymnasium, import cost
@@ -233,14 +292,15 @@ def test_import_dreamgym_registers_the_gym_ids_of_entry_point_families_by_one_ru
         env = gymnasium.make("dreamgym/Lamps-v0", split="test")
         check_env(env.unwrapped)
         print(type(env.unwrapped).__name__, env.reset(seed=0)[0])
+        assert "dial" in registry.family_names()  # listing never raises for a broken entry point
         try:
-            registry.family_names()
-        except ValueError as e:
-            print("family_names:", e)
+            registry.family("dial")
+        except registry.FamilyImportError as e:
+            print("dial:", e)
     """, tmp_path, FIXTURES)
     assert run.returncode == 0, run.stderr
     assert "LampsEnv Your task is to: light only the" in run.stdout
-    assert "family_names: environment family 'dial' is already registered" in run.stdout
+    assert "dial: environment family 'dial' is already registered" in run.stdout
 
 
 # What a registered id needs to run, where that is more than this package: a check is skipped only for want of it.

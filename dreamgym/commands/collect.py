@@ -37,7 +37,7 @@ import dreamgym
 from dreamgym.checks import env_family, family_choices, parse_mix
 from dreamgym.config import CommandParser, at_least, fail
 from dreamgym.data import JsonlWriter, iter_jsonl_records, read_jsonl, read_parquet, write_jsonl, write_parquet
-from dreamgym.envs import family
+from dreamgym.envs import FamilyImportError, family
 from dreamgym.utils.filecheck import output_path
 from dreamgym.utils.paths import atomic_write_text
 from dreamgym.types import Step, Task, Trajectory, _jsonable
@@ -425,11 +425,17 @@ def _kv(text: str) -> tuple[str, Any]:
 
 
 def _family(name: str) -> str:
-    """`--env`: a registered family (an installed package's included), else the option's one-line usage error."""
+    """`--env`: a registered family (an installed package's included) that loads, else the option's one-line usage
+    error (a family whose package fails at import, lacks a member or shares its name with another says so here,
+    before any work)."""
     try:
         env_family(name)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{e} (allowed: {family_choices()})") from None
+    try:
+        family(name)
+    except FamilyImportError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return name
 
 
@@ -451,6 +457,21 @@ def check_env_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown and not open_ended:
         raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} environment (allowed: "
+                         f"{', '.join(sorted(accepted)) or 'none'})")
+    for key, value in kwargs.items():
+        if key in accepted:
+            _check_value(name, key, value, accepted[key])
+
+
+def check_task_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
+    """Keyword arguments for family `name`'s `tasks(split, **kwargs)`: each names a parameter of `tasks` and its
+    value fits that parameter's annotation where it resolves, so a typo is refused as bad input before anything
+    runs (not reported as the family's failure)."""
+    accepted, open_ended = _keywords(family(name).tasks)
+    accepted.pop("split", None)  # the command's own --split
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown and not open_ended:
+        raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} tasks (allowed: "
                          f"{', '.join(sorted(accepted)) or 'none'})")
     for key, value in kwargs.items():
         if key in accepted:
@@ -524,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         # output that is a folder (or under a file) would fail after the first one.
         check_env_kwargs(args.env, dict(args.env_kw))
         out = Path(args.out)
-        for path in dict.fromkeys([out, out.with_suffix(".jsonl")]):
+        for path in dict.fromkeys([out, out.with_suffix(".jsonl"), Path(f"{out}.summary.json")]):
             output_path(path, "file")
         mix = parse_mix(args.policy)
         summary = collect(args.env, mix, args.episodes, args.out, split=args.split, seed=args.seed,

@@ -47,7 +47,9 @@ class UnknownFamilyError(ValueError):
 
 
 class FamilyImportError(ImportError):
-    """A registered family could not be loaded; the message names the family and the cause (`__cause__`)."""
+    """A registered family could not be loaded: its module raised or exited while importing, it lacks a required
+    member, or two packages declare its name. The message, one line, names the family, where it was registered (the
+    entry point and its package) and the cause (`__cause__`, when one was raised)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class _Registration:
 _REGISTRY: dict[str, _Registration] = {}
 _LOADED: dict[str, EnvFamily] = {}
 _GYM_IDS: dict[str, str] = {}  # gymnasium id -> the family registered under it
+# Entry points that could not be registered (a name taken by another source, a name that is no identifier): the name
+# they declare -> why, said by `family(name)`. Never raised by listing: one broken package must not break the others.
+_REFUSED: dict[str, str] = {}
 # Reentrant: loading a family module may itself register families.
 _LOCK = threading.RLock()
 
@@ -90,17 +95,19 @@ def family(name: str) -> EnvFamily:
         return fam
     with _LOCK:
         if name not in _LOADED:
-            if name not in _REGISTRY:
+            if name not in _REGISTRY or name in _REFUSED:
                 _discover()
+            if name in _REFUSED:  # two packages claim it: which one is meant is the user's call, never a guess
+                raise FamilyImportError(_REFUSED[name])
             if name not in _REGISTRY:
                 raise UnknownFamilyError(f"unknown environment family {name!r}; known: {', '.join(_REGISTRY)}")
-            _LOADED[name] = _load(name, _REGISTRY[name].source)
+            _LOADED[name] = _load(name, _REGISTRY[name])
         return _LOADED[name]
 
 
 def family_names() -> tuple[str, ...]:
     """The names of all registered families (built-in ones first, then those of installed packages), without
-    importing any of them."""
+    importing any of them. An entry point that cannot be registered is not listed (`family` of its name says why)."""
     with _LOCK:
         _discover()
         return tuple(_REGISTRY)
@@ -141,49 +148,64 @@ def gym_id_of(name: str) -> str:
 def register_entry_points() -> None:
     """Register the families installed packages declare in the entry-point group, and their gymnasium ids (reads
     strings only, imports no family). `import dreamgym` calls it; an entry point that cannot be registered (a
-    name that is no identifier or is taken) is left for `family_names()` and `family()` to report, so one broken
-    package cannot break `import dreamgym`."""
+    name that is no identifier or is taken) is left for `family()` of its name to report, so one broken package
+    cannot break `import dreamgym` or the other families."""
     with _LOCK:
-        _discover(strict=False)
+        _discover()
 
 
-def _discover(strict: bool = True) -> None:
-    """Register the families installed packages declare in the entry-point group (reads strings only)."""
+def _discover() -> None:
+    """Register the families installed packages declare in the entry-point group (reads strings only); one that
+    cannot be registered is kept in `_REFUSED` with the reason, naming both packages for a name taken twice."""
     from importlib import metadata
 
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist is not None else "?"
-        origin = f"entry point {ep.name} = {ep.value} of {dist}"
+        origin = f"entry point {ep.name} = {ep.value} of package {dist}"
         try:
             _register(ep.name, ep.value, origin)
-        except ValueError:
-            if strict:
-                raise
+        except ValueError as e:
+            _REFUSED[ep.name] = f"{e}; uninstall one of them or rename the entry point"
             continue
         if ep.name not in _GYM_IDS.values():
             _register_gym_id(gym_id_of(ep.name), functools.partial(_make_family_env, ep.name), ep.name, origin)
 
 
-def _load(name: str, source: Source) -> EnvFamily:
-    if isinstance(source, EnvFamily):
-        return source
+def _load(name: str, registration: _Registration) -> EnvFamily:
+    """The family a registration names, built; any failure on the way (an exception or `sys.exit` while its module
+    imports, a member it lacks, an object of another kind) is a `FamilyImportError` naming the family and where it
+    was registered, so a command says it in one line and the other families are untouched."""
+    source = registration.source
+    where = source if isinstance(source, str) and registration.origin == "register_family" else registration.origin
     if isinstance(source, str):
         module_path, _, attr = source.partition(":")
         try:
             obj = importlib.import_module(module_path)
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
-        except Exception as e:  # noqa: BLE001 - any failure while importing names the family, never skipped
-            raise FamilyImportError(f"environment family {name!r} ({source}) failed to import: "
-                                    f"{type(e).__name__}: {e}") from e
+        # SystemExit too: a module calling sys.exit() at import would otherwise end the command, silently.
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure while importing names the family
+            raise FamilyImportError(f"environment family {name!r} ({where}) failed to import: "
+                                    f"{type(e).__name__}: {_one_line(e)}") from e
         source = obj
     if isinstance(source, EnvFamily):
         if source.name != name:
-            raise ValueError(f"environment family {name!r} points to EnvFamily {source.name!r}")
+            raise FamilyImportError(f"environment family {name!r} ({where}) points to EnvFamily {source.name!r}")
         return source
     if isinstance(source, ModuleType):
-        return EnvFamily.from_module(name, source)
-    raise TypeError(f"environment family {name!r}: expected a module or an EnvFamily, got {type(source).__name__}")
+        try:
+            return EnvFamily.from_module(name, source)
+        except TypeError as e:  # a required member missing: named, as an import failure is
+            raise FamilyImportError(f"environment family {name!r} ({where}) cannot be used: {e}") from e
+    raise FamilyImportError(f"environment family {name!r} ({where}): expected a module or an EnvFamily, got "
+                            f"{type(source).__name__}")
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception's message on one line (a SyntaxError's names the file and line; SystemExit's is its code)."""
+    if isinstance(e, SyntaxError):
+        return f"{e.msg} ({e.filename}, line {e.lineno})"
+    return " ".join(str(e).split()) or "(no message)"
 
 
 def _make_family_env(name: str, **kwargs: object) -> TextEnv:

@@ -1,27 +1,26 @@
 """What reaches a served environment: the token on every request, the WebSocket messages OpenEnv's session loop
 can take, and the error bodies answered instead.
 
-Owns: `Guard` (the ASGI wrapper: bearer token or Basic password on every request but `OPEN_PATHS`, a size limit on
-WebSocket messages, unusable messages answered with an OpenEnv error naming the problem while the session goes on, a
-client that leaves mid-step logged in one line), `presented_token`, `message_problem`, and `error_body` (FastAPI's and
-OpenEnv's error shape).
+Owns: `Guard` (the ASGI wrapper: the bearer token or Basic password on every request but `OPEN_PATHS`, by the rule
+every server shares (`dreamgym.utils.serving.authorized`), WebSocket handshakes included; a size limit on WebSocket
+messages, unusable messages answered with an OpenEnv error naming the problem while the session goes on, a client that
+leaves mid-step logged in one line), `message_problem`, and `error_body` (FastAPI's and OpenEnv's error shape).
 Must not know: environments, families, the experience model, the routes the app serves (`dreamgym.envserve.server`).
 """
 
 from __future__ import annotations
 
-import base64
-import hmac
 import json
 import logging
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# The token rule is the one every server shares; its names stay importable from here.
+from dreamgym.utils.serving import OPEN_PATHS, UNAUTHORIZED, authorized, presented_token  # noqa: F401
+
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health"})
-"""Paths answered without the token: a load balancer's or a client pool's health check."""
 
 ERROR_TYPES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "too_large",
                422: "validation_error", 429: "too_many_requests", 500: "internal_error", 503: "unavailable"}
@@ -65,22 +64,6 @@ def message_problem(message: Message) -> tuple[str, str] | None:
     return None
 
 
-def presented_token(authorization: str) -> str:
-    """The token an Authorization header carries: `Bearer TOKEN`, or Basic credentials whose password is the token
-    (any user name). Basic is what a stock client sends for a URL with credentials in it
-    (`http://token:TOKEN@host:port`: OpenEnv's `EnvClient` connects with `websockets`, and `requests` and `httpx`
-    do the same), since those clients take no headers. "" when there is none."""
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip()
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
-        except (ValueError, UnicodeDecodeError):
-            return ""
-    return ""
-
-
 class Guard:
     """The bearer token on every request (but `OPEN_PATHS`), a size limit on WebSocket messages, and the messages
     OpenEnv's session loop cannot take (`message_problem`).
@@ -94,15 +77,11 @@ class Guard:
         self.app, self.token, self.max_message_bytes = app, token, max_message_bytes
 
     def _authorized(self, scope: Scope) -> bool:
-        if not self.token or scope.get("path") in OPEN_PATHS:
-            return True
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
-        return hmac.compare_digest(presented_token(given).encode(), self.token.encode())
+        return authorized(scope, self.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._authorized(scope):
-            data = json.dumps(error_body(401, "this server needs Authorization: Bearer <token> (or the token as "
-                                              "the password of the URL: http://token:<token>@host:port)")).encode()
+            data = json.dumps(error_body(401, UNAUTHORIZED)).encode()
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})

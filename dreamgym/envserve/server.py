@@ -31,7 +31,7 @@ messages over `max_body_mb` are refused (413, or an error message naming the lim
 plus every limit of `dreamgym.utils.serving`. With a token (`DREAMGYM_ENV_TOKEN` or `--token-file`) every request but
 `/health` needs it as `Authorization: Bearer TOKEN` or as a Basic password, which is how clients that take no
 headers send it: `http://token:TOKEN@host:port` (`presented_token`; 401; a WebSocket handshake without it is refused
-with 403).
+with 403). Bound beyond loopback without a token, the command warns at start-up.
 
 Durability: the dream's buffer lives in this process; every synthetic transition is appended (fsync'ed, see
 `dreamgym.replay.buffer`) before its step is answered, and the answer's `info["buffered"]` says so. A server killed at
@@ -606,6 +606,8 @@ def serve(env_host: EnvHost, *, token: str | None = None, host: str = "127.0.0.1
         env_host.close()
         raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
     bound_host, bound_port = sock.getsockname()[:2]
+    serving.warn_if_open("serve-env", bound_host, token, TOKEN_ENV, "play its environments"
+                         + (" and add transitions to its dream's replay buffer" if cfg.dream else ""))
     kind = f"synthetic, experience model {cfg.em or 'given'}" if cfg.dream else "real"
     print(f"serving {cfg.env} ({kind}) at http://{bound_host}:{bound_port} (OpenEnv: "
           f"ws://{bound_host}:{bound_port}/ws; Ctrl-C stops)", flush=True)

@@ -6,8 +6,10 @@ Must not know: any backend, environments, trainers.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from dreamgym.utils.seeds import row_seed as row_seed  # the seam's seed rule (dreamgym.utils.seeds), re-exported here
@@ -21,6 +23,17 @@ class ConstraintError(ValueError):
 
 GENERATION_TIMEOUT_S = 120.0
 """The default seconds a generation server may take to answer one request (every `*_timeout_s` setting's default)."""
+
+
+CLOSE_TIMEOUT_S = 3.0
+"""Seconds a policy backend's closing unload waits for its one try: a clean-up, bounded whatever the server does."""
+
+
+def adapter_root() -> Path:
+    """The folder policy backends write their temporary adapter folders under (`$TMPDIR/dreamgym-adapters`), and the
+    one `dreamgym serve-model` loads runtime adapters from unless told another: a client can make it read nothing
+    else."""
+    return Path(tempfile.gettempdir()) / "dreamgym-adapters"
 
 
 class GenerationTimeout(RuntimeError):

@@ -13,12 +13,66 @@ out of fields, so such a token closes the field, and the grammar then forces the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 import xgrammar as xgr
 
 from dreamgym.llm.base import ConstraintError, FieldBudget, OutputConstraint
+
+
+_EVERY_CHARACTER = "".join(map(chr, (*range(0xD800), *range(0xE000, 0x110000))))
+"""Every Unicode scalar value once: a character class matches none of them exactly when it matches nothing."""
+
+
+def language_empty(regex: str) -> bool | None:
+    """Whether no string matches `regex`, read from Python's parse of it (xgrammar's regex syntax is the common
+    subset): True when a required part can match nothing (a character class matching no character, such as
+    `[^\\s\\S]`, outside every optional or alternative branch that could avoid it), False when some string
+    matches, None when Python cannot parse it or it uses what this does not follow (look-arounds, back-references):
+    then undecided, never refused."""
+    import re._parser as sre  # the standard library's own regex parser
+
+    try:
+        tree = sre.parse(regex)
+        return _empty(tree, sre, {})
+    except (re.error, RecursionError, _Undecided):
+        return None
+
+
+class _Undecided(Exception):
+    """A construct `language_empty` does not judge."""
+
+
+def _empty(items: Any, sre: Any, classes: dict[str, bool]) -> bool:
+    """Whether the sequence `items` (a parsed pattern or a list of its nodes) matches nothing."""
+    for op, arg in items:
+        name = str(op)
+        if name in ("LITERAL", "NOT_LITERAL", "ANY", "AT"):
+            continue
+        if name == "IN":
+            key = repr(arg)
+            if key not in classes:  # each distinct class searched once
+                node = sre.SubPattern(sre.State(), [(op, arg)])
+                classes[key] = re._compiler.compile(node, 0).search(_EVERY_CHARACTER) is None  # type: ignore[attr-defined]
+            if classes[key]:
+                return True
+        elif name == "BRANCH":
+            if all(_empty(branch, sre, classes) for branch in arg[1]):
+                return True
+        elif name == "SUBPATTERN":
+            if _empty(arg[-1], sre, classes):
+                return True
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            if arg[0] > 0 and _empty(arg[2], sre, classes):
+                return True
+        elif name == "ATOMIC_GROUP":
+            if _empty(arg, sre, classes):
+                return True
+        else:
+            raise _Undecided(name)
+    return False
 
 
 class Grammars:
@@ -38,6 +92,18 @@ class Grammars:
             return self.compiler.compile_regex(regex)
         except RuntimeError as e:  # xgrammar reports a regex it cannot parse as a RuntimeError
             raise ConstraintError(f"regex {regex[:80]!r} cannot be compiled: {str(e).splitlines()[0]}") from e
+
+    def check(self, regex: str) -> None:
+        """`regex` compiles and this model can write a match: raises `ConstraintError` naming the problem. Decoding
+        under a regex whose language is empty (`[^\\s\\S]`, `ab[^\\s\\S]`) reaches a step where no token is
+        allowed and writes text outside it, so such a regex is refused here: by its syntax tree (`language_empty`),
+        and by its first step on this vocabulary (no token allowed, not even the end)."""
+        matcher = xgr.GrammarMatcher(self.compile(regex))
+        mask = self.bitmask(1)
+        matcher.fill_next_token_bitmask(mask, 0)
+        if language_empty(regex) or not bool(mask.any()):
+            raise ConstraintError(f"regex {regex[:80]!r} matches no text this model can write (its language is "
+                                  "empty, or no token sequence spells a match)")
 
     def bitmask(self, rows: int) -> torch.Tensor:
         """An all-allowed bitmask for `rows` rows."""

@@ -306,8 +306,9 @@ class HFBackend:
         return self._grammar
 
     def check_constraint(self, constraint: OutputConstraint) -> None:
-        """Raise `ConstraintError` when `constraint` cannot be enforced here (compiled grammars are cached)."""
-        self._grammars().compile(constraint.regex)
+        """Raise `ConstraintError` when `constraint` cannot be enforced here: its regex does not compile or no text
+        this model can write matches it (compiled grammars are cached)."""
+        self._grammars().check(constraint.regex)
 
     def _stop_triggers(self, stop: Sequence[str]) -> frozenset[int] | None:
         """Token ids that can complete one of the `stop` strings: those whose text contains a stop string's last

@@ -67,7 +67,8 @@ from typing import Any
 
 import httpx
 
-from dreamgym.llm.base import GENERATION_TIMEOUT_S, ChatRequest, Completion, SamplingParams, row_seed
+from dreamgym.llm.base import (CLOSE_TIMEOUT_S, GENERATION_TIMEOUT_S, ChatRequest, Completion, SamplingParams,
+                               adapter_root, row_seed)
 from dreamgym.llm.capabilities import (PROBE_REQUEST, LLMEndpointError, LLMTimeoutError, ServerCapabilities,
                                        ServerCapabilityError, probe_server, shorten)
 from dreamgym.llm.capabilities import Rejected as _Rejected
@@ -184,10 +185,12 @@ class OpenAIHTTPBackend:
             raise LLMEndpointError(f"{self.base_url} refused LoRA adapter {name!r} from {path}: {e} (a vLLM "
                                    "server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)") from e
 
-    def unload_lora_adapter(self, name: str) -> None:
-        """Drop a LoRA adapter loaded with `load_lora_adapter`. Raises `LLMEndpointError` when the server refuses."""
+    def unload_lora_adapter(self, name: str, *, timeout: float | None = None, retries: int | None = None) -> None:
+        """Drop a LoRA adapter loaded with `load_lora_adapter` (`timeout`, `retries`: this call's, else the client's).
+        Raises `LLMEndpointError` when the server refuses."""
         try:
-            self._call("POST", "/unload_lora_adapter", {"lora_name": name}, parse=False)
+            self._call("POST", "/unload_lora_adapter", {"lora_name": name}, parse=False, timeout=timeout,
+                       retries=retries)
         except _Rejected as e:
             raise LLMEndpointError(f"{self.base_url} refused to unload LoRA adapter {name!r}: {e}") from e
 
@@ -263,25 +266,28 @@ class OpenAIHTTPBackend:
             return params.max_tokens
         return max(params.max_tokens, min(c.server_max_tokens, context - prompt_tokens))
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-              parse: bool = True) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *, parse: bool = True,
+              timeout: float | None = None, retries: int | None = None) -> dict[str, Any]:
         """One HTTP call with retries on connection errors, timeouts, 429 and 5xx (exponential backoff with
         jitter, honouring Retry-After), except a POST's read timeout, which raises `LLMTimeoutError` at once (see
         the module's doc). 4xx raises `_Rejected` at once. `parse=False` for endpoints that answer success in plain
-        text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`."""
+        text (vLLM's LoRA endpoints): the answer is then `{"text": ...}`. `timeout`, `retries`: this call's."""
         url = self.base_url + path
         last, last_response = "", None
-        for attempt in range(self.max_retries + 1):
+        max_retries = self.max_retries if retries is None else max(0, retries)
+        wait = self.timeout if timeout is None else timeout
+        request_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout)
+        for attempt in range(max_retries + 1):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1) * (1 + 0.1 * random.random())
                 time.sleep(max(delay, _retry_after(last_response) if last_response is not None else 0.0))
             last_response = None
             try:
-                resp = self._client.request(method, url, json=body)
+                resp = self._client.request(method, url, json=body, timeout=request_timeout)
             except httpx.ReadTimeout as e:
                 if method != "GET":
                     raise LLMTimeoutError(
-                        f"{url} sent no answer within {self.timeout:g} s and the request was not sent again (the "
+                        f"{url} sent no answer within {wait:g} s and the request was not sent again (the "
                         f"server may still be generating it); raise {self.timeout_field} (now {self.timeout:g}) if "
                         "its generations take longer on a loaded server") from e
                 last = f"{type(e).__name__}: {e}"
@@ -304,7 +310,7 @@ class OpenAIHTTPBackend:
         hint = ("the server is reachable but kept failing" if last_response is not None else
                 "is the server running and is the URL right? A local one starts with `dreamgym serve-model`")
         raise LLMEndpointError(
-            f"OpenAI-compatible endpoint {url} failed after {self.max_retries + 1} attempts ({last}); {hint}")
+            f"OpenAI-compatible endpoint {url} failed after {max_retries + 1} attempts ({last}); {hint}")
 
 
 def per_row(n: int, params: SamplingParams | Sequence[SamplingParams],
@@ -493,9 +499,10 @@ class HTTPTokenBackend:
         for c in self._live():
             c.load_lora_adapter(name, path)
 
-    def unload_lora_adapter(self, name: str) -> None:
+    def unload_lora_adapter(self, name: str, *, timeout: float | None = None, retries: int | None = None) -> None:
+        """Drop adapter `name` on every live server (`timeout`, `retries`: as the client's `unload_lora_adapter`)."""
         for c in self._live():
-            c.unload_lora_adapter(name)
+            c.unload_lora_adapter(name, timeout=timeout, retries=retries)
 
     def close(self) -> None:
         self._close_clients()
@@ -613,8 +620,10 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         super().__init__(base_url, tokenizer, served_model=served_model, needs=needs, **http)
         self.model = model
         self._own_dir = adapter_dir is None
+        if adapter_dir is None:
+            adapter_root().mkdir(exist_ok=True)
         self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else \
-            Path(tempfile.mkdtemp(prefix="dreamgym-adapters-"))
+            Path(tempfile.mkdtemp(prefix="policy-", dir=adapter_root()))
         # A temporary adapter folder goes with the backend even when no one calls close (a recipe's row, a crash):
         # every push writes a full adapter there.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.adapter_dir, ignore_errors=True) \
@@ -623,14 +632,19 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         self.adapter: str | None = None
         """The adapter name requests are sent to (None: the served model itself)."""
         self.pushes = 0
+        self.failure: str | None = None  # the first server failure a generation raised (then `close` is brief)
         self._pushed: tuple[int, int] | None = None  # `_weights_version()` at the last push
         self._baseline: tuple[int, int] | None = None  # a full-weight policy's version at its first generation
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
                           *, seeds: Sequence[int] | None = None, model: str | None = None) -> list[Completion]:
         """Token-in/token-out generation on the servers with the current policy (pushed first when it changed)."""
-        self.sync()
-        return super().generate_from_ids(prompts, params, seeds=seeds, model=model or self.adapter)
+        try:
+            self.sync()
+            return super().generate_from_ids(prompts, params, seeds=seeds, model=model or self.adapter)
+        except LLMEndpointError as e:
+            self.failure = self.failure or str(e)  # `close` then cleans up briefly and quietly
+            raise
 
     def sync(self) -> bool:
         """Push the policy to the servers when its trainable weights changed since the last push. True if pushed."""
@@ -658,12 +672,15 @@ class HTTPPolicyBackend(HTTPTokenBackend):
         return True
 
     def close(self) -> None:
-        """Unload the pushed adapter (best effort) and close the connections; a temporary adapter_dir is deleted."""
+        """Unload the pushed adapter (one try, `CLOSE_TIMEOUT_S` at most: a server that failed mid-run must not hold
+        the shutdown for another timeout) and close the connections; a temporary adapter_dir is deleted. After a
+        failure, a failed unload is logged at debug level: the run's one-line error stays the user's last line."""
         if self.adapter is not None:
             try:
-                self.unload_lora_adapter(self.adapter)
+                self.unload_lora_adapter(self.adapter, timeout=CLOSE_TIMEOUT_S, retries=0)
             except LLMEndpointError as e:
-                log.warning("could not unload %s: %s", self.adapter, e)
+                log.log(logging.DEBUG if self.failure else logging.WARNING, "could not unload %s: %s",
+                        self.adapter, e)
             self.adapter = None
         super().close()
         if self._cleanup is not None:

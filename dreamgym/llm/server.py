@@ -32,8 +32,16 @@ always hold every sampled token, eos included). Top alternatives (`logprobs > 0`
 streaming are refused with 400 rather than silently ignored.
 
 Structured outputs, as vLLM's: `structured_outputs: {"regex": ...}` on either endpoint makes every choice match
-the regex (decoded inside it, token by token); a regex that does not compile, another kind of structured output
-(`json`, `grammar`, `choice`, ...) and vLLM's removed `guided_*` fields are refused with 400.
+the regex (decoded inside it, token by token); a regex that does not compile, one that no text the model can write
+matches (its language empty: `[^\\s\\S]`), another kind of structured output (`json`, `grammar`, `choice`, ...) and
+vLLM's removed `guided_*` fields are refused with 400, and so is a regex over `--max-regex-chars` or whose compile
+runs past `--regex-timeout-s` (`dreamgym.llm.regex_gate`: 400 `regex_too_long` or `regex_too_costly`; 503
+`regex_compiler_busy` for one queued behind such a compile).
+
+Access: with a token (`$DREAMGYM_MODEL_TOKEN` or `--token-file`, as `dreamgym serve-env`) every route but `/health`
+needs `Authorization: Bearer TOKEN` (or the token as a Basic password: `http://token:TOKEN@host:port/v1`), else 401.
+Runtime adapters load only from inside `adapter_dir` (symlinks resolved; default: where DreamGym's policy backends
+write theirs, `dreamgym.llm.base.adapter_root()`), else 403. Bound beyond loopback without a token, it warns.
 
 Runtime LoRA, as vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING` endpoints: `load_lora_adapter {lora_name, lora_path}`
 loads a PEFT adapter folder (what DreamGym's trainers save) onto the served model; requests whose `model` is that
@@ -64,7 +72,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dreamgym.utils import serving
-from dreamgym.llm.base import Completion, ConstraintError, OutputConstraint, SamplingParams, row_seed
+from dreamgym.llm.base import Completion, OutputConstraint, SamplingParams, adapter_root, row_seed
+from dreamgym.llm.regex_gate import MAX_REGEX_CHARS, REGEX_TIMEOUT_S, RegexGate, RegexRefused
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +82,8 @@ DEFAULT_MAX_TOKENS = 256
 LIMITS = serving.Limits(max_body_bytes=4 << 20)
 CHUNK_CHARS = 1 << 15
 """Characters of a prompt tokenized at a time while it is checked against the context."""
+TOKEN_ENV = "DREAMGYM_MODEL_TOKEN"
+"""The environment variable `dreamgym serve-model` reads its bearer token from (a command line would show it)."""
 CUT_SLACK = 64
 """Tokens a cut between two pieces may add to their count (a word or a special token's text cut in two, a message
 joined to the chat template's text); an early refusal allows this many per piece, so it refuses only prompts that
@@ -176,8 +187,10 @@ class _Job:
 class Adapters:
     """LoRA adapters loaded at runtime onto the served model, by name. Used only from the batcher's thread."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Any, folder: str | Path | None = None):
         self.backend = backend
+        self.folder = Path(folder if folder is not None else adapter_root()).resolve()
+        """The only folder adapters load from (resolved: a symlink out of it is refused)."""
         self.paths: dict[str, str] = {}
         peft_config = getattr(backend.model, "peft_config", None)
         self.own: str | None = backend.model.active_adapter if peft_config else None
@@ -187,6 +200,10 @@ class Adapters:
         if name in self.paths and not inplace:
             raise _HTTPError(400, f"The lora adapter {name!r} has already been loaded; unload it first or pass "
                                   "load_inplace=true", code="adapter_exists")
+        if not Path(path).resolve().is_relative_to(self.folder):
+            raise _HTTPError(403, f"lora_path {path!r} is outside this server's adapter folder {str(self.folder)!r} "
+                                  "(dreamgym serve-model --adapter-dir)", kind="permission_error",
+                             code="adapter_path_not_allowed")
         if not (Path(path) / "adapter_config.json").is_file():
             raise _HTTPError(400, f"lora_path {path!r} is not a PEFT adapter folder (no adapter_config.json there)",
                              code="invalid_adapter")
@@ -245,10 +262,10 @@ class MicroBatcher:
     decodes them in one `generate_from_ids` call per adapter, so concurrent clients share batched decoding.
     Adapter loads and unloads (`call`) run on the same thread between batches."""
 
-    def __init__(self, backend: Any, wait_s: float = 0.005):
+    def __init__(self, backend: Any, wait_s: float = 0.005, adapter_dir: str | Path | None = None):
         self.backend = backend
         self.wait_s = wait_s
-        self.adapters = Adapters(backend)
+        self.adapters = Adapters(backend, adapter_dir)
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="serve-model-batcher", daemon=True)
         self._thread.start()
@@ -349,13 +366,18 @@ def provably_over(tokenizer: Any, texts: Iterable[str], room: int, size: int = C
     return None
 
 
-def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
-               limits: serving.Limits = LIMITS) -> FastAPI:
-    """The FastAPI app serving `backend` (an `HFBackend`) under the model id `model_name`."""
+def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005, limits: serving.Limits = LIMITS,
+               token: str | None = None, adapter_dir: str | Path | None = None,
+               max_regex_chars: int = MAX_REGEX_CHARS, regex_timeout_s: float = REGEX_TIMEOUT_S) -> FastAPI:
+    """The FastAPI app serving `backend` (an `HFBackend`) under the model id `model_name`; with `token`, every route
+    but /health needs it; adapters load from `adapter_dir` only (default `adapter_root()`); regexes within
+    `max_regex_chars` characters and `regex_timeout_s` seconds of compiling."""
     app = FastAPI(title="DreamGym model server")
-    batcher = MicroBatcher(backend, wait_s=batch_wait_s)
+    gate = RegexGate(backend, max_regex_chars, regex_timeout_s)
+    batcher = MicroBatcher(backend, wait_s=batch_wait_s, adapter_dir=adapter_dir)
     app.state.batcher = batcher
-    serving.install(app, limits, error_body)
+    app.state.regex_gate = gate
+    serving.install(app, limits, error_body, token=token)
     context = getattr(backend.model.config, "max_position_embeddings", None)
     # Ids past the embedding table would fail inside the model (a 500); the table may be larger than the tokenizer.
     vocab = max(int(getattr(backend.model.config, "vocab_size", 0) or 0), len(backend.tokenizer))
@@ -430,7 +452,7 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
         prompt = await asyncio.to_thread(chat_prompt, messages, max_tokens)
-        constraint = await asyncio.to_thread(_constraint, backend, body)
+        constraint = await asyncio.to_thread(_constraint, gate, body)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
                                 seed=body.seed, constraint=constraint)
@@ -451,7 +473,7 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
                                   "does not compute; logprobs=0 returns the sampled tokens' log-probs")
         max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
         prompts = await asyncio.to_thread(completion_prompts, body.prompt, max_tokens)
-        constraint = await asyncio.to_thread(_constraint, backend, body)
+        constraint = await asyncio.to_thread(_constraint, gate, body)
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = SamplingParams(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens, stop=stop,
                                 seed=body.seed, constraint=constraint)
@@ -479,10 +501,11 @@ def create_app(backend: Any, model_name: str, *, batch_wait_s: float = 0.005,
     return app
 
 
-def _constraint(backend: Any, body: ChatCompletionBody | CompletionBody) -> OutputConstraint | None:
-    """The request's `structured_outputs` as a constraint the backend can enforce (compiled here, on a worker thread:
-    a bad regex is the client's 400, not the batch's 500). vLLM's older `guided_*` fields, which a current vLLM
-    accepts and ignores, are refused, so a client never believes its output constrained when it is not."""
+def _constraint(gate: RegexGate, body: ChatCompletionBody | CompletionBody) -> OutputConstraint | None:
+    """The request's `structured_outputs` as a constraint the backend can enforce (compiled here, through `gate`,
+    from a worker thread: a bad or costly regex is the client's 400, not the batch's 500). vLLM's older `guided_*`
+    fields, which a current vLLM accepts and ignores, are refused, so a client never believes its output
+    constrained when it is not."""
     guided = sorted(k for k in body.model_extra or {} if k.startswith("guided_"))
     if guided:
         raise _HTTPError(400, f"{guided[0]} is not supported; send structured_outputs: {{\"regex\": ...}}")
@@ -496,9 +519,10 @@ def _constraint(backend: Any, body: ChatCompletionBody | CompletionBody) -> Outp
         raise _HTTPError(400, "structured_outputs has no regex")
     constraint = OutputConstraint(regex=so.regex)
     try:
-        backend.check_constraint(constraint)
-    except ConstraintError as e:
-        raise _HTTPError(400, f"structured_outputs.regex: {e}") from e
+        gate.check(constraint)
+    except RegexRefused as e:
+        raise _HTTPError(e.status, str(e), "server_error" if e.status >= 500 else "invalid_request_error",
+                         e.code) from e
     return constraint
 
 
@@ -581,6 +605,7 @@ class ServerHandle:
     def stop(self) -> None:
         self._running.stop()
         self._app.state.batcher.stop()
+        self._app.state.regex_gate.close()
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -590,13 +615,15 @@ class ServerHandle:
 
 
 def start_server(backend: Any, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "local",
-                 batch_wait_s: float = 0.005, limits: serving.Limits = LIMITS) -> ServerHandle:
-    """Serve `backend` from a background thread; `port=0` picks a free port. Returns once it accepts requests."""
-    app = create_app(backend, model_name, batch_wait_s=batch_wait_s, limits=limits)
+                 batch_wait_s: float = 0.005, limits: serving.Limits = LIMITS, **access: Any) -> ServerHandle:
+    """Serve `backend` from a background thread; `port=0` picks a free port. Returns once it accepts requests.
+    `access`: `create_app`'s token, adapter folder and regex limits."""
+    app = create_app(backend, model_name, batch_wait_s=batch_wait_s, limits=limits, **access)
     try:
         running = serving.start(serving.make_server(app), host, port)
     except BaseException:
         app.state.batcher.stop()
+        app.state.regex_gate.close()
         raise
     return ServerHandle(running, app)
 
@@ -616,10 +643,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--max-body-mb", type=float, default=LIMITS.max_body_bytes / 2**20,
                         help="largest request body accepted, in MiB (larger ones get 413 before being read)")
+    parser.add_argument("--token-file", default="",
+                        help=f"a file holding the bearer token every route but /health then needs (default: "
+                             f"${TOKEN_ENV}; neither: no token)")
+    parser.add_argument("--adapter-dir", default=None,
+                        help="the only folder runtime LoRA adapters load from (default: the folder DreamGym's "
+                             "trainers write theirs under, $TMPDIR/dreamgym-adapters)")
+    parser.add_argument("--max-regex-chars", type=at_least(1), default=MAX_REGEX_CHARS,
+                        help="longest structured_outputs regex accepted, in characters (default: %(default)s)")
+    parser.add_argument("--regex-timeout-s", type=float, default=REGEX_TIMEOUT_S,
+                        help="seconds a structured_outputs regex may take to compile (default: %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not args.max_body_mb > 0:
         parser.error(f"--max-body-mb must be > 0, got {args.max_body_mb}")
+    if not args.regex_timeout_s > 0:
+        parser.error(f"--regex-timeout-s must be > 0, got {args.regex_timeout_s}")
+    try:
+        token = serving.read_token(TOKEN_ENV, args.token_file)
+    except ValueError as e:
+        return fail("serve-model", e)
+    if args.adapter_dir is not None and not Path(args.adapter_dir).is_dir():
+        return fail("serve-model", f"--adapter-dir {args.adapter_dir}: not a folder")
     limits = dataclasses.replace(LIMITS, max_body_bytes=int(args.max_body_mb * 2**20))
     import torch
 
@@ -635,16 +680,21 @@ def main(argv: list[str] | None = None) -> int:
     except PresetError as e:
         return fail("serve-model", e)
     name = args.served_model_name or args.preset
-    app = create_app(backend, name, limits=limits)
+    app = create_app(backend, name, limits=limits, token=token, adapter_dir=args.adapter_dir,
+                     max_regex_chars=args.max_regex_chars, regex_timeout_s=args.regex_timeout_s)
     try:
         sock = serving.bind(args.host, args.port, limits.backlog)
     except OSError as e:
         app.state.batcher.stop()
+        app.state.regex_gate.close()
         return fail("serve-model", f"cannot listen on {args.host}:{args.port}: {e}")
     host, port = sock.getsockname()[:2]
+    serving.warn_if_open("serve-model", host, token, TOKEN_ENV,
+                         f"generate with the model and load LoRA adapters from {app.state.batcher.adapters.folder}")
     print(f"serving {name!r} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)", flush=True)
     try:
         serving.run_foreground(serving.make_server(app, log_level="info", access_log=True), sock)
     finally:
         app.state.batcher.stop()
+        app.state.regex_gate.close()
     return 0

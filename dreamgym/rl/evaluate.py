@@ -251,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
             from dreamgym.checks import trajectory_file
             from dreamgym.data import tasks_played_in
 
+            from dreamgym.provenance import check_trajectories
+
             trajectory_file(args.tasks_from)
+            # Another family's episodes name the family, not "no tasks left": their task ids never match.
+            check_trajectories(args.tasks_from, args.env)
             tasks, _ = tasks_played_in(tasks, args.tasks_from)
         from dreamgym import checks, provenance
         from dreamgym.utils.filecheck import output_path

@@ -6,14 +6,17 @@ A trainer's checkpoint folder (`checkpoint_problem`) is checked here too, so tha
 trainers (and torch) to read two files.
 
 Owns: the names of a trainer checkpoint's state files, what "whole" means for a safetensors file (the format's own
-rule: its header reads and its tensors end where the file does) and what a writable path is (of the right kind,
-under a folder).
+rule: its header reads and its tensors end where the file does) and what a writable path is (of the right kind, a
+file only a regular one, under a folder that can be written).
 Must not know: models, torch (only file sizes and headers are read), which commands use them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -24,16 +27,53 @@ META_FILE = "trainer_state.json"
 
 
 def output_path(path: str | Path, kind: Literal["file", "folder"]) -> None:
-    """A path a command will write a `kind` to: when it exists it is one, and its nearest existing parent is a
-    folder (a parent that is a file can hold nothing)."""
+    """A path a command will write a `kind` to, checked before any work so that a run never ends by failing to save
+    what it computed: when it exists it is one (a file: a regular file, so an atomic rename never replaces a FIFO,
+    a device, a socket or a folder), and its folder can be created and written (tried: a temporary entry is made
+    and removed in the nearest folder that exists, since permission bits do not tell, e.g. under /proc or on a
+    read-only mount, and root passes every permission check)."""
     p = Path(path)
-    if p.exists() and p.is_dir() != (kind == "folder"):
-        raise ValueError(f"{path} is a {'folder' if p.is_dir() else 'file'}, not a {kind}")
-    for parent in p.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{path}: its parent {parent} is a file, not a folder")
-            return
+    what = file_kind(p)
+    if what is not None and what != ("folder" if kind == "folder" else "regular file"):
+        raise ValueError(f"{path} is a {what.replace('regular ', '')}, not a {kind}"
+                         + ("" if what in ("folder", "regular file") else " (such a path is never replaced: write "
+                                                                        "to a regular file)"))
+    nearest = p.absolute() if what == "folder" else \
+        next(parent for parent in p.absolute().parents if parent.exists())
+    if not nearest.is_dir():
+        raise ValueError(f"{path}: its parent {nearest} is a file, not a folder")
+    try:
+        # What the writer will do there: a temporary file beside the target (atomic writes), or the folders
+        # leading to it (or its files, in a folder that exists).
+        if nearest == p.absolute().parent and kind == "file":
+            fd, probe = tempfile.mkstemp(dir=nearest, prefix=f".{p.name}.", suffix=".probe")
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=nearest, prefix=".dreamgym-probe-"))
+    except OSError as e:
+        where = "create folders in" if nearest != p.absolute().parent and what is None else "write in"
+        raise ValueError(f"{path}: cannot {where} {nearest} ({e.strerror or e})") from None
+
+
+def file_kind(path: str | Path) -> str | None:
+    """What is at `path` (a symlink followed): "regular file", "folder", "FIFO", "device", "socket", None when
+    nothing (a dangling symlink included); ValueError when it cannot be looked at."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:  # a folder on the way that cannot be searched: said as bad input, not a traceback
+        raise ValueError(f"{path}: cannot look at it ({e.strerror or e})") from None
+    if stat.S_ISREG(mode):
+        return "regular file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "socket" if stat.S_ISSOCK(mode) else "special file"
 
 
 def model_weights(folder: str | Path) -> None:

@@ -1,7 +1,8 @@
 """Where DreamGym keeps derived files that are expensive to rebuild (presets, catalogs, generated games).
 
-Owns: the cache directory (`$DREAMGYM_CACHE`, default `~/.cache/dreamgym`), atomic file writing, and the named
-crash points every crash-safe writer passes (`crash_point`), which tests arm to kill a writer at an exact spot.
+Owns: the cache directory (`$DREAMGYM_CACHE`, default `~/.cache/dreamgym`), atomic file writing (it replaces
+nothing but a regular file), and the named crash points every crash-safe writer passes (`crash_point`), which tests
+arm to kill a writer at an exact spot.
 Must not know: what is cached.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import tempfile
 from pathlib import Path
 
@@ -50,9 +52,23 @@ def cache_dir(*parts: str) -> Path:
     return p
 
 
+def check_replaceable(path: str | Path) -> None:
+    """Raise `FileExistsError` unless `path` is a regular file or nothing: what every rename onto a path checks
+    first (a symlink is followed: what it points to is what a reader would read)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode):
+        raise FileExistsError(f"{path} exists and is not a regular file; refusing to replace it")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temp file in the same directory, fsync, then rename: readers see old or new, never half."""
+    """Write to a temp file in the same directory, fsync, then rename: readers see old or new, never half. Only a
+    regular file (or nothing) is replaced: a rename onto a FIFO, a device, a socket or a folder would replace that
+    node itself (as root, a device node), so such a path raises `FileExistsError` and is left as it was."""
     path = Path(path)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -1,8 +1,10 @@
 """Bounded HTTP serving shared by dreamgym's servers (`dreamgym serve-model`, `dreamgym webshop serve`).
 
 Owns: the limits every server enforces (`Limits`), their enforcement, JSON error answers for everything that
-can go wrong below or around a route, and running a FastAPI app under uvicorn on a bound socket (`make_server`,
-`bind` and `run_foreground` for a command line, `start` for a background thread in this process).
+can go wrong below or around a route, the bearer token of a server that has one (`TokenMiddleware`,
+`presented_token`, `read_token`) and the start-up warning for a server open beyond this machine without one
+(`warn_if_open`), and running a FastAPI app under uvicorn on a bound socket (`make_server`, `bind` and
+`run_foreground` for a command line, `start` for a background thread in this process).
 Must not know: what the servers serve, their routes or their error shapes beyond `ErrorBody`.
 
 What a client sees (each server documents its own numbers, the defaults are below):
@@ -27,11 +29,17 @@ rejections in plain text and has no time limit.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
+import ipaddress
+import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import h11
@@ -144,6 +152,93 @@ class LimitsMiddleware:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+# -- the bearer token ---------------------------------------------------------------------------------------------
+OPEN_PATHS = frozenset({"/health"})
+"""Paths answered without the token: a load balancer's or a client pool's health check."""
+
+
+def presented_token(authorization: str) -> str:
+    """The token an Authorization header carries: `Bearer TOKEN`, or Basic credentials whose password is the token
+    (any user name). Basic is what a stock client sends for a URL with credentials in it
+    (`http://token:TOKEN@host:port`: OpenEnv's `EnvClient` connects with `websockets`, and `requests` and `httpx`
+    do the same), since those clients take no headers. "" when there is none."""
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
+def authorized(scope: Scope, token: str | None) -> bool:
+    """Whether a request (HTTP or WebSocket scope) may pass: no token set, a path of `OPEN_PATHS`, or the token
+    presented (compared in constant time)."""
+    if not token or scope.get("path") in OPEN_PATHS:
+        return True
+    given = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
+    return hmac.compare_digest(presented_token(given).encode(), token.encode())
+
+
+UNAUTHORIZED = ("this server needs Authorization: Bearer <token> (or the token as the password of the URL: "
+                "http://token:<token>@host:port)")
+"""What a request without the token is told (401)."""
+
+
+class TokenMiddleware:
+    """Every HTTP request but `OPEN_PATHS` needs the bearer token (401 in the server's error shape otherwise)."""
+
+    def __init__(self, app: ASGIApp, token: str, error_body: ErrorBody):
+        self.app, self.token, self.error_body = app, token, error_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not authorized(scope, self.token):
+            data, headers = _error_bytes(self.error_body, 401, UNAUTHORIZED)
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [*headers, (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        await self.app(scope, receive, send)
+
+
+def read_token(env_var: str, token_file: str | None) -> str | None:
+    """A server's bearer token: the contents of `token_file` when given, else `$env_var`, else None (no token).
+    Raises ValueError naming the file when it cannot be read or is empty (a file on the command line, not the token
+    itself: a command line is visible to `ps`)."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--token-file {token_file}: {getattr(e, 'strerror', None) or e}") from None
+        if not token:
+            raise ValueError(f"--token-file {token_file} is empty")
+        return token
+    return os.environ.get(env_var) or None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bound address reaches this machine only (127.0.0.0/8, ::1); a name is resolved first."""
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+        except (OSError, ValueError):
+            return False
+
+
+def warn_if_open(command: str, host: str, token: str | None, env_var: str, exposes: str) -> bool:
+    """Print a one-line warning on stderr when a server is bound beyond loopback (`host`, as bound) without a
+    token, saying what anyone who reaches it can do (`exposes`) and how to set one. True when it warned."""
+    if token or is_loopback(host):
+        return False
+    print(f"dreamgym {command}: warning: listening on {host} with no token: anyone who can reach this port can "
+          f"{exposes}; set ${env_var} or --token-file to require one", file=sys.stderr, flush=True)
+    return True
 
 
 # -- request head: size, time, connection count ----------------------------------------------------------------
@@ -306,13 +401,16 @@ def validation_message(errors: Sequence[Any], drop: int = 1) -> str:
     return msg or "invalid request"
 
 
-def install(app: FastAPI, limits: Limits, error_body: ErrorBody) -> None:
-    """Give `app` the body limits and JSON answers for unknown paths, wrong methods, invalid fields and failures.
+def install(app: FastAPI, limits: Limits, error_body: ErrorBody, *, token: str | None = None) -> None:
+    """Give `app` the body limits and JSON answers for unknown paths, wrong methods, invalid fields and failures,
+    and with `token` the bearer token on every request but `OPEN_PATHS` (checked before the body is read).
 
     A server may register its own handlers for its own exception types; these cover everything else. The limits
     are kept on the app for `make_server`."""
     app.state.serving = (limits, error_body)
     app.add_middleware(LimitsMiddleware, limits=limits, error_body=error_body)
+    if token:  # added last, so it runs first: a request without the token costs no body read
+        app.add_middleware(TokenMiddleware, token=token, error_body=error_body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:

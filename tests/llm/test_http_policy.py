@@ -21,10 +21,11 @@ REQS = [[{"role": "user", "content": t}] for t in ("Task: set the dial to 3", "h
 
 @pytest.fixture(scope="module")
 def served(tiny_preset):  # noqa: F811 - the fixture imported above
-    """A server over its own copy of the tiny model (loading adapters wraps the served model) and a local twin."""
+    """A server over its own copy of the tiny model (loading adapters wraps the served model) and a local twin. Its
+    adapters load from anywhere under the temporary folder: the tests' own folders and the policy backends'."""
     model, tok = tiny_preset
     server_backend = HFBackend(copy.deepcopy(model), tok, batch_size=64)
-    handle = start_server(server_backend, model_name="tiny")
+    handle = start_server(server_backend, model_name="tiny", adapter_dir=tempfile.gettempdir())
     yield handle, HFBackend(copy.deepcopy(model), tok, batch_size=64)
     handle.stop()
 
@@ -167,6 +168,45 @@ def test_serve_model_process_serves_the_pushed_adapter(tiny_preset):  # noqa: F8
             learner = trainer.learner_logprobs(prompts, [o.token_ids for o in outs])
             for o, lp in zip(outs, learner):
                 assert o.logprobs == pytest.approx(lp, abs=1e-4)
+
+
+@pytest.mark.parametrize("failure", ["hangs", "dies"])
+def test_closing_after_the_server_failed_is_brief_and_quiet(tiny_preset, failure, caplog):  # noqa: F811
+    """Issue 69, 6: after a policy server hung (or died) mid-run, closing the backend waited another full timeout to
+    unload the adapter (hang) and logged "could not unload policy-..." after the run's one-line error, so that line
+    was the last the user saw. Now the unload is one try of at most CLOSE_TIMEOUT_S and, after the failure, quiet."""
+    import logging
+    import os
+    import signal
+    import time
+
+    from dreamgym.llm.base import CLOSE_TIMEOUT_S
+    from dreamgym.llm.http import LLMTimeoutError
+
+    model, tok = tiny_preset
+    timeout = CLOSE_TIMEOUT_S + 5
+    with cli_server(["serve-model", "--preset", "tiny", "--port", "0", "--device", "cpu", "--threads", "1"]) as (
+            proc, base):
+        backend = HTTPPolicyBackend(base + "/v1", _lora_policy(model, 3), tok, max_retries=0, timeout=timeout)
+        prompts = [backend.prompt_ids(REQS[0])]
+        backend.generate_from_ids(prompts, SamplingParams(max_tokens=4, seed=1))
+        assert backend.pushes == 1 and backend.adapter is not None
+        os.kill(proc.pid, signal.SIGSTOP if failure == "hangs" else signal.SIGKILL)
+        try:
+            with pytest.raises(LLMTimeoutError if failure == "hangs" else LLMEndpointError):
+                backend.generate_from_ids(prompts, SamplingParams(max_tokens=4, seed=2))
+            assert backend.failure is not None
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="dreamgym.llm.http"):
+                t0 = time.monotonic()
+                backend.close()
+                took = time.monotonic() - t0
+            assert took < CLOSE_TIMEOUT_S + 2.0 < timeout, took
+            unload = [r for r in caplog.records if "could not unload" in r.getMessage()]
+            assert unload and all(r.levelno == logging.DEBUG for r in unload), [r.levelname for r in unload]
+        finally:
+            if failure == "hangs":
+                os.kill(proc.pid, signal.SIGCONT)
 
 
 def test_full_weight_policy_refuses_to_drift_from_the_server(served, tiny_preset):  # noqa: F811
