@@ -237,14 +237,26 @@ def _readme_layout() -> set[str]:
 
 def test_the_readme_layout_names_every_module_and_package():
     """The README's annotated tree is how a newcomer finds where a change goes: every top-level module and
-    sub-package of `dreamgym/`, and every module of the method's parts, is on it."""
+    sub-package of `dreamgym/` (and of `dreamgym/envs/`) is on it."""
     listed = _readme_layout()
-    parts = [ROOT / part for part in (*LAYERS, "utils") if part not in ("envs", "experience")]
-    for pkg in (ROOT, ROOT / "envs", *parts):
+    for pkg in (ROOT, ROOT / "envs"):
         for p in sorted(pkg.iterdir()):
             if p.name.startswith("_") or p.name == "templates" or not (p.suffix == ".py" or p.is_dir()):
                 continue
             assert p.stem in listed or p.name in listed, f"README layout does not name {p.relative_to(ROOT.parent)}"
+
+
+PARTS = [*(part for part in LAYERS if part != "envs"), "trainers", "utils"]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_each_part_of_the_method_maps_its_modules_in_its_docstring(part):
+    """Inside a part, its package docstring is the map: every module is named there (`name`), so the README can stay
+    a map of packages."""
+    doc = ast.get_docstring(ast.parse((ROOT / part / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"`(\w+)`", doc))
+    missing = sorted(p.stem for p in (ROOT / part).glob("*.py") if not p.name.startswith("_") and p.stem not in named)
+    assert not missing, f"dreamgym/{part}/__init__.py does not name {missing}"
 
 
 def test_every_package_the_readme_layout_lists_exists():

@@ -6,5 +6,6 @@ arguments, its report), built on the packages below it; nothing in the library i
 - `train`: `TrainConfig` and `dreamgym train` (every algorithm, every mode);
 - `recipe`: several rows on one environment, the quickstart, the results table's rendering;
 - `table`: `dreamgym table`, the paper's Table 1 shape with ablations and learning curves;
+- `seeds`: a recipe over several seeds (`--seeds`, `--workers`) and its report over seeds;
 - `docs_ref`: docs/reference/ written from the code.
 """
