@@ -85,6 +85,20 @@ def ranged(default: T, *, ge: float | None = None, gt: float | None = None, le: 
     return _field(default, {"range": Range(ge=ge, gt=gt, le=le, lt=lt)})
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of field `name` of the dataclass `cls`: a config that offers a knob another config declares
+    takes its default from there (`ranged(default_of(TrainerConfig, "group_size"), ge=1)`), so the knob has one
+    default in the product."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            raise ValueError(f"{cls.__name__}.{name} has no default")
+    raise ValueError(f"{cls.__name__} has no field {name!r}")
+
+
 def checked(default: T, check: Callable[[Any], None], allowed: str | Callable[[], str]) -> T:
     """A field whose non-empty value `check` must accept (it raises ValueError or OSError saying what is wrong),
     e.g. a file that must exist and parse (`dreamgym.checks`). `allowed` says what the field accepts, for errors

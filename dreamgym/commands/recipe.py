@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from dreamgym.checks import POLICY_MIX, env_family, family_choices
 from dreamgym.agent import AgentConfig
-from dreamgym.config import (CommandParser, ConfigError, apply_overrides, checked, describe, fail, load_config,
-                             parse_overrides, ranged, to_dict, validate_config)
+from dreamgym.config import (CommandParser, ConfigError, apply_overrides, checked, default_of, describe, fail,
+                             load_config, parse_overrides, ranged, to_dict, validate_config)
 from dreamgym.data import DataError
 from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.rl.modes import online_phases
@@ -45,7 +45,7 @@ from dreamgym.utils.paths import atomic_write_text, crash_point
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.commands.seeds import SeedRunError, check_seeds, row_findings, run_seeds, write_seeds_report
 from dreamgym.commands.train import TrainConfig
-from dreamgym.trainers.common import ModelConfig
+from dreamgym.trainers.common import ModelConfig, TrainerConfig
 
 @dataclass(frozen=True)
 class EnvDefaults:
@@ -292,21 +292,24 @@ class Recipe:
         done()
 
     # -- one RL row -----------------------------------------------------------------------------------
-    def run_method(self, name: str, *, algo: Literal["grpo", "ppo"], mode: str, budget: int = 0,
-                   dream_iterations: int = 0,
-                   real_iterations: int = 0, em: Path | None = None, dream: DreamConfig | None = None,
-                   tasks_per_iteration: int = 8, group_size: int = 4, lr: float = 1e-4, eval_every: int = 0,
+    def run_method(self, name: str, *, algo: Literal["grpo", "ppo"], mode: str, tasks_per_iteration: int,
+                   group_size: int, budget: int | None = None, dream_iterations: int = 0, real_iterations: int = 0,
+                   em: Path | None = None, dream: DreamConfig | None = None, lr: float = 1e-4, eval_every: int = 0,
                    from_method: str | None = None) -> dict[str, Any]:
         """Train `algo` (grpo or ppo) in `mode` and evaluate it: 'real' (RL in the real environment on all train
         tasks), 'dream' (RL inside the experience model `em` only) or 's2r' (sim-to-real: a dream, then real RL on
         the train tasks the dream left with mixed outcomes: `dreamgym.rl.modes.online_phases`). It starts from the SFT
         policy, or from the final policy of the earlier row `from_method` (whose real data and wall time it then
         inherits); an S2R row continuing a dream row runs only the real phase, on that row's dream log. Real phases
-        stop at `real_iterations` or when the hard real-step `budget` is spent, whichever comes first. Returns the
+        stop at `real_iterations` or when the hard real-step `budget` is spent, whichever comes first; a row with a
+        real phase and no budget is refused (it would play nothing). `tasks_per_iteration` and `group_size` are the
+        caller's (its config's, whose defaults are `TrainerConfig`'s). Returns the
         row's record (`results[name]`); a row that finished in an earlier run with the same settings is read back
         from its folder, not run again."""
         if mode not in ("real", "dream", "s2r"):
             raise ValueError(f"run_method: mode {mode!r} is not real, dream or s2r")
+        if mode != "dream" and not budget:
+            raise ConfigError("budget", f"{name}: a {mode} row plays real steps and needs a real-step budget > 0")
         done = self.stage(f"{name}: {algo} {mode}, real budget {budget}")
         t0 = time.time()
         init = self.run / self._slug(from_method) / "final" if from_method else self.run / "sft" / "final"
@@ -444,9 +447,9 @@ class QuickstartConfig:
     """Each test task is played once per seed."""
     eval_temperature: float = ranged(1.0, ge=0)
     """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises; 0 is greedy."""
-    group_size: int = ranged(8, ge=1)
+    group_size: int = ranged(default_of(TrainerConfig, "group_size"), ge=1)
     """Episodes of each task per GRPO iteration, the group G (`dreamgym train`'s group_size)."""
-    tasks_per_iteration: int = ranged(8, ge=1)
+    tasks_per_iteration: int = ranged(default_of(TrainerConfig, "tasks_per_iteration"), ge=1)
     """Tasks per GRPO iteration (`dreamgym train`'s tasks_per_iteration)."""
     lr: float = ranged(2e-4, gt=0)
     """Policy learning rate for GRPO."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dreamgym.checks import env_family, family_choices
-from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged
+from dreamgym.config import CommandParser, ConfigError, checked, default_of, describe, fail, load_config, ranged
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig
 from dreamgym.utils.paths import atomic_write_text
@@ -68,9 +69,9 @@ class TableConfig:
     """Iterations inside the experience model for the DreamGym rows."""
     s2r_iterations: int = ranged(5, ge=1)
     """Most real iterations of the S2R rows (B/16 usually ends them first)."""
-    tasks_per_iteration: int = ranged(8, ge=1)
+    tasks_per_iteration: int = ranged(default_of(TrainerConfig, "tasks_per_iteration"), ge=1)
     """Tasks per iteration of every RL row (`dreamgym train`'s tasks_per_iteration)."""
-    group_size: int = ranged(4, ge=1)
+    group_size: int = ranged(default_of(TrainerConfig, "group_size"), ge=1)
     """Episodes of each task per iteration of every RL row, GRPO and PPO alike (`dreamgym train`'s group_size)."""
     lr: float = ranged(1e-4, gt=0)
     """RL learning rate."""

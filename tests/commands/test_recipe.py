@@ -57,9 +57,15 @@ def test_report_names_the_machine_it_ran_on(tmp_path):
     assert f"with {machine['torch_cpu_capability']} kernels" in text
 
 
-def test_recipe_rejects_an_unknown_mode_before_training(tmp_path):
+def test_recipe_rejects_an_unknown_mode_and_a_real_row_without_a_budget_before_training(tmp_path):
     with pytest.raises(ValueError, match="mode 'sim'"):
-        Recipe("dial", tmp_path).run_method("x", algo="grpo", mode="sim")
+        Recipe("dial", tmp_path).run_method("x", algo="grpo", mode="sim", tasks_per_iteration=2, group_size=2)
+    # a real phase without a real-step budget used to play nothing and report the start's figures as a trained row
+    from dreamgym.config import ConfigError
+
+    for mode in ("real", "s2r"):
+        with pytest.raises(ConfigError, match=r"^budget: x: a (real|s2r) row plays real steps"):
+            Recipe("dial", tmp_path).run_method("x", algo="grpo", mode=mode, tasks_per_iteration=2, group_size=2)
     assert not (tmp_path / "x").exists()
 
 
