@@ -21,6 +21,7 @@ from dreamgym.rl.evaluate import EvalConfig
 from dreamgym.curriculum.pools import VARIANCE_LOG, iteration_tasks, task_pool
 from dreamgym.rl.builders import Evaluation
 from dreamgym.utils.metrics import MetricsLogger, read_metrics
+from dreamgym.trainers.online import UpdateResult
 from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 
 
@@ -86,7 +87,7 @@ class StandIn:
 
     def update(self, episodes):
         self.played.append([e.task.id for e in episodes])
-        return {"loss": 0.5}
+        return UpdateResult(optimizer_steps=1, loss=0.5, tokens=0, metrics={"loss": 0.5})
 
     def save(self, directory, run=None):
         self.saved.append((Path(directory).name, run["iteration"]))
