@@ -98,8 +98,8 @@ class Recipe:
 
         # One thread count for every stage, set here and given to the experience model, whose training used to set
         # it as a side effect: a resumed recipe (experience model on disk) then ran SFT at the torch default and a
-        # fresh one at the model's 2, and the dial's SFT lands at 31.1% or 9.4% by that alone
-        # (docs/log/01-quickstart.md).
+        # fresh one at the model's 2, which alone moved the dial's SFT start (docs/decisions.md, "Threads are part of
+        # the result").
         # numpy's BLAS (retrieval scores) too, which otherwise follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
         self.threads = threads
         pin_threads(threads)

@@ -177,10 +177,9 @@ def busy_cores_warning(threads: int, load: float | None = None, cores: int | Non
 
 def machine_info() -> dict[str, Any]:
     """Where and when a run's numbers were made: UTC date, CPU model and cores, the kernel path torch picked on this
-    CPU, torch threads, numpy's BLAS threads, GPU. Kernels and threads are recorded because they change results,
-    not only speed: the dial quickstart's 16-epoch SFT lands at 31.1% with AVX-512 kernels on 2 threads, and at
-    9.4% with AVX2 kernels or on 1 thread, with the same code, data and seed (docs/log/01-quickstart.md). A table
-    reproduces only where this record matches."""
+    CPU, torch threads, numpy's BLAS threads, GPU. Kernels and threads are recorded because they change results, not
+    only speed (the same code, data and seed train to other figures: docs/decisions.md, "Threads are part of the
+    result"). A table reproduces only where this record matches."""
     import threadpoolctl
     import torch
 
