@@ -516,6 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--overwrite", action="store_true", help="replace an existing output")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    if args.no_progress:
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()  # other libraries' bars too
     if Path(args.out).suffix not in (".jsonl", ".parquet"):
         # The trajectory readers know these two; anything else would be written and then be unreadable.
         ap.error(f"--out: {args.out!r} must end in .jsonl or .parquet")
