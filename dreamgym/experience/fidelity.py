@@ -509,14 +509,32 @@ GATED = (("format_validity", "format validity"), ("state_f1", "next-state F1"),
 """(figure, what a warning calls it); its threshold is `HeldOutConfig`'s `min_<figure>`."""
 
 
-def gate(figures: dict[str, Any], cfg: HeldOutConfig) -> tuple[list[str], list[str]]:
+OUTCOME_FIGURES = ("reward1_recall", "reward1_precision", "done_acc")
+"""The gated figures of a step's reward and end: judged only where the dream takes those from the model."""
+
+
+def outcomes_from_model(env: str | None, reward_from: str) -> bool:
+    """Whether a dream (`dream.reward_from`) takes a step's reward and end from the experience model: 'model', or
+    'auto' for a family without its own reward rule (`grounded_outcome`); 'state' never does."""
+    if reward_from == "model" or not env:  # no family named: nothing but the model can give them
+        return True
+    if reward_from == "state":
+        return False
+    from dreamgym.envs import family
+
+    return not family(env).hooks.grounds_outcomes
+
+
+def gate(figures: dict[str, Any], cfg: HeldOutConfig, model_outcomes: bool = True) -> tuple[list[str], list[str]]:
     """The reasons a model is not fit to dream in (each figure under its threshold), and the gated figures the
-    held-out steps could not measure (no real or predicted reward 1, no steps)."""
+    held-out steps could not measure (no real or predicted reward 1, no steps). `model_outcomes=False` (the dream
+    takes reward and end from the family's rule, `outcomes_from_model`) leaves `OUTCOME_FIGURES` out: a figure the
+    dream never uses cannot make the model unfit for it."""
     thresholds = cfg.thresholds()
     reasons, unmeasured = [], []
     for key, label in GATED:
         threshold, value = thresholds[key], figures.get(key)
-        if threshold <= 0:
+        if threshold <= 0 or (key in OUTCOME_FIGURES and not model_outcomes):
             continue
         if value is None:
             unmeasured.append(label)
@@ -533,13 +551,18 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     real = tf["distinct_next_states_real"]
     tf["distinct_share"] = (tf["distinct_next_states"] / real) if real and tf["distinct_next_states"] is not None \
         else None
-    reasons, unmeasured = gate(tf, cfg)
+    own = outcomes_from_model(model.env, cfg.reward_from)
+    reasons, unmeasured = gate(tf, cfg, model_outcomes=own)
     if not steps:
         reasons = ["no held-out step to score"]
     keys = ("n", "format_validity", "state_f1", "state_em", "reward1_recall", "reward1_precision", "done_acc",
             "distinct_next_states", "distinct_next_states_real", "distinct_share")
     report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"], "fit": not reasons,
-                              "reasons": reasons, "unmeasured": unmeasured}
+                              "reasons": reasons, "unmeasured": unmeasured,
+                              "not_gated": [] if own else [label for key, label in GATED if key in OUTCOME_FIGURES],
+                              "not_gated_reason": None if own else (
+                                  f"the dream takes reward and end from the {model.env} family's grounded_outcome, "
+                                  "not from the model (heldout.reward_from)")}
     report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}
     if reasons:
         bar = "!" * 78

@@ -102,6 +102,10 @@ class HeldOutConfig:
     """Least accuracy of the predicted episode end."""
     min_distinct_share: float = ranged(0.5, ge=0, le=1)
     """Least ratio of predicted to real distinct next states per distinct (state, action): the collapse detector."""
+    reward_from: Literal["auto", "model", "state"] = "auto"
+    """Where the dream this model is for takes a step's reward and end (the dream's `dream.reward_from`): the gate
+    judges reward-1 recall and precision and done accuracy only when that is the model ('model', or 'auto' for a
+    family without `grounded_outcome`); otherwise they are reported and not gated."""
 
     def thresholds(self) -> dict[str, float]:
         """Each gated figure's least value, by the figure's name (the field is `min_<name>`)."""
@@ -482,6 +486,25 @@ def train(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     return summary
 
 
+def closing_lines(summary: dict[str, Any], out: Path) -> str:
+    """What `dreamgym train-em` prints at the end: the run in a few lines, the held-out verdict and where the whole
+    summary is (the JSON on the terminal was ~90 lines, the figures a user looks for lost in it)."""
+    lines = [f"trained {summary['steps']} steps on {summary['examples']} examples ({summary['transitions']} "
+             f"transitions) in {summary['total_time_s']:.0f}s, final loss {summary['final_loss']:.4f}, "
+             f"{summary.get('threads')} thread(s): {out}"]
+    held = summary.get("heldout")
+    if held:
+        figures = ", ".join(f"{k} {held[k]:.3f}" for k in ("format_validity", "state_f1", "reward1_recall",
+                                                           "reward1_precision", "done_acc", "distinct_share")
+                            if isinstance(held.get(k), (int, float)))
+        verdict = "fit to dream in" if held["fit"] else "NOT fit to dream in"
+        lines.append(f"held-out ({held['n']} steps): {figures}: {verdict}")
+        if held.get("not_gated"):
+            lines.append(f"  not gated: {', '.join(held['not_gated'])}: {held.get('not_gated_reason')}")
+    lines.append(f"summary: {out / 'train_summary.json'}")
+    return "\n".join(lines)
+
+
 def check_inputs(cfg: TrainEMConfig) -> None:
     """Start-up checks before any model loads: the checkpoint folder can be written and, when the run continues
     one there (`resume`), it is this family's experience model; every record of the data reads and is of this
@@ -531,7 +554,7 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
         summary = train(cfg, progress=print, heldout_report=heldout_report)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)
-    print(json.dumps(summary, indent=1))
+    print(closing_lines(summary, cfg.resolved_out()))
     warning = summary.get("heldout", {}).get("warning")
     if warning:  # last, where it is seen: the run succeeded, but its model should not be dreamt in
         print(warning, file=sys.stderr, flush=True)

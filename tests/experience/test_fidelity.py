@@ -236,3 +236,23 @@ def test_eval_em_exits_1_without_a_report_when_most_predictions_are_backend_erro
     rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="em", context=48)  # the probe fits; no prompt does
     assert rc == 1 and not (tmp_path / "fid.json").exists()
     assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "context" in err[-1], err
+
+
+def test_the_gate_leaves_out_reward_and_end_where_the_dream_takes_them_from_the_family_s_rule():
+    """WebShop's dream takes a step's reward and end from `grounded_outcome` (reward_from=auto), so a model that
+    never says reward 1 is not unfit for its reward-1 recall there (reported, not gated); told that the dream takes
+    them from the model (heldout.reward_from=model), the gate judges them again."""
+    steps = [t for t in em_transitions(_webshop_episodes(2), history=3) if t.action != RESET_ACTION]
+    assert any(t.reward >= 1.0 for t in steps)
+
+    def never_wins(req):
+        return format_completion("WebShop\n[search]", 0.0, False, "Nothing changes.")
+
+    model = ExperienceModel(FakeLLM(never_wins), config=ExperienceModelConfig(k=0), env="webshop")
+    grounded = heldout_report(model, steps, HeldOutConfig())
+    assert grounded["reward1_recall"] == 0.0  # still measured and reported
+    assert not any(r.startswith(("reward-1", "done accuracy")) for r in grounded["reasons"]), grounded["reasons"]
+    assert grounded["not_gated"] == ["reward-1 recall", "reward-1 precision", "done accuracy"]
+    assert "grounded_outcome" in grounded["not_gated_reason"]
+    judged = heldout_report(model, steps, HeldOutConfig(reward_from="model"))
+    assert any(r.startswith("reward-1 recall 0.000") for r in judged["reasons"]) and not judged["not_gated"]

@@ -58,6 +58,10 @@ def test_train_em_holds_out_a_seeded_split_it_never_trains_on_and_warns_when_the
     report = json.loads((out / "train_summary.json").read_text())["heldout"]
     assert report["n"] == 6 and report["fit"] is False and report["reasons"]
     assert "NOT FIT TO DREAM IN" in io.err and all(r in io.err for r in report["reasons"])
+    # The run closes in a few lines, the verdict among them; the whole summary is in its file, not on the terminal.
+    closing = io.out.rstrip().splitlines()[-2:]
+    assert closing[0].startswith("held-out (6 steps): ") and closing[0].endswith("NOT fit to dream in")
+    assert closing[1] == f"summary: {out / 'train_summary.json'}" and '"retrieval_time_s"' not in io.out
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert row["em/heldout/fit"] is False and row["em/heldout/state_f1"] == report["state_f1"]
     assert 0.0 <= row["em/heldout/format_validity"] <= 1.0
