@@ -294,10 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
         # Several processes (torchrun): every rank runs this same command; see dreamgym/utils/distributed.py.
         distributed.init()
-        from dreamgym.llm.presets import pick_device
-
-        # Before any model loads; on a GPU torch's CPU pool is host-side glue and is left alone.
-        pin_threads(resolve_threads(cfg.threads), torch_threads=pick_device() == "cpu")
+        threads = resolve_threads(cfg.threads)  # a bad OMP_NUM_THREADS is refused here, in one line
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
         # Rank 0 first, since recovering writes.
@@ -310,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             _check_checkpoint(ckpt, cfg)
     except (ValueError, OSError, ImportError, CheckpointError) as e:
         return fail("train", e)
+    from dreamgym.llm.presets import pick_device
+
+    # After the start-up checks (a refusal stays one line; pinning may warn of busy cores), before any model loads.
+    # On a GPU torch's CPU pool is host-side glue and is left alone.
+    pin_threads(threads, torch_threads=pick_device() == "cpu")
     run_dir = cfg.resolved_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     import yaml
