@@ -40,8 +40,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-V", "--version"):
+        from dreamgym import __version__
+
+        print(f"dreamgym {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print("usage: dreamgym <command> [args...]   (dreamgym <command> --help for details)\n\ncommands:")
+        print("usage: dreamgym [--version] <command> [args...]   (dreamgym <command> --help for details; also "
+              "`python -m dreamgym`)\n\ncommands:")
         for name, (_, help_) in COMMANDS.items():
             print(f"  {name:<12} {help_}")
         return 0

@@ -1,7 +1,9 @@
 """TRL's GRPOTrainer training a policy on multi-turn episodes of a served synthetic environment.
 
 The environment is DreamGym's dream of the dial (the experience model) behind `dreamgym serve-env --dream`; TRL
-never imports it: its `rollout_func` opens one WebSocket session per rollout (`RemoteTextEnv`), plays the episode
+never imports it. The policy reads DreamGym's agent prompt in its chat template and answers in DreamGym's reply
+format (`dreamgym.agent`), so a policy trained by `dreamgym train` carries over (`--model` its final/model folder).
+Its `rollout_func` opens one WebSocket session per rollout (`RemoteTextEnv`), plays the episode
 turn by turn -- the policy writes an action, the server's experience model writes the next observation -- and
 hands TRL one sequence per rollout: the first observation as the prompt, then the policy's action tokens (trained,
 `env_mask` 1) interleaved with the observation tokens the environment wrote (not trained, `env_mask` 0). The
@@ -35,14 +37,39 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dreamgym.agent import ground_action
+from dreamgym.agent import AgentConfig, build_messages, ground_action, parse_action
 from dreamgym.envserve.client import RemoteTextEnv, server_info
+from dreamgym.types import Task
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL
 
 
-def prompt_text(obs: str, admissible: list[str] | None) -> str:
-    return f"{obs}\nActions: {', '.join(admissible or [])}\nAction:"
+def prompt_text(tok: Any, task: Task, state: str, admissible: list[str] | None) -> str:
+    """The first turn's prompt: DreamGym's agent prompt (`dreamgym.agent.build_messages`: its system prompt, the
+    task, the state and the available actions) rendered by the tokenizer's chat template, as `dreamgym train`
+    renders it, so a policy DreamGym trained reads here what it was trained on and answers in its reply format
+    (`<think>...</think><action>...</action>`)."""
+    return tok.apply_chat_template(build_messages(task, [], state, admissible, AGENT), tokenize=False,
+                                   add_generation_prompt=True)
+
+
+def next_turn_text(tok: Any, task: Task, reply: str, state: str, admissible: list[str] | None) -> str:
+    """What the environment adds after a reply for the next turn, in the same chat: the reply's end and a user turn
+    with the new state and actions, then the assistant's opening (the template's own text after the reply). One TRL
+    sequence holds the whole episode, so the earlier turns stay in context here rather than restated as DreamGym's
+    per-turn prompt restates its last `history` turns."""
+    first = build_messages(task, [], "", None, AGENT)
+    content = build_messages(task, [], state, admissible, AGENT)[1]["content"]
+    user = content[len(f"Task: {task.instruction}\n\n"):]  # the task was said in the first turn
+    answered = [*first, {"role": "assistant", "content": reply}]
+    before = tok.apply_chat_template(answered, tokenize=False)
+    after = tok.apply_chat_template([*answered, {"role": "user", "content": user}], tokenize=False,
+                                    add_generation_prompt=True)
+    return after[len(before):] if after.startswith(before) else f"\n{user}\n"
+
+
+AGENT = AgentConfig(history=0)
+"""The agent prompt's settings: no restated history (the episode's earlier turns are in the sequence itself)."""
 
 
 def episode_seed(prompt: Any) -> int:
@@ -65,7 +92,10 @@ def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, t
         try:
             with ThreadPoolExecutor(n) as pool:
                 firsts = list(pool.map(lambda ep: ep[0].reset(seed=episode_seed(ep[1])), zip(envs, prompts)))
-            prompt_ids = [tok(prompt_text(o, i["admissible_actions"]))["input_ids"] for o, i in firsts]
+            tasks = [i["task"] if isinstance(i.get("task"), Task) else Task.from_dict(e.episode["task"])
+                     for e, (_, i) in zip(envs, firsts)]
+            prompt_ids = [tok(prompt_text(tok, t, o, i["admissible_actions"]), add_special_tokens=False)["input_ids"]
+                          for t, (o, i) in zip(tasks, firsts)]
             completion: list[list[int]] = [[] for _ in range(n)]
             logprobs: list[list[float]] = [[] for _ in range(n)]
             mask: list[list[int]] = [[] for _ in range(n)]
@@ -87,13 +117,15 @@ def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, t
                                          output_scores=True, return_dict_in_generate=True)
                     lps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
                 new = out.sequences[:, width:]
-                actions = []
+                actions, replies = [], {}
                 for row, i in enumerate(live):
                     keep = [t for t in new[row].tolist() if t != pad]
                     completion[i] += keep
                     logprobs[i] += lps[row, :len(keep)].tolist()
                     mask[i] += [1] * len(keep)
-                    text = tok.decode(keep, skip_special_tokens=True).strip().split("\n")[0]
+                    replies[i] = tok.decode(keep, skip_special_tokens=True)
+                    # DreamGym's reply format; a reply without <action>...</action> is grounded as written.
+                    text = parse_action(replies[i]) or " ".join(replies[i].split())
                     actions.append(ground_action(text, admissible[i] or [], 0.0))
                 with ThreadPoolExecutor(len(live)) as pool:
                     results = list(pool.map(lambda ia: envs[ia[0]].step(ia[1]), zip(live, actions)))
@@ -104,7 +136,8 @@ def make_rollout_func(env_url: str, *, max_turns: int, max_action_tokens: int, t
                     admissible[i] = inf["admissible_actions"]
                     if term or trunc:
                         continue
-                    feedback = tok("\n" + prompt_text(obs, admissible[i]))["input_ids"]
+                    feedback = tok(next_turn_text(tok, tasks[i], replies[i], obs, admissible[i]),
+                                   add_special_tokens=False)["input_ids"]
                     completion[i] += feedback
                     logprobs[i] += [0.0] * len(feedback)
                     mask[i] += [0] * len(feedback)
@@ -192,11 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--learning-rate", type=float, default=1e-3)
     ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-action-tokens", type=int, default=4,
+                    help="tokens per reply (default 4, for the random tiny preset; a policy trained by dreamgym "
+                         "train writes <think>...</think><action>...</action>: give it 32 or more)")
     ap.add_argument("--device", default="", help="cpu, cuda, cuda:1, ... (default: cuda when there is a GPU)")
     a = ap.parse_args(argv)
     token = os.environ.get("DREAMGYM_ENV_TOKEN") or None
     kw = {"out_dir": a.out, "steps": a.steps, "model_name": a.model, "learning_rate": a.learning_rate,
-          "max_turns": a.max_turns, "device": a.device}
+          "max_turns": a.max_turns, "max_action_tokens": a.max_action_tokens, "device": a.device}
     if a.env_url:
         result = run(a.env_url, token=token, **kw)
     elif a.em:

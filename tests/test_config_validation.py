@@ -197,7 +197,7 @@ def test_train_config_refuses_values_that_would_train_nothing_or_fail_late(overr
 @pytest.mark.parametrize("override, field", [
     ("batch_size=0", "batch_size"), ("epochs=0", "epochs"), ("max_steps=-1", "max_steps"),
     ("optim.lr=0", "optim.lr"), ("model.lora_r=0", "model.lora_r"), ("model.policy_url=http://h:1/v1", "model.policy_url"),
-    ("balance_outcomes=0", "balance_outcomes"), ("context_dropout=2", "context_dropout"), ("threads=0", "threads"),
+    ("balance_outcomes=0", "balance_outcomes"), ("context_dropout=2", "context_dropout"), ("threads=-1", "threads"),
     ("log_every=0", "log_every"), ("em.k=-1", "em.k"), ("em.top_p=0", "em.top_p"),
     ("em.max_new_tokens=0", "em.max_new_tokens"), ("em.mmr_lambda=2", "em.mmr_lambda"),
     ("teacher=llm", "teacher"), ("env=nowhere", "env"), ("data=/no/such/file.jsonl", "data"),

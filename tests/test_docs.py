@@ -230,3 +230,13 @@ def test_every_relative_link_in_the_readme_and_docs_points_at_a_file():
             if not (page.parent / target.split("#")[0]).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_no_page_names_a_machine_specific_absolute_path():
+    """A command a reader copies must run on their machine: paths are relative to the repository (or $PWD), never a
+    folder of the machine a page was written on (docs/log/commands.md named one)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for page in pages
+             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"(?<![\w.$}])/(?:work|home|Users|root)/\w", line)]
+    assert not found, found

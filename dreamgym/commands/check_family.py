@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
                               step_limit=args.step_limit)
     except CheckFamilyError as e:
         print(e.report.summary() if e.report is not None else e, file=sys.stderr)
+        # The verdict last, as on success: which checks disagreed, or that a rule broke (the line above names it).
+        broken = [c for c, n in e.report.disagreements.items() if n] if e.report is not None else []
+        print(f"environment family {args.env!r} does not keep its contract: "
+              + (f"disagreements in {', '.join(broken)}" if broken else "a rule is broken"), file=sys.stderr)
         return 1
     print(report.summary())
     print(f"environment family {args.env!r} keeps its contract")

@@ -536,7 +536,14 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--resume", action="store_true", help="keep an existing output, add missing episodes")
     g.add_argument("--overwrite", action="store_true", help="replace an existing output")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--max-failed-share", type=_share, default=MAX_FAILED_SHARE,
+                    help="exit 1 when more than this share of the episodes failed (the environment or policy refused "
+                         "them; those played are written either way; default: %(default)s)")
     args = ap.parse_args(argv)
+    if args.no_progress:
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()  # other libraries' bars too
     if Path(args.out).suffix not in (".jsonl", ".parquet"):
         # The trajectory readers know these two; anything else would be written and then be unreadable.
         ap.error(f"--out: {args.out!r} must end in .jsonl or .parquet")
@@ -555,7 +562,39 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as e:
         return fail("collect", e)
     print_summary(summary)
-    return 1 if summary["episodes"] == 0 and summary["failed"] > 0 else 0
+    verdict = failed_verdict(summary, args.max_failed_share)
+    if verdict:  # last, where it is seen
+        print(f"dreamgym collect: {verdict}", file=sys.stderr)
+        return 1
+    return 0
+
+
+MAX_FAILED_SHARE = 0.1
+"""`dreamgym collect --max-failed-share`'s default: a collection that lost more than a tenth of its episodes (a
+browser that keeps dying, a policy without a rule for a task asked for) is a different data set from the one
+asked for; one that lost a few to a flaky page is not."""
+
+
+def _share(text: str) -> float:
+    """A share in [0, 1] (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1")
+    return value
+
+
+def failed_verdict(summary: dict[str, Any], max_share: float) -> str | None:
+    """One line when the collection failed more than `max_share` of its episodes (every one, when none played),
+    naming the count, the share and the threshold; None otherwise. A 4-of-10 collection used to exit 0."""
+    failed, played = summary["failed"], summary["episodes"]
+    total = failed + played
+    if not failed or (played and failed / total <= max_share):
+        return None
+    return (f"{failed} of {total} episodes failed ({failed / total:.0%}), over --max-failed-share {max_share}; the "
+            f"{played} played are written, the reasons are above")
 
 
 if __name__ == "__main__":

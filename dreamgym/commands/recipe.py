@@ -40,7 +40,7 @@ from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.train import TrainEMConfig
 from dreamgym.rl.builders import (Evaluation, build_backend, build_offline_trainer, build_online_trainer,
                             close_backend)
-from dreamgym.utils.metrics import MetricsLogger, describe_machine, machine_info, pin_threads
+from dreamgym.utils.metrics import MetricsLogger, describe_machine, machine_info, pin_threads, resolve_threads
 from dreamgym.utils.paths import atomic_write_text, crash_point
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.commands.seeds import SeedRunError, check_seeds, row_findings, run_seeds, write_seeds_report
@@ -93,7 +93,7 @@ class Recipe:
 
     def __init__(self, env: str, run_dir: str | Path, *, seed: int = 0, eval_tasks: int = 100,
                  eval_seeds: Sequence[int] = (0,), eval_temperature: float = 0.0, progress: bool = True,
-                 train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = (), threads: int = 2):
+                 train_overrides: Sequence[str] = (), em_overrides: Sequence[str] = (), threads: int = 0):
         from dreamgym.envs import family
 
         # One thread count for every stage, set here and given to the experience model, whose training used to set
@@ -101,7 +101,7 @@ class Recipe:
         # fresh one at the model's 2, which alone moved the dial's SFT start (docs/decisions.md, "Threads are part of
         # the result").
         # numpy's BLAS (retrieval scores) too, which otherwise follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
-        self.threads = threads
+        self.threads = threads = resolve_threads(threads)  # 0: the rule of every command (OMP_NUM_THREADS, ...)
         pin_threads(threads)
         self.env, self.run, self.seed, self.progress = env, Path(run_dir), seed, progress
         self.run.mkdir(parents=True, exist_ok=True)
@@ -457,8 +457,9 @@ class QuickstartConfig:
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience model."""
-    threads: int = ranged(2, ge=1)
-    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: report.md names it)."""
+    threads: int = ranged(0, ge=0)
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: report.md names it); 0:
+    OMP_NUM_THREADS when it is set, else torch's own count (the rule of every command)."""
 
     def validate(self) -> None:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
@@ -632,6 +633,10 @@ def quickstart_main(argv: list[str] | None = None) -> int:
     add_seeds_options(parser)
     parser.add_argument("overrides", nargs="*", help="e.g. env=dial dream_iterations=10")
     args = parser.parse_intermixed_args(argv)
+    if args.no_progress:
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()  # other libraries' bars too
     try:
         q = load_config(QuickstartConfig, args.config, args.overrides + seeds_overrides(args))
     except ConfigError as e:

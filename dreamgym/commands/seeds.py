@@ -27,6 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from dreamgym.utils.metrics import resolve_threads
 from dreamgym.config import ConfigError
 from dreamgym.rl.compare import (BOOTSTRAP_RESAMPLES, Outcomes, aggregate_runs, compare_paired, improvement_interval,
                                  outcomes, task_scores)
@@ -45,6 +46,10 @@ def check_seeds(seeds: Sequence[int], workers: int, threads: int) -> None:
     dup = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if dup:
         raise ConfigError("seeds", f"seed {dup[0]} is listed twice")
+    try:  # threads=0 is every command's rule (OMP_NUM_THREADS, else torch's count): what each run will use
+        threads = resolve_threads(threads)
+    except ValueError as e:
+        raise ConfigError("threads", str(e)) from e
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     at_once = min(workers, max(len(seeds), 1))
     if len(seeds) > 1 and at_once * threads > cores:

@@ -89,8 +89,9 @@ class TableConfig:
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
     """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
-    threads: int = ranged(2, ge=1)
-    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: results.md names it)."""
+    threads: int = ranged(0, ge=0)
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: results.md names it); 0:
+    OMP_NUM_THREADS when it is set, else torch's own count (the rule of every command)."""
 
     def validate(self) -> None:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
@@ -214,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     add_seeds_options(parser)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_intermixed_args(argv)
+    if args.no_progress:
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()  # other libraries' bars too
     try:
         t = load_config(TableConfig, args.config,
                         args.overrides + ([f"env={args.env}"] if args.env else []) + seeds_overrides(args))

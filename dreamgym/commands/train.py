@@ -41,8 +41,10 @@ from dreamgym.utils.filecheck import output_path
 from dreamgym.llm.capabilities import LLMEndpointError
 from dreamgym.rl.builders import (Evaluation, OnlineTrainer, Trainer, build_backend, build_offline_trainer,
                                   build_online_trainer, close_backend, train_offline)
-from dreamgym.utils.metrics import MetricsLogger, machine_info
+from dreamgym.utils.metrics import (REPORT_TO_ALLOWED, MetricsLogger, machine_info, parse_report_to, pin_threads,
+                                    resolve_threads)
 from dreamgym.utils.paths import atomic_write_text
+from dreamgym.utils.quiet import quiet_progress_bars
 from dreamgym.llm.presets import PresetError
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.trainers.checkpoint import CheckpointError, resumable_checkpoint
@@ -54,6 +56,12 @@ from dreamgym.trainers.sft import SFTConfig
 from dreamgym.types import Task, Trajectory
 
 ONLINE_ALGOS = ("grpo", "ppo")
+
+
+def report_to_check(spec: str) -> None:
+    """Trackers that exist and are installed (`dreamgym.utils.metrics.parse_report_to`)."""
+    parse_report_to(spec)
+
 OFFLINE_ALGOS = ("sft", "dpo")
 
 
@@ -108,8 +116,15 @@ class TrainConfig(TrainerConfig):
     for DPO: `EXPERT_POLICY`, `EXPLORE_POLICIES`)."""
     demo_episodes: int = ranged(200, ge=1)
     """Demonstration episodes to collect when `data` is empty."""
+    report_to: str = checked("tensorboard", report_to_check, REPORT_TO_ALLOWED)
+    """Where every logged scalar goes besides metrics.jsonl (TRL's `report_to`): tensorboard (`<run_dir>/tb`), wandb
+    (`<run_dir>/wandb`, project WANDB_PROJECT or dreamgym; WANDB_MODE=offline keeps it local), trackio (its local
+    store, TRACKIO_DIR; project TRACKIO_PROJECT or dreamgym); comma-separated, or none."""
     tensorboard: bool = True
-    """Also write TensorBoard event files."""
+    """false: no TensorBoard even where `report_to` names it (the switch of earlier versions)."""
+    threads: int = ranged(0, ge=0)
+    """CPU threads of torch and of numpy's BLAS (they change results); 0: OMP_NUM_THREADS when it is set, else
+    torch's own count (the rule of every command). On a GPU only BLAS is set."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     """GRPO settings."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -249,7 +264,9 @@ def _check_checkpoint(ckpt: Path, cfg: TrainConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="dreamgym train", description="Train an agent in a real environment.",
+    parser = CommandParser(prog="dreamgym train",
+                           description="Train an agent: GRPO/PPO in the real environment (mode=real), inside the "
+                                       "experience model (mode=dream) or both (mode=s2r); SFT/DPO on demonstrations.",
                            epilog="Config fields (key=value):\n" + describe(TrainConfig),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=ONLINE_ALGOS + OFFLINE_ALGOS, default=None, help="training algorithm")
@@ -259,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. group_size=8 optim.lr=1e-4")
     args = parser.parse_intermixed_args(argv)
+    if args.no_progress:  # other libraries' bars too (loading and writing weights), before any of them runs
+        quiet_progress_bars()
     overrides = list(args.overrides)
     overrides += [f"algo={args.algo}"] if args.algo else []
     overrides += [f"env={args.env}"] if args.env else []
@@ -275,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
         # Several processes (torchrun): every rank runs this same command; see dreamgym/utils/distributed.py.
         distributed.init()
+        threads = resolve_threads(cfg.threads)  # a bad OMP_NUM_THREADS is refused here, in one line
         # Before any model loads: a run folder whose checkpoint a kill left mid-switch is recovered, one that shows a
         # checkpoint was written but holds none that loads is refused (never a silent restart from iteration 0).
         # Rank 0 first, since recovering writes.
@@ -287,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             _check_checkpoint(ckpt, cfg)
     except (ValueError, OSError, ImportError, CheckpointError) as e:
         return fail("train", e)
+    from dreamgym.llm.presets import pick_device
+
+    # After the start-up checks (a refusal stays one line; pinning may warn of busy cores), before any model loads.
+    # On a GPU torch's CPU pool is host-side glue and is left alone.
+    pin_threads(threads, torch_threads=pick_device() == "cpu")
     run_dir = cfg.resolved_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     import yaml
@@ -294,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     main_rank = distributed.is_main()  # the only writer of files
     if main_rank:
         atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard) if main_rank else None
     progress = not args.no_progress
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, report_to=cfg.report_to, run_name=run_dir.name,
+                           config=to_dict(cfg)) if main_rank else None
     t0 = time.time()
     backend: object = None  # set once built: closed at the end when it samples on servers
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dreamgym.env import CheckEnvError, check_env
-from dreamgym.envs.family import HOOK_PAIRS, EnvFamily, is_admissible
+from dreamgym.envs.family import HOOK_PAIRS, EnvFamily, is_admissible, is_form
 from dreamgym.envs.registry import family
 from dreamgym.types import Step, Task, Trajectory, Transition
 
@@ -33,6 +33,9 @@ PROBE_ACTION = "xyzzy plugh"
 BEHAVIOUR_CHECKS: dict[str, str] = {
     "admissible": "every action the real environment accepted is in admissible_from_state of its state (a form "
                   "such as search[<query>] admits any argument, as in the synthetic environment)",
+    "offered": "every action admissible_from_state offers on a state of the checker's own episodes is one the real "
+               "environment carries out there (tried on a replay of the episode to that state; forms such as "
+               "search[<query>] are not tried)",
     "grounded_outcome": "grounded_outcome gives the reward and end the real environment gave",
     "noop_state": "noop_state gives the state the real environment showed after an action it could not carry out",
     "canonical_state": "canonical_state gives a real state back unchanged",
@@ -43,6 +46,11 @@ BEHAVIOUR_CHECKS: dict[str, str] = {
 """The behaviour checks, by name: what each requires of every recorded real step (or episode) it applies to."""
 
 _EXAMPLES = 3  # reasons kept per check: enough to see the pattern, short enough to print
+
+OFFERED_TRIES = 200
+"""Offered actions `check_family` tries at most (each a reset, a replay to its state and one step): states are taken
+breadth-first over the checker's own episodes (every episode's first state, then every second state, ...), so a
+long episode does not use the budget up alone."""
 
 
 class CheckFamilyError(AssertionError):
@@ -191,6 +199,7 @@ def check_family(fam_or_name: EnvFamily | str, *, split: str = "train", splits: 
     report = FamilyCheckReport(fam.name)
     for traj in (*recorded, *probes, *episodes):
         _replay(fam, traj, limit, report, call, probe=traj.policy == _PROBE_POLICY)
+    _try_offered(fam, env, recorded, report, call)
     if not report.ok:
         raise CheckFamilyError(f"{label}: its hooks disagree with the real environment\n{report.summary()}", report)
     return report
@@ -328,6 +337,46 @@ def _replay(fam: EnvFamily, traj: Trajectory, limit: int, report: FamilyCheckRep
         agree("step_limit", n == limit, f"truncated after {n} steps, not at the step limit MAX_STEPS ({limit})")
     else:
         agree("step_limit", True, "")
+
+
+def _try_offered(fam: EnvFamily, env: Any, recorded: Sequence[Trajectory], report: FamilyCheckReport,
+                 call: Callable[..., Any], tries: int = OFFERED_TRIES) -> None:
+    """The `offered` check: the actions `admissible_from_state` offers on the states of the checker's own episodes,
+    each stepped in the real environment from that state (reset with the episode's task and seed, its earlier actions
+    replayed). The dream accepts every offered action, so one the environment refuses would be a step the dream
+    plays and the real environment never does. A replay that does not reach the recorded state (an environment that
+    is not deterministic under a seed) checks nothing there."""
+    depth = max((len(t.steps) for t in recorded), default=0)
+    for t in range(depth):
+        for traj in recorded:
+            if t >= len(traj.steps):
+                continue
+            st = traj.steps[t]
+            offered = call("admissible_from_state", fam.admissible_from_state, st.state)
+            for action in dict.fromkeys(offered):
+                if tries <= 0:
+                    return
+                if is_form(action):
+                    continue  # a form admits any argument: there is no one action to try
+                tries -= 1
+                state = _state_after(env, traj, t, call)
+                if state != st.state:
+                    continue
+                _, _, _, _, info = call(f"step({action!r})", env.step, action)
+                report.checked["offered"] += 1
+                if info.get("invalid_action", False):
+                    report.disagree("offered", f"{traj.policy} on {traj.task.id!r}: step {t + 1}: {action!r} is "
+                                               f"offered by admissible_from_state, the environment refuses it")
+
+
+def _state_after(env: Any, traj: Trajectory, t: int, call: Callable[..., Any]) -> Any:
+    """The abstract state `env` shows after a reset on `traj`'s task and seed and its first `t` actions."""
+    _, info = call(f"reset on task {traj.task.id!r}", env.reset, seed=traj.seed, options={"task": traj.task})
+    for st in traj.steps[:t]:
+        _, _, term, trunc, info = call(f"step({st.action!r})", env.step, st.action)
+        if term or trunc:
+            return None
+    return info["abstract_state"]
 
 
 def _short(x: Any, n: int = 120) -> str:

@@ -30,6 +30,12 @@ from dreamgym.types import Task, Transition
 _FORM = re.compile(r"^(\w+)\[(?:<[^>]*>|\.\.\.|…|\*)\]$")
 
 
+def is_form(entry: str) -> bool:
+    """Whether an `admissible_from_state` entry is a form (`search[<query>]`, `search[...]`) that admits any
+    argument, rather than one action."""
+    return bool(_FORM.match(" ".join(entry.strip().lower().split())))
+
+
 def is_admissible(action: str, admissible: list[str] | None) -> bool:
     """True when `action` is one of `admissible` (an `admissible_from_state` answer), case and
     whitespace-insensitive. An entry written as a form (`search[<query>]`, `search[...]`) admits any argument; an

@@ -15,13 +15,17 @@ admissible commands itself and `admissible_from_state` reads them back.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib.util
 import json
 import logging
 import multiprocessing
+import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -95,16 +99,30 @@ def make_games(seeds: list[int], workers: int = 2) -> list[dict[str, Any]]:
     """Generate (or reuse) several games, in parallel when more than one is missing."""
     missing = [s for s in seeds if not (games_dir() / f"tw-seed{s}.meta.json").exists()]
     if workers > 1 and len(missing) > 1:
-        # Fork when single-threaded (cheap, works from stdin/notebooks); spawn otherwise (forking threads can hang).
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
-            else "spawn"
-        with multiprocessing.get_context(method).Pool(min(workers, len(missing))) as pool:
-            pool.map(make_game, missing)
-    out = [make_game(s) for s in seeds]
+        # Fork when single-threaded (cheap, works from stdin/notebooks). Otherwise (forking threads can hang) each
+        # game is made by a fresh interpreter that imports this module only: multiprocessing's spawn re-ran the
+        # user's whole script in every child unless it was guarded by `if __name__ == "__main__":`.
+        if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+            with multiprocessing.get_context("fork").Pool(min(workers, len(missing))) as pool:
+                pool.map(make_game, missing)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(workers, len(missing))) as ex:
+                list(ex.map(_make_game_in_child, missing))
+    out = [make_game(s) for s in seeds]  # read back; a seed a child could not make is tried here, its error kept
     for m in out:
         if "error" in m:
             log.warning("textworld: skipped seed %s: %s", m["seed"], m["error"])
     return [m for m in out if "error" not in m]
+
+
+def _make_game_in_child(seed: int) -> None:
+    """`make_game(seed)` in a new Python process that imports this package (from where this process found it) and
+    nothing of the caller's script; what it writes is read back from the cache."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    subprocess.run([sys.executable, "-c", "import sys; from dreamgym.envs.textworld_env import make_game; "
+                    "make_game(int(sys.argv[1]))", str(seed)], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
 
 
 def tasks(split: str = "train", n: int | None = None) -> list[Task]:

@@ -473,13 +473,18 @@ def main(argv: list[str] | None = None) -> int:
                                    timeout_s=a.timeout_s, timeout_field="--timeout-s")
         except ConfigError as e:
             return fail("eval-em", e)
-        variants = [(_label(meta, path), model.config)]
+        loose = unconstrained_servers(model)
+        # A server without structured output decodes the answers unconstrained (parsed leniently): more failure states
+        # and lower F1 than the same weights in process (26% failure states and F1 0.692 against 0% and 0.770 on a
+        # chat-only server), so its rows are labelled and said not to compare.
+        mark = " [unconstrained]" if loose else ""
+        variants = [(_label(meta, path) + mark, model.config)]
         if a.inference_ablations:
             if model.config.use_retrieval:
-                variants.append((_label(meta, path) + " -retrieval@inf",
+                variants.append((_label(meta, path) + mark + " -retrieval@inf",
                                  dataclasses.replace(model.config, use_retrieval=False)))
             if model.config.use_history:
-                variants.append((_label(meta, path) + " -history@inf",
+                variants.append((_label(meta, path) + mark + " -history@inf",
                                  dataclasses.replace(model.config, use_history=False)))
         base_cfg = model.config
         for label, cfg in variants:
@@ -488,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             r = evaluate(model, held, a.env, max_transitions=a.max_transitions, max_episodes=a.max_episodes,
                          batch_size=a.batch_size)
             r["model_stats"] = dict(model.stats)
+            r["decoding"] = decoding(model, loose)
             r["train_summary"] = _train_summary(path)
             if unusable_backend(r):  # a report of failure states would judge a model by a backend it never used
                 # A timeout's own message names --timeout-s; otherwise the likely cause is where it generates.
@@ -505,7 +511,28 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out or Path(a.model[0]) / "fidelity.json")
     atomic_write_text(out, json.dumps({"env": a.env, "data": a.data, "rows": rows}, indent=1, default=str))
     print(f"\nreport: {out}")
+    unconstrained = [label for label, r in rows.items() if r["decoding"].startswith("unconstrained")]
+    if unconstrained:  # last, where it is seen
+        print(f"dreamgym eval-em: warning: {', '.join(unconstrained)}: the server has no structured output, so the "
+              f"answers were decoded unconstrained; these figures do not compare with an in-process evaluation or a "
+              f"server that has it (vLLM, dreamgym serve-model)", file=sys.stderr)
     return 0
+
+
+def unconstrained_servers(model: ExperienceModel) -> list[str]:
+    """The servers a model configured for structured decoding generates on without it (their start-up probe found
+    no structured output, so the constraint is not sent); [] in process or with `structured_output=false`."""
+    caps = getattr(model.llm, "capabilities", None) or {}
+    return [url for url, c in caps.items() if not c.structured] if model.config.structured_output else []
+
+
+def decoding(model: ExperienceModel, loose: list[str]) -> str:
+    """How the answers of an evaluation were decoded, for its report row."""
+    if not model.config.structured_output:
+        return "free (structured_output=false)"
+    if loose:
+        return f"unconstrained (no structured output on {', '.join(loose)})"
+    return "constrained (structured output)"
 
 
 # ------------------------------------------------------------------------------------------- fidelity gate
@@ -517,14 +544,32 @@ GATED = (("format_validity", "format validity"), ("state_f1", "next-state F1"),
 """(figure, what a warning calls it); its threshold is `HeldOutConfig`'s `min_<figure>`."""
 
 
-def gate(figures: dict[str, Any], cfg: HeldOutConfig) -> tuple[list[str], list[str]]:
+OUTCOME_FIGURES = ("reward1_recall", "reward1_precision", "done_acc")
+"""The gated figures of a step's reward and end: judged only where the dream takes those from the model."""
+
+
+def outcomes_from_model(env: str | None, reward_from: str) -> bool:
+    """Whether a dream (`dream.reward_from`) takes a step's reward and end from the experience model: 'model', or
+    'auto' for a family without its own reward rule (`grounded_outcome`); 'state' never does."""
+    if reward_from == "model" or not env:  # no family named: nothing but the model can give them
+        return True
+    if reward_from == "state":
+        return False
+    from dreamgym.envs import family
+
+    return not family(env).hooks.grounds_outcomes
+
+
+def gate(figures: dict[str, Any], cfg: HeldOutConfig, model_outcomes: bool = True) -> tuple[list[str], list[str]]:
     """The reasons a model is not fit to dream in (each figure under its threshold), and the gated figures the
-    held-out steps could not measure (no real or predicted reward 1, no steps)."""
+    held-out steps could not measure (no real or predicted reward 1, no steps). `model_outcomes=False` (the dream
+    takes reward and end from the family's rule, `outcomes_from_model`) leaves `OUTCOME_FIGURES` out: a figure the
+    dream never uses cannot make the model unfit for it."""
     thresholds = cfg.thresholds()
     reasons, unmeasured = [], []
     for key, label in GATED:
         threshold, value = thresholds[key], figures.get(key)
-        if threshold <= 0:
+        if threshold <= 0 or (key in OUTCOME_FIGURES and not model_outcomes):
             continue
         if value is None:
             unmeasured.append(label)
@@ -541,13 +586,18 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     real = tf["distinct_next_states_real"]
     tf["distinct_share"] = (tf["distinct_next_states"] / real) if real and tf["distinct_next_states"] is not None \
         else None
-    reasons, unmeasured = gate(tf, cfg)
+    own = outcomes_from_model(model.env, cfg.reward_from)
+    reasons, unmeasured = gate(tf, cfg, model_outcomes=own)
     if not steps:
         reasons = ["no held-out step to score"]
     keys = ("n", "format_validity", "state_f1", "state_em", "copy_state_f1", "copy_state_em", "reward1_recall",
             "reward1_precision", "done_acc", "distinct_next_states", "distinct_next_states_real", "distinct_share")
     report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"], "fit": not reasons,
-                              "reasons": reasons, "unmeasured": unmeasured}
+                              "reasons": reasons, "unmeasured": unmeasured,
+                              "not_gated": [] if own else [label for key, label in GATED if key in OUTCOME_FIGURES],
+                              "not_gated_reason": None if own else (
+                                  f"the dream takes reward and end from the {model.env} family's grounded_outcome, "
+                                  "not from the model (heldout.reward_from)")}
     report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}
     if reasons:
         bar = "!" * 78

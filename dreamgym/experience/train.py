@@ -102,6 +102,10 @@ class HeldOutConfig:
     """Least accuracy of the predicted episode end."""
     min_distinct_share: float = ranged(0.5, ge=0, le=1)
     """Least ratio of predicted to real distinct next states per distinct (state, action): the collapse detector."""
+    reward_from: Literal["auto", "model", "state"] = "auto"
+    """Where the dream this model is for takes a step's reward and end (the dream's `dream.reward_from`): the gate
+    judges reward-1 recall and precision and done accuracy only when that is the model ('model', or 'auto' for a
+    family without `grounded_outcome`); otherwise they are reported and not gated."""
 
     def thresholds(self) -> dict[str, float]:
         """Each gated figure's least value, by the figure's name (the field is `min_<name>`)."""
@@ -150,8 +154,9 @@ class TrainEMConfig:
     """Share of training prompts without their retrieved examples (and, independently, without history)."""
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """Seed for data order and dropout."""
-    threads: int = ranged(2, ge=1)
-    """CPU threads of torch and of numpy's BLAS (retrieval scores); both change the trained weights."""
+    threads: int = ranged(0, ge=0)
+    """CPU threads of torch and of numpy's BLAS (retrieval scores); both change the trained weights. 0: OMP_NUM_THREADS
+    when it is set, else torch's own count (the rule of every command)."""
     device: str | None = None
     """'cpu', 'cuda' or None (pick automatically)."""
     log_every: int = ranged(20, ge=1)
@@ -222,7 +227,7 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     """
     from dreamgym.llm.hf import HFBackend
     from dreamgym.utils import distributed, fsdp
-    from dreamgym.utils.metrics import MetricsLogger, pin_threads
+    from dreamgym.utils.metrics import MetricsLogger, pin_threads, resolve_threads
     from dreamgym.llm.presets import load_preset, pick_device
     from dreamgym.trainers.checkpoint import (atomic_dir, is_peft, load_optimizer_state, optimizer_state,
                                               read_checkpoint_state, read_meta, resumable_checkpoint, write_checkpoint)
@@ -231,15 +236,16 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
-    # Both pools: numpy's BLAS scores the retrieved examples of every training prompt, so the shell's
-    # OMP_NUM_THREADS would otherwise change the trained weights.
+    # Both pools at the one count: numpy's BLAS scores the retrieved examples of every training prompt, and would
+    # otherwise follow OPENBLAS_NUM_THREADS whatever torch runs on; the count changes the trained weights.
     # Several processes (torchrun): each takes its share of every step's micro-batches; rank 0 alone writes.
     distributed.init()
     if cfg.heldout.every and distributed.world() > 1:
         raise ConfigError("heldout.every", f"scoring during training runs in one process, not {distributed.world()}",
                           "0 with torchrun (the final report still runs)")
     device = cfg.device or (distributed.device() if distributed.launched() else pick_device())
-    pin_threads(max(1, cfg.threads), torch_threads=not str(device).startswith("cuda"))
+    threads = resolve_threads(cfg.threads)
+    pin_threads(threads, torch_threads=not str(device).startswith("cuda"))
     out = cfg.resolved_out()
     out.mkdir(parents=True, exist_ok=True)
     mcfg = cfg.em
@@ -453,7 +459,7 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
                "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
                "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
-               "processes": distributed.world(), "stopped_early": stopped_early}
+               "processes": distributed.world(), "stopped_early": stopped_early, "threads": threads}
     final = {} if weights is None else {"state_dict": weights}  # a sharded model's, gathered by save_state
     if not distributed.is_main():
         return summary
@@ -478,6 +484,25 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             summary["heldout_curve"] = curve
     atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
     return summary
+
+
+def closing_lines(summary: dict[str, Any], out: Path) -> str:
+    """What `dreamgym train-em` prints at the end: the run in a few lines, the held-out verdict and where the whole
+    summary is (the JSON on the terminal was ~90 lines, the figures a user looks for lost in it)."""
+    lines = [f"trained {summary['steps']} steps on {summary['examples']} examples ({summary['transitions']} "
+             f"transitions) in {summary['total_time_s']:.0f}s, final loss {summary['final_loss']:.4f}, "
+             f"{summary.get('threads')} thread(s): {out}"]
+    held = summary.get("heldout")
+    if held:
+        figures = ", ".join(f"{k} {held[k]:.3f}" for k in ("format_validity", "state_f1", "reward1_recall",
+                                                           "reward1_precision", "done_acc", "distinct_share")
+                            if isinstance(held.get(k), (int, float)))
+        verdict = "fit to dream in" if held["fit"] else "NOT fit to dream in"
+        lines.append(f"held-out ({held['n']} steps): {figures}: {verdict}")
+        if held.get("not_gated"):
+            lines.append(f"  not gated: {', '.join(held['not_gated'])}: {held.get('not_gated_reason')}")
+    lines.append(f"summary: {out / 'train_summary.json'}")
+    return "\n".join(lines)
 
 
 def check_inputs(cfg: TrainEMConfig) -> None:
@@ -508,8 +533,13 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
     p.add_argument("--preset", help="model preset, path or HF id (default tiny; model.preset)")
     p.add_argument("--out", help="checkpoint directory")
     p.add_argument("--config", help="YAML config file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (loading and writing weights)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. em.k=2 model.lora_r=8 optim.lr=1e-4")
     a = p.parse_intermixed_args(argv)
+    if a.no_progress:
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()
     over = list(a.overrides) + [f"{k}={v}" for k in ("env", "data", "out") if (v := getattr(a, k)) is not None]
     over += [f"model.preset={a.preset}"] if a.preset is not None else []
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -524,7 +554,7 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
         summary = train_em(cfg, progress=print, heldout_report=heldout_report)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)
-    print(json.dumps(summary, indent=1))
+    print(closing_lines(summary, cfg.resolved_out()))
     warning = summary.get("heldout", {}).get("warning")
     if warning:  # last, where it is seen: the run succeeded, but its model should not be dreamt in
         print(warning, file=sys.stderr, flush=True)

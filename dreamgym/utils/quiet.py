@@ -3,6 +3,7 @@ the reason.
 
 Owns: `quiet_libraries()`, which the package root calls on `import dreamgym`, before any of those libraries loads (a
 logger's filters can be set before its module exists: `logging.getLogger(name)` returns the same logger to it).
+Also `quiet_progress_bars()`, which a command's `--no-progress` calls: no library's progress bar in its log.
 Must not know: anything of DreamGym. Only the exact records named here are dropped; everything else those loggers
 say, their real errors included, is shown as before.
 """
@@ -35,3 +36,23 @@ def quiet_libraries() -> None:
     logger = logging.getLogger(BNB_CPU_OPS_LOGGER)
     if _FILTER not in logger.filters:
         logger.addFilter(_FILTER)
+
+
+def quiet_progress_bars() -> None:
+    """Turn off the progress bars of Hugging Face's libraries for the rest of the process: a command's
+    `--no-progress` means no bar in its log, and transformers draws its own while loading and saving weights
+    ("Loading weights", "Writing model shards"). huggingface_hub's switch is read by transformers and datasets when
+    they are imported; a library imported already is switched off through its own call."""
+    import sys
+
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        from datasets.utils import logging as datasets_logging
+
+        datasets_logging.disable_progress_bar()

@@ -154,3 +154,20 @@ def test_episodes_per_task_replays_each_task_with_its_own_seed(tmp_path):
     assert any(len({tuple(s.action for s in t.steps) for t in trajs[i:i + 3]}) > 1 for i in range(0, 12, 3))
     with pytest.raises(ValueError, match="episodes_per_task"):
         C.schedule("dial", {"noisy": 1}, 4, "train", 0, episodes_per_task=0)
+
+
+def test_a_collection_that_fails_more_than_its_threshold_says_so_and_exits_1(tmp_path, monkeypatch, capsys):
+    """A collection in which 4 of 10 episodes were refused exited 0. Past `--max-failed-share` (default 0.1) it
+    writes what it played and exits 1, its last line naming the count, the share and the threshold."""
+    monkeypatch.setitem(dial.POLICIES, "crashy", _CrashyPolicy)
+    argv = ["--env", "dial", "--policy", "crashy:1,oracle:1", "--episodes", "20", "--no-progress"]
+    assert C.main([*argv, "--out", str(tmp_path / "a.jsonl")]) == 1
+    s = json.loads((tmp_path / "a.jsonl.summary.json").read_text())
+    assert s["failed"] > 2 and len(list(read_jsonl(tmp_path / "a.jsonl"))) == s["episodes"] == 20 - s["failed"]
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"dreamgym collect: {s['failed']} of 20 episodes failed ({s['failed'] / 20:.0%}), over "
+                    f"--max-failed-share 0.1; the {s['episodes']} played are written, the reasons are above")
+    assert C.main([*argv, "--out", str(tmp_path / "b.jsonl"), "--max-failed-share", "0.6"]) == 0
+    with pytest.raises(SystemExit):
+        C.main([*argv, "--out", str(tmp_path / "c.jsonl"), "--max-failed-share", "2"])
+    assert "not a share between 0 and 1" in capsys.readouterr().err

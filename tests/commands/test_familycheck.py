@@ -17,6 +17,8 @@ def test_the_command_prints_the_counts_and_fails_on_a_disagreement(capsys, tmp_p
     assert main(["--env", "dial", "--episodes-per-policy", "2", "--step-limit", "1"]) == 1
     captured = capsys.readouterr()
     assert "more than the step limit MAX_STEPS (1)" in captured.err and "keeps its contract" not in captured.out
+    assert captured.err.splitlines()[-1] == ("environment family 'dial' does not keep its contract: disagreements in "
+                                             "step_limit")
     other = tmp_path / "webshop.jsonl"
     collect("webshop", {"random": 1.0}, 1, other, progress=False)
     assert main(["--env", "dial", "--data", str(other)]) == 2  # episodes of another family: refused, one line

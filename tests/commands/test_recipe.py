@@ -75,7 +75,7 @@ def test_quickstart_config_rejects_bad_values_naming_the_field():
 
     for bad, field_name in (("em_steps=0", "em_steps"), ("em_batch_size=-1", "em_batch_size"),
                             ("sft_batch_size=0", "sft_batch_size"), ("offline_episodes=3", "offline_episodes"),
-                            ("threads=0", "threads")):
+                            ("threads=-1", "threads")):
         with pytest.raises(ConfigError, match=field_name):
             load_config(QuickstartConfig, None, [bad])
 
@@ -86,7 +86,7 @@ def test_table_config_rejects_bad_values_naming_the_field():
 
     for bad, field_name in ((["budget=8"], "budget"), (["sft_policy=shopper"], "sft_policy"),
                             (["eval_seeds=[]"], "eval_seeds"), (["eval_temperature=-1"], "eval_temperature"),
-                            (["threads=0"], "threads")):
+                            (["threads=-1"], "threads")):
         with pytest.raises(ConfigError, match=field_name):
             load_config(TableConfig, None, bad)
     cfg = load_config(TableConfig, None, ["sft_policy=shopper", "offline_mix=shopper:0.5,noisy:0.3,random:0.2"])

@@ -37,6 +37,7 @@ def test_a_working_family_agrees_with_its_real_environment_on_every_check_it_has
     report = check_family(good, episodes_per_policy=4)
     assert report.ok and report.episodes == 3 * 4 + 12  # 4 episodes of each policy, a probe on each task played
     assert report.checked["admissible"] > 20 and report.checked["grounded_outcome"] > 20
+    assert report.checked["offered"] > 20  # the offered actions, each tried in the real environment
     assert report.checked["noop_state"] >= 12 and report.checked["step_limit"] == 12  # a probe on each task played
     assert report.checked["state_round_trip"] == 0  # a hook it does not define is not checked
     assert all(n == 0 for n in report.disagreements.values())
@@ -52,6 +53,8 @@ def _broken(lamps) -> dict[str, dict]:
     return {
         # offers only "done": every toggle the environment carries out is missing
         "admissible": dict(admissible_from_state=lambda s: ["done"]),
+        # also offers a lamp no room has: the environment refuses it ("Nothing happens."), the dream would not
+        "offered": dict(admissible_from_state=lambda s: lamps.admissible_from_state(s) + ["toggle purple"]),
         # says every "done" ends with reward 0: the wins disagree
         "grounded_outcome": dict(hooks=_hooks(lamps, grounded_outcome=lambda task, s, a, n: (0.0, a == "done"))),
         # keeps the message: the environment shows "Nothing happens."
@@ -64,7 +67,8 @@ def _broken(lamps) -> dict[str, dict]:
     }
 
 
-@pytest.mark.parametrize("check", ["admissible", "grounded_outcome", "noop_state", "state_round_trip", "step_limit"])
+@pytest.mark.parametrize("check", ["admissible", "offered", "grounded_outcome", "noop_state", "state_round_trip",
+                                   "step_limit"])
 def test_each_broken_hook_is_caught_by_its_own_check(good, lamps, check):
     broken = dataclasses.replace(good, **_broken(lamps)[check])
     with pytest.raises(CheckFamilyError, match="disagree with the real environment") as e:

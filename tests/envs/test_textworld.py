@@ -130,3 +130,27 @@ def test_missing_game_file_is_a_clear_error():
     e = T.TextWorldEnv(tasks=[Task(id="x", env="textworld", instruction="", goal={"game_file": "/nope.z8"})])
     with pytest.raises(FileNotFoundError, match="names no existing game file"):
         e.reset(seed=0)
+
+
+def test_games_are_made_in_parallel_from_an_unguarded_script_that_started_threads(tmp_path):
+    """Once another library has started a thread, the games are not made in forked workers (forking threads can
+    hang); multiprocessing's spawn then re-ran the user's whole script in every worker unless it was guarded by
+    `if __name__ == "__main__":`. The workers are fresh interpreters that import only the package: the script runs
+    once, and both games are made."""
+    script = tmp_path / "user_script.py"
+    runs = tmp_path / "runs.txt"
+    script.write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # another library's thread\n"
+        f"with open({str(runs)!r}, 'a') as fh:\n"
+        "    fh.write('ran\\n')\n"
+        "from dreamgym.envs.textworld_env import make_games\n"
+        "metas = make_games([7, 8], workers=2)\n"
+        "print(sorted(m['seed'] for m in metas))\n")
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "DREAMGYM_CACHE": str(tmp_path / "c"),
+                              "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[7, 8]"
+    assert runs.read_text() == "ran\n"  # the script ran once: no worker re-ran it

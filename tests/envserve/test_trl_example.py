@@ -58,3 +58,27 @@ def test_each_prompt_chooses_its_episode_whatever_the_grouping(example):
     assert len(out["prompt_ids"]) == len(out["completion_ids"]) == len(out["env_reward"]) == 3
     assert out["prompt_ids"][0] == out["prompt_ids"][2] != out["prompt_ids"][1]
     assert example.episode_seed(prompts[0]) != example.episode_seed(prompts[1])
+
+
+
+def test_the_policy_reads_dreamgym_s_agent_prompt_so_a_dreamgym_policy_carries_over(example):
+    """The first turn's prompt is `dreamgym train`'s for the same task and state (`build_messages` in the chat
+    template, token for token), and later turns continue the same chat; the reply format is DreamGym's."""
+    from dreamgym.agent import SYSTEM_PROMPT, build_messages
+    from dreamgym.envs import family
+    from dreamgym.llm.hf import HFBackend
+    from dreamgym.llm.presets import load_preset
+
+    model, tok = load_preset("tiny", device="cpu")
+    tok.padding_side = "left"
+    with start_env_server(EnvServerConfig(env="dial")) as srv:
+        rollout = example.make_rollout_func(srv.url, max_turns=2, max_action_tokens=4)
+        out = rollout(["Play the dial."], SimpleNamespace(model=model, processing_class=tok))
+    env = family("dial").make_env("train")
+    obs, info = env.reset(seed=example.episode_seed("Play the dial."))
+    request = build_messages(info["task"], [], obs, info["admissible_actions"], example.AGENT)
+    assert out["prompt_ids"][0] == HFBackend(model, tok).prompt_ids(request)  # what dreamgym train would send
+    assert SYSTEM_PROMPT in tok.decode(out["prompt_ids"][0])
+    feedback = [t for t, m in zip(out["completion_ids"][0], out["env_mask"][0]) if m == 0]
+    if feedback:  # the episode went on: the next state came as a user turn of the same chat
+        assert "Current state:" in tok.decode(feedback) and "Task:" not in tok.decode(feedback)

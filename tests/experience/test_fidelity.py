@@ -241,3 +241,80 @@ def test_eval_em_exits_1_without_a_report_when_most_predictions_are_backend_erro
     rc, err = _eval_em_on_a_server(tmp_path, capsys, served_as="em", context=48)  # the probe fits; no prompt does
     assert rc == 1 and not (tmp_path / "fid.json").exists()
     assert err[-1].startswith("dreamgym eval-em: ") and "backend errors" in err[-1] and "context" in err[-1], err
+
+
+def test_the_gate_leaves_out_reward_and_end_where_the_dream_takes_them_from_the_family_s_rule():
+    """WebShop's dream takes a step's reward and end from `grounded_outcome` (reward_from=auto), so a model that
+    never says reward 1 is not unfit for its reward-1 recall there (reported, not gated); told that the dream takes
+    them from the model (heldout.reward_from=model), the gate judges them again."""
+    steps = [t for t in em_transitions(_webshop_episodes(2), history=3) if t.action != RESET_ACTION]
+    assert any(t.reward >= 1.0 for t in steps)
+
+    def never_wins(req):
+        return format_completion("WebShop\n[search]", 0.0, False, "Nothing changes.")
+
+    model = ExperienceModel(FakeLLM(never_wins), config=ExperienceModelConfig(k=0), env="webshop")
+    grounded = heldout_report(model, steps, HeldOutConfig())
+    assert grounded["reward1_recall"] == 0.0  # still measured and reported
+    assert not any(r.startswith(("reward-1", "done accuracy")) for r in grounded["reasons"]), grounded["reasons"]
+    assert grounded["not_gated"] == ["reward-1 recall", "reward-1 precision", "done accuracy"]
+    assert "grounded_outcome" in grounded["not_gated_reason"]
+    judged = heldout_report(model, steps, HeldOutConfig(reward_from="model"))
+    assert any(r.startswith("reward-1 recall 0.000") for r in judged["reasons"]) and not judged["not_gated"]
+
+
+class _IgnoreStructuredOutputs:
+    """ASGI middleware: `dreamgym serve-model`'s app with `structured_outputs` taken out of every request body, so it
+    answers as a chat server without structured output does (the field accepted and ignored)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        if body:
+            data = json.loads(body)
+            data.pop("structured_outputs", None)
+            body = json.dumps(data).encode()
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+
+def test_eval_em_on_a_server_without_structured_output_says_its_figures_do_not_compare(tmp_path, capsys):
+    """A chat-only server decodes the experience model's answers unconstrained (26% failure states and F1 0.692
+    against 0% and 0.770 in process): eval-em labels those rows, records how each was decoded and says last, on
+    stderr, that the figures do not compare."""
+    from dreamgym.llm.server import ServerHandle, create_app
+    from dreamgym.utils import serving
+
+    model = ExperienceModel.load(trained_dial_model(), device="cpu")
+    held = tmp_path / "held.jsonl"
+    write_jsonl(held, dial_trajectories(3, split="test", seed=5))
+    meta = json.loads((trained_dial_model() / "em_config.json").read_text())
+    app = create_app(model.llm, "em")
+    app.add_middleware(_IgnoreStructuredOutputs)
+    with ServerHandle(serving.start(serving.make_server(app), "127.0.0.1", 0), app) as server:
+        rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
+                   meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",
+                   "--max-transitions", "6", "--max-episodes", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 0
+    rows = json.loads((tmp_path / "fid.json").read_text())["rows"]
+    assert len(rows) == 1 and all(label.endswith("[unconstrained]") for label in rows)
+    assert next(iter(rows.values()))["decoding"].startswith("unconstrained (no structured output on http://")
+    assert err[-1].startswith("dreamgym eval-em: warning: ") and "do not compare" in err[-1], err

@@ -58,6 +58,10 @@ def test_train_em_holds_out_a_seeded_split_it_never_trains_on_and_warns_when_the
     report = json.loads((out / "train_summary.json").read_text())["heldout"]
     assert report["n"] == 6 and report["fit"] is False and report["reasons"]
     assert "NOT FIT TO DREAM IN" in io.err and all(r in io.err for r in report["reasons"])
+    # The run closes in a few lines, the verdict among them; the whole summary is in its file, not on the terminal.
+    closing = io.out.rstrip().splitlines()[-2:]
+    assert closing[0].startswith("held-out (6 steps): ") and closing[0].endswith("NOT fit to dream in")
+    assert closing[1] == f"summary: {out / 'train_summary.json'}" and '"retrieval_time_s"' not in io.out
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert row["em/heldout/fit"] is False and row["em/heldout/state_f1"] == report["state_f1"]
     assert 0.0 <= row["em/heldout/format_validity"] <= 1.0
@@ -127,3 +131,32 @@ def test_train_em_scores_its_held_out_split_during_training_without_changing_wha
     again = run("stopped", *stop)
     assert again["steps"] == 4 and [p["step"] for p in again["heldout_curve"]] == [2, 4]
     assert train_em_main(common + ["--out", str(tmp_path / "bad"), "heldout.patience=2"]) == 2
+
+
+def test_train_em_takes_its_threads_from_omp_num_threads_by_the_rule_of_every_command(tmp_path, monkeypatch, capsys):
+    """The default thread count is the shell's (OMP_NUM_THREADS), as for `dreamgym train`: a default of 2 that
+    overrode OMP_NUM_THREADS=1 ran 3.4x slower with the same losses. An explicit `threads` still wins, and an
+    OMP_NUM_THREADS that is not a count is refused in one line naming it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dreamgym.data import write_jsonl
+
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, dial_trajectories(6))
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "em"
+    res = subprocess.run([sys.executable, "-m", "dreamgym", "train-em", "--env", "dial", "--data", str(data),
+                          "--out", str(out), "--no-progress", "max_steps=1", "batch_size=2", "em.embedder=hashing",
+                          "em.k=1", "task_writing=0"],
+                         capture_output=True, text=True, timeout=600, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((out / "train_summary.json").read_text())["threads"] == 1
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert main(["--env", "dial", "--data", str(data), "--out", str(tmp_path / "em2"), "max_steps=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "OMP_NUM_THREADS='lots'" in err and "\n" not in err and "Traceback" not in err

@@ -79,3 +79,18 @@ def test_pinning_threads_on_a_busy_machine_warns_on_stderr_and_keeps_the_count(m
     finally:
         torch.set_num_threads(torch_before)
         threadpoolctl.threadpool_limits(limits={i["prefix"]: i["num_threads"] for i in blas_before})
+
+
+def test_the_thread_rule_of_every_command_is_explicit_then_omp_num_threads_then_torch_s_own():
+    import torch
+    import pytest
+
+    from dreamgym.utils.metrics import resolve_threads
+
+    assert resolve_threads(3, {"OMP_NUM_THREADS": "1"}) == 3
+    assert resolve_threads(0, {"OMP_NUM_THREADS": "1"}) == 1
+    assert resolve_threads(0, {"OMP_NUM_THREADS": "4,2"}) == 4  # OpenMP's nested form: the outer count
+    assert resolve_threads(0, {}) == torch.get_num_threads()
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
+            resolve_threads(0, {"OMP_NUM_THREADS": bad})

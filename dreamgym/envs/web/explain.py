@@ -66,7 +66,8 @@ def explain(tr: Transition) -> str:
         what += _changes(before, after, title, title_after)
     if tr.done:
         outcome = (f"The task checks the page and the episode ends with reward {tr.reward:g}: "
-                   + ("the goal is met." if tr.reward > 0 else "the goal is not met."))
+                   + ("the goal is met." if tr.reward >= 1 else "the goal is partly met (partial credit)."
+                      if tr.reward > 0 else "the goal is not met."))
     else:
         outcome = "The task is not finished yet, so the episode continues with reward 0."
     return f"{what}. {outcome}"

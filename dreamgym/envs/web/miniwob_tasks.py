@@ -8,7 +8,8 @@ Must not know: Chromium processes, observations, scripted policies, DreamGym's t
 
 Split: the train tasks with seeds 0..`n_seeds`-1 are "train"; "test" holds every train task at held-out seeds
 (from 10,000 on) and three tasks never trained on (`TEST_ONLY`), so a test score mixes new instances of known
-tasks with new tasks. A reward counts as 1 when MiniWoB's raw reward is positive (as BrowserGym scores it).
+tasks with new tasks. The reward is MiniWoB's own (its raw reward; a failure's negative one is 0, as in every
+family), partial credit kept; an episode is won, as MiniWoB's binary reward has it, only at raw reward 1.
 
 Other tasks are chosen in the split's name, which every command passes through (`--split`, `eval_split`, a served
 environment's split): `train:extended` / `test:extended` are the default split plus the oracle-solved
@@ -138,7 +139,8 @@ class MiniWoBSource:
 
     def validate(self, page: Any, task: Task, outcome: Outcome) -> tuple[float, bool, dict[str, Any]]:
         raw, done, reason = page.evaluate("() => [WOB_RAW_REWARD_GLOBAL, WOB_DONE_GLOBAL, WOB_REWARD_REASON]")
-        return (1.0 if raw > 0 else 0.0), bool(done), {"miniwob_raw_reward": float(raw or 0.0),
+        # BrowserGym's 1-if-positive scored a soft task's partial credit (click-checkboxes-soft: 0.333) as a win.
+        return max(0.0, float(raw or 0.0)), bool(done), {"miniwob_raw_reward": float(raw or 0.0),
                                                        "miniwob_reason": None if reason is None else str(reason)}
 
 

@@ -222,3 +222,21 @@ def test_collect_plays_three_tasks_outside_the_default_set_chosen_on_the_command
     assert {e.policy for e in episodes} == {"oracle", "random"} and len(episodes) >= 12  # a hung page may fail one
     oracle = [e for e in episodes if e.policy == "oracle"]
     assert sum(e.won for e in oracle) >= len(oracle) // 2, [(e.task.id, e.won) for e in oracle]
+
+
+def test_a_soft_scored_task_keeps_its_partial_credit_and_is_won_only_at_full_credit(pool):
+    """click-checkboxes-soft scores the share of right choices: four of the five similar words ticked scores 0.667,
+    recorded as the reward (it was recorded as 1, a win); the episode is won only at MiniWoB's full reward 1."""
+    fam = family("miniwob")
+    env = fam.make_env("train:click-checkboxes-soft", pool=pool, n_seeds=1)
+    task = fam.tasks("train:click-checkboxes-soft", n_seeds=1)[0]
+    obs, _ = env.reset(options={"task": task})
+    _, _, els, _ = parse_state(obs)
+    boxes = [e.bid for e in els if e.role == "checkbox"]
+    submit = next(e for e in els if e.name == "Submit")
+    for bid in boxes[1:-1]:  # seed 0: box 0 is the odd word out, the last similar one is left unticked
+        env.step(f"click({bid!r})")
+    _, reward, term, _, info = env.step(f"click({submit.bid!r})")
+    env.close()
+    assert term and 0.0 < info["miniwob_raw_reward"] < 1.0
+    assert reward == pytest.approx(info["miniwob_raw_reward"]) and not info["won"]
