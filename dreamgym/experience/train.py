@@ -404,8 +404,11 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
             curve.append(point)
             if metrics is not None:
                 metrics.log(step, report["metrics"], prefix=EM + "heldout/")
-        say(f"held-out at step {step}: next-state F1 {report['state_f1']:.3f}, format validity "
-            f"{report['format_validity']}, done accuracy {report['done_acc']:.3f} ({report['time_s']:.0f}s)")
+        validity = report["format_validity"]
+        say(f"held-out at step {step}: next-state F1 {report['state_f1']:.3f}, exact match {report['state_em']:.3f} "
+            f"(copying the state: {report['copy_state_em']:.3f}), format validity "
+            f"{'-' if validity is None else f'{validity:.3f}'}, done accuracy {report['done_acc']:.3f} "
+            f"({report['time_s']:.0f}s)")
         return report
 
     def stalled() -> bool:
