@@ -453,14 +453,7 @@ def check_env_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
             env_class = None
         more, open_ended = _keywords(env_class) if isinstance(env_class, type) else ({}, True)
         accepted = {**more, **accepted}
-    accepted.pop("split", None)  # the command's own --split
-    unknown = sorted(set(kwargs) - set(accepted))
-    if unknown and not open_ended:
-        raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} environment (allowed: "
-                         f"{', '.join(sorted(accepted)) or 'none'})")
-    for key, value in kwargs.items():
-        if key in accepted:
-            _check_value(name, key, value, accepted[key])
+    _check_keywords(name, "environment", kwargs, accepted, open_ended)
 
 
 def check_task_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
@@ -468,10 +461,18 @@ def check_task_kwargs(name: str, kwargs: Mapping[str, Any]) -> None:
     value fits that parameter's annotation where it resolves, so a typo is refused as bad input before anything
     runs (not reported as the family's failure)."""
     accepted, open_ended = _keywords(family(name).tasks)
-    accepted.pop("split", None)  # the command's own --split
+    _check_keywords(name, "tasks", kwargs, accepted, open_ended)
+
+
+def _check_keywords(name: str, what: str, kwargs: Mapping[str, Any], accepted: dict[str, Any],
+                    open_ended: bool) -> None:
+    """`kwargs` against the keywords `accepted` by family `name`'s `what` (its environment or its tasks): an unknown
+    name is refused unless the callee takes any keyword (`open_ended`), and each known one's value must fit its
+    annotation. `split` is the command's own --split, never a keyword here."""
+    accepted = {k: v for k, v in accepted.items() if k != "split"}
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown and not open_ended:
-        raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} tasks (allowed: "
+        raise ValueError(f"{', '.join(map(repr, unknown))}: not a keyword of the {name} {what} (allowed: "
                          f"{', '.join(sorted(accepted)) or 'none'})")
     for key, value in kwargs.items():
         if key in accepted:
