@@ -158,7 +158,8 @@ class EpisodeSpec:
 def schedule(env_name: str, mix: dict[str, float], episodes: int, split: str, seed: int,
              env_kwargs: dict[str, Any] | None = None, max_steps: int = 1000,
              episodes_per_task: int = 1) -> list[EpisodeSpec]:
-    """The episodes to play, in order: tasks in a seeded random order, each played `episodes_per_task` times in a
+    """The episodes to play, in order: tasks in a seeded random order that plays the family's task kinds in turn
+    (`task_kind`: one instance of every kind before a second of any), each played `episodes_per_task` times in a
     row (each time with its own episode seed and policy draw, so the plays differ where the policy or the
     environment is random)."""
     if episodes_per_task < 1:
@@ -173,6 +174,18 @@ def schedule(env_name: str, mix: dict[str, float], episodes: int, split: str, se
         raise ValueError(f"env {env_name!r} has no tasks in split {split!r}")
     rng = random.Random(seed)
     rng.shuffle(tasks)
+    # Kinds in turn: the first instance of every kind (in the shuffled order), then the second of each, ... so the
+    # first k episodes meet min(k, kinds) kinds. A stable sort on the occurrence rank draws no random numbers, so a
+    # family whose every task is its own kind (the default) keeps the shuffled order, and the policy draw below is
+    # the same either way.
+    kind_of = fam.hooks.task_kind
+    seen: Counter[str] = Counter()
+    rank = []
+    for t in tasks:
+        k = kind_of(t)
+        rank.append(seen[k])
+        seen[k] += 1
+    tasks = [t for _, t in sorted(zip(rank, tasks), key=lambda rt: rt[0])]
     names = [p for p, n in policy_counts(mix, episodes).items() for _ in range(n)]
     rng.shuffle(names)
     return [EpisodeSpec(i, env_name, split, dict(env_kwargs or {}), names[i], episode_seed(seed, i),

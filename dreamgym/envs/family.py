@@ -161,6 +161,12 @@ class FamilyHooks:
         model re-generates such outputs like malformed ones.] Default: ""."""
         return ""
 
+    def task_kind(self, task: Task) -> str:
+        """What `task` is an instance of (MiniWoB++: its page, `click-button`, one instance per seed); tasks of one
+        kind are the same thing asked again. [A collection's schedule plays the kinds in turn, so a short collection
+        meets every kind it names.] Default: `task.id` (every task its own kind)."""
+        return task.id
+
     def corpus_text(self) -> list[str] | None:
         """Representative text of the family (instructions, states, actions, reasoning traces of training tasks,
         never test tasks), deterministic. [The tiny preset trains its tokenizer on it.] Default: None (no corpus

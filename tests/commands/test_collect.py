@@ -98,6 +98,19 @@ def test_collect_mix_counts_success_and_determinism(tmp_path):
     assert _content(read_jsonl(tmp_path / "c.jsonl")) != _content(trajs)
 
 
+def test_a_family_whose_tasks_are_each_their_own_kind_keeps_the_plain_shuffled_schedule():
+    """`task_kind` defaults to the task's id: the dial's schedule is its tasks in `random.Random(seed)`'s shuffled
+    order, as before kinds existed, so collections (the quickstart's offline data among them) do not move."""
+    import random
+
+    from dreamgym.envs import family
+
+    tasks = list(family("dial").tasks("train"))
+    random.Random(7).shuffle(tasks)
+    specs = C.schedule("dial", {"oracle": 1.0}, len(tasks), "train", 7)
+    assert [s.task.id for s in specs] == [t.id for t in tasks]
+
+
 def test_resume_after_a_killed_run_and_parquet_output(tmp_path):
     full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
     C.collect("dial", {"noisy": 1}, 20, full, seed=1, progress=False)

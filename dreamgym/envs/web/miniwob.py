@@ -1,9 +1,9 @@
 """MiniWoB++: the web environment family that runs everywhere (local task pages, Debian's Chromium).
 
 Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `noop_state`. No `corpus_text`: the tiny preset's tokenizer is trained on every family's
-corpus, and one that needs a browser would make that shared tokenizer differ between machines with and without
-Chromium (its byte-level BPE reads web states without it).
+`parse_goal`, `explain`, `noop_state`, `task_kind`. No `corpus_text`: the tiny preset's tokenizer is trained on
+every family's corpus, and one that needs a browser would make that shared tokenizer differ between machines with
+and without Chromium (its byte-level BPE reads web states without it).
 Must not know: models, torch, trainers.
 
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
@@ -36,7 +36,7 @@ EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
 
 __all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
            "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "GOAL_FORMS"]
+           "task_kind", "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"Click the button\.", ("click-test",)),
@@ -106,3 +106,8 @@ def noop_state(state: str, action: str) -> str:
     return _noop_state(state, action, MiniWoBSource.subsets)
 
 
+
+
+def task_kind(task: Task) -> str:
+    """A task's page (`click-button`): its instances differ only in the seed."""
+    return str(task.goal["subdomain"])
