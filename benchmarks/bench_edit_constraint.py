@@ -11,6 +11,12 @@ regex's and the server regex's length, whether the state fell back to the generi
 then the compile time of the in-process regex on a fresh compiler (xgrammar, one thread, as `Grammars` compiles it;
 the first compile, which builds the vocabulary's tables, is left out), its compiled size, the same for the server
 regex, and a cached compile (the same state again). Percentiles over the states.
+
+`--decode N`: the untrained preset (`--preset`) answers the first N steps in the edit format at `--temperature`
+(no retrieval, no retry), once under each state's own grammar and once under the generic body (as before it), and
+prints per grammar: edit answers, the `-`/`=` lines they name, how many of those the state lacks, and the edits that
+cannot apply (under the state's grammar: only lines named out of the cursor's order, or removed twice). An untrained
+model opens few edits; the figures say what the grammar leaves to `apply_edit`, not how a trained model fares.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ def main() -> None:
     ap.add_argument("--data", default=str(FIXTURE))
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--limit", type=int, default=200, help="most distinct states compiled")
+    ap.add_argument("--decode", type=int, default=0, help="steps the preset answers under each grammar (0: none)")
+    ap.add_argument("--temperature", type=float, default=1.0)
     args = ap.parse_args()
 
     import xgrammar as xgr
@@ -96,6 +104,44 @@ def main() -> None:
     row("compiled size", kib, "KiB")
     row("compile (server regex)", server_ms, "ms")
     row("compile, cached", cached_ms, "ms")
+    if args.decode:
+        decode(steps[: args.decode], cfg, args.preset, args.temperature)
+
+
+def decode(steps: list, cfg: object, preset: str, temperature: float) -> None:
+    """Answer `steps` with the preset under each grammar and count what the edits name (see the module doc)."""
+    import dataclasses
+
+    from dreamgym.experience.edits import EditError, state_lines
+    from dreamgym.experience.format import answer_state, parse_completion
+    from dreamgym.experience.model import ExperienceModel
+    from dreamgym.llm.hf import HFBackend
+
+    llm = HFBackend.from_preset(preset, device="cpu")
+    m = ExperienceModel(llm, config=dataclasses.replace(cfg, k=0, temperature=temperature, retries=0),
+                        env="miniwob")
+    reqs = m.requests(steps)
+    for name, params in (("state's own", m._request_params(steps, temperature, 0)),
+                         ("generic", m._params(temperature, 0))):
+        t0 = time.perf_counter()
+        comps = llm.generate(reqs, params)
+        took = time.perf_counter() - t0
+        edits = named = outside = inapplicable = 0
+        for q, c in zip(steps, comps):
+            parsed, _ = parse_completion(c.text)
+            if parsed is None or parsed.edit is None:
+                continue
+            edits += 1
+            lines = set(state_lines(q.state))
+            refs = [line for op, line in parsed.edit if op != "+"]
+            named += len(refs)
+            outside += sum(line not in lines for line in refs)
+            try:
+                answer_state(parsed, q, m.config, "miniwob")
+            except EditError:
+                inapplicable += 1
+        print(f"{name:>12} grammar: {len(steps)} answers in {took:.1f} s, {edits} edits naming {named} lines, "
+              f"{outside} of them not in the state; {inapplicable} edits cannot apply")
 
 
 if __name__ == "__main__":
