@@ -128,7 +128,7 @@ def test_each_request_of_a_call_is_decoded_under_its_own_constraint_locally_and_
             assert all(re.fullmatch(f"({w})", t) for w, t in zip(words, texts)), (backend, texts)
     finally:
         tokens.close()
-    with pytest.raises(ValueError, match="one per prompt"):
+    with pytest.raises(ValueError, match="one per request"):
         remote.generate(REQS, plist[:2])
 
 
