@@ -96,7 +96,7 @@ def answer_stats(model, queries: list, batch: int) -> dict:
     texts, tokens, t0 = [], [], time.perf_counter()
     for k in range(0, len(queries), batch):
         part = queries[k:k + batch]
-        comps = model.llm.generate(model.requests(part), model._params(model.config.temperature, 0))
+        comps = model.llm.generate(model.requests(part), model._request_params(part, model.config.temperature, 0))
         texts += [c.text for c in comps]
         tokens += [len(c.token_ids) for c in comps]
     dt = time.perf_counter() - t0

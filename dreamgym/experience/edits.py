@@ -3,7 +3,8 @@ which stay as anchors, deriving one from a recorded pair of states and applying 
 
 Owns: the edit's text form (below), `derive_edit` (difflib's line diff written in that form), `parse_edit` (lenient),
 `apply_edit` and `EditError` (an edit that cannot apply), `clip_edit`, and the regexes of an edit's body for structured
-decoding (`EDIT_BODY`, `bounded_edit_body`).
+decoding: the generic one (`EDIT_BODY`, `bounded_edit_body`) and the one of a given state (`state_edit_body`,
+`bounded_state_edit_body`), whose `-` and `=` lines can only name that state's lines.
 Must not know: the answer's tags, prompts, configs, models, any environment family (a state here is lines of text).
 
 An edit is one operation per line, each a one-character operation, a space and a whole line of the state, verbatim:
@@ -31,11 +32,21 @@ removed line written out in full, is paid once per changed line. A line that occ
 
 Applying is strict about which lines exist and lenient about whitespace: a line named by `-` or `=` matches exactly,
 else (when no exact match remains after the cursor) by its words alone, so a re-spaced copy still applies.
+
+A state's own grammar (`state_edit_body`): decoded under the generic body, a model can write `- <any text>`, and a
+trained one did so in 66 of 100 held-out MiniWoB++ edits (docs/results/miniwob.md). Under the state's body each `-` and
+`=` line is one of the state's lines verbatim (an alternation of them, `nameable_lines`), so a reference to a line the
+state lacks cannot be written. What the alternation does not enforce is the cursor: it names a line the state holds,
+not one at or after the cursor, so `apply_edit` still checks that (an out-of-order or twice-removed line stays an
+`EditError`). Its cost is the regex's size, about the state's: a state whose alternation exceeds `MAX_NAMED_CHARS`
+gets the generic body (`nameable_lines` returns None; the caller counts it).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Sequence
 
 EditOp = tuple[str, str]
 """(operation, line): the operation is "-", "+" or "=", the line a whole line of a state."""
@@ -178,3 +189,60 @@ def bounded_edit_body(chars: int) -> str:
 def bounded_edit_chars(chars: int) -> int:
     """The most characters a match of `bounded_edit_body(chars)` holds."""
     return 2 + 3 * chars + 1
+
+
+MAX_NAMED_CHARS = 8 << 10
+"""Longest alternation of a state's lines (`nameable_lines`) decoded under, in regex characters. Past it the generic
+body is used: the regex is sent with every request and compiled per state (in process and by a server), and both
+costs grow with its length (a server refuses a regex over `dreamgym serve-model --max-regex-chars`, 16,384 by
+default, and compiled an alternation of 8 k characters in 0.9 s, `dreamgym.llm.regex_gate`); MiniWoB++ pages are
+far below it (docs/results/miniwob.md)."""
+_REGEX_META = re.compile(r"([\\.^$|?*+()\[\]{}/-])")
+
+
+def literal_regex(text: str) -> str:
+    """A regex matching `text` alone, written in the syntax structured-decoding engines share (xgrammar's, vLLM's):
+    only the metacharacters escaped. Python's `re.escape` also escapes spaces, "#", "&" and "~" (for verbose mode),
+    which xgrammar reads with a warning per character."""
+    return _REGEX_META.sub(r"\\\1", text)
+
+
+def nameable_lines(state: str) -> list[str] | None:
+    """The lines of `state` (`state_lines`) an edit's `-` and `=` lines may name under `state_edit_body`: each
+    distinct line once, in order, none holding "<" (no field holds one, so such a line cannot be written in either
+    form). None when their alternation would exceed `MAX_NAMED_CHARS` (the caller falls back to the generic body)."""
+    lines = [line for line in dict.fromkeys(state_lines(state)) if "<" not in line]
+    if sum(len(literal_regex(line)) + 1 for line in lines) > MAX_NAMED_CHARS:
+        return None
+    return lines
+
+
+def _edit_line(named: Sequence[str], plus: str) -> str:
+    """One line of an edit of a state whose nameable lines are `named`: `- ` or `= ` and one of them, or `+ ` and
+    `plus` (the pattern of an inserted line's text)."""
+    add = rf"\+ {plus}"
+    if not named:  # nothing to remove or keep (an empty state): insertions only
+        return f"(?:{add})"
+    return f"(?:[-=] (?:{'|'.join(map(literal_regex, named))})|{add})"
+
+
+def state_edit_body(named: Sequence[str]) -> str:
+    """`EDIT_BODY` of a state whose nameable lines are `named` (`nameable_lines`): a `-` or `=` line is one of them
+    verbatim, a `+` line free text without "<". The last line may end without its newline (a field budget closes
+    the body there, but only where a line is whole: a budget's reserve must hold the longest named line, see
+    `dreamgym.experience.format.output_constraint`)."""
+    line = _edit_line(named, r"[^<\n]*")
+    return rf"(?:{line}\n)*{line}?"
+
+
+def bounded_state_edit_body(named: Sequence[str], line_chars: int, lines: int) -> str:
+    """`state_edit_body` bounded for servers: at most `lines` lines ended by a line break and one without, an
+    inserted line of at most `line_chars` characters. A match holds at most `bounded_state_edit_chars(...)`."""
+    line = _edit_line(named, rf"[^<\n]{{0,{line_chars}}}")
+    return rf"(?:{line}\n){{0,{lines}}}{line}?"
+
+
+def bounded_state_edit_chars(named: Sequence[str], line_chars: int, lines: int) -> int:
+    """The most characters a match of `bounded_state_edit_body(named, line_chars, lines)` holds."""
+    width = 2 + max([line_chars, *map(len, named)])  # an operation, a space and the longest line
+    return lines * (width + 1) + width

@@ -19,6 +19,10 @@ Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consis
   the current state itself as the prediction: the floor a model must beat, since F1 credits the lines a step leaves
   unchanged (on MiniWoB++ copying scores F1 0.91, exact match 0.15).
   `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
+  `reward1_by_task` gives reward-1 precision and recall per task (the held-out transitions' `task.id`) with their
+  counts (true positives, predicted and actual positives), for the tasks with any (`reward1_by_task`): where the
+  model credits wins the real environment does not give, or misses the ones it does; the terminal shows the worst
+  few (`worst_reward1_tasks`).
   `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`: `search`,
   `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
   WebShop: results pages after a search, which depend on a search engine the model never sees).
@@ -250,6 +254,7 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
     res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
     said = [(p, t) for p, t in zip(preds, steps) if p.reward >= 1.0]
     res["reward1_precision"] = sum(t.reward >= 1.0 for _, t in said) / len(said) if said else None
+    res["reward1_by_task"] = reward1_by_task(steps, preds)
     res.update(distinct_next_states(steps, preds))
     res["init_n"], res["init_failures"] = len(resets), 0
     if resets:
@@ -257,6 +262,51 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
         res["init_f1"] = sum(token_f1(p.next_state, t.next_state) for p, t in zip(rp, resets)) / len(resets)
         res["init_failures"] = sum(p.failed for p in rp)
     return res
+
+
+def reward1_by_task(steps: list[Transition], preds: list[Prediction]) -> dict[str, dict[str, Any]]:
+    """Reward-1 precision and recall per task (`task.id`), with the counts they come from: `n` steps, `tp` steps
+    both the model and the real environment gave reward 1, `predicted` the model did, `actual` the environment did;
+    `precision` tp / predicted and `recall` tp / actual (None without a denominator). Only the tasks with a
+    predicted or actual reward 1 (the others add nothing to either figure), ordered worst first: most false wins
+    (predicted - tp), then most missed ones (actual - tp), then by id."""
+    rows: dict[str, dict[str, Any]] = {}
+    for p, t in zip(preds, steps):
+        r = rows.setdefault(t.task.id, {"n": 0, "tp": 0, "predicted": 0, "actual": 0})
+        said, real = p.reward >= 1.0, t.reward >= 1.0
+        r["n"] += 1
+        r["tp"] += said and real
+        r["predicted"] += said
+        r["actual"] += real
+    for r in rows.values():
+        r["precision"] = r["tp"] / r["predicted"] if r["predicted"] else None
+        r["recall"] = r["tp"] / r["actual"] if r["actual"] else None
+    kept = [(k, r) for k, r in rows.items() if r["predicted"] or r["actual"]]
+    kept.sort(key=lambda kv: (-(kv[1]["predicted"] - kv[1]["tp"]), -(kv[1]["actual"] - kv[1]["tp"]), kv[0]))
+    return dict(kept)
+
+
+WORST_TASKS = 5
+"""Tasks the terminal's reward-1 table shows (the report's JSON holds them all)."""
+
+
+def worst_reward1_tasks(by_task: dict[str, dict[str, Any]], n: int = WORST_TASKS) -> list[str]:
+    """The terminal's table of `reward1_by_task` (already worst first): its first `n` tasks that have a false or a
+    missed win, one line each, under a heading that says how many of how many; [] when no task has either."""
+    bad = [(k, r) for k, r in by_task.items() if r["tp"] < max(r["predicted"], r["actual"])]
+    if not bad:
+        return []
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    width = max(len("task"), *(len(k) for k, _ in bad[:n]))
+    lines = [f"reward 1 by task, worst {min(n, len(bad))} of {len(bad)} with a false or missed win "
+             f"({len(by_task)} with any):",
+             f"  {'task':<{width}} {'steps':>5} {'tp':>4} {'pred':>4} {'real':>4} {'prec':>5} {'recall':>6}"]
+    lines += [f"  {k:<{width}} {r['n']:>5} {r['tp']:>4} {r['predicted']:>4} {r['actual']:>4} "
+              f"{pct(r['precision']):>5} {pct(r['recall']):>6}" for k, r in bad[:n]]
+    return lines
 
 
 def distinct_next_states(steps: list[Transition], preds: list[Prediction]) -> dict[str, float | None]:
@@ -384,6 +434,11 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
         parts = [f"{k} {v['state_f1']:.3f} (n={v['n']})" for k, v in (r.get("by_action") or {}).items()]
         if parts:
             lines.append(f"{name}: F1 by action: " + ", ".join(parts))
+    for name, r in rows.items():  # where reward-1 precision and recall are lost: the worst tasks
+        worst = worst_reward1_tasks(r.get("reward1_by_task") or {})
+        if worst:
+            lines.append(f"{name}: {worst[0]}")
+            lines += worst[1:]
     return "\n".join(lines)
 
 
@@ -592,12 +647,14 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
         reasons = ["no held-out step to score"]
     keys = ("n", "format_validity", "state_f1", "state_em", "copy_state_f1", "copy_state_em", "reward1_recall",
             "reward1_precision", "done_acc", "distinct_next_states", "distinct_next_states_real", "distinct_share")
-    report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"], "fit": not reasons,
+    report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"],
+                              "reward1_by_task": tf["reward1_by_task"], "fit": not reasons,
                               "reasons": reasons, "unmeasured": unmeasured,
                               "not_gated": [] if own else [label for key, label in GATED if key in OUTCOME_FIGURES],
                               "not_gated_reason": None if own else (
                                   f"the dream takes reward and end from the {model.env} family's grounded_outcome, "
                                   "not from the model (heldout.reward_from)")}
+    report["reward1_worst"] = worst_reward1_tasks(tf["reward1_by_task"])  # train-em's closing lines print it
     report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}
     if reasons:
         bar = "!" * 78

@@ -82,12 +82,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.edits import (EDIT_BODY, EditError, EditOp, apply_edit, bounded_edit_body, bounded_edit_chars,
-                                       clip_edit, derive_edit, format_edit, parse_edit)
+                                       bounded_state_edit_body, bounded_state_edit_chars, clip_edit, derive_edit,
+                                       format_edit, nameable_lines, parse_edit, state_edit_body)
 from dreamgym.experience.hooks import family_hooks
 from dreamgym.llm.base import ChatRequest, FieldBudget, OutputConstraint
 from dreamgym.types import Task, Transition
@@ -281,10 +282,25 @@ _DECIMAL_REWARD = r"(0(\.[0-9]{1,3})?|1(\.0{1,3})?)"  # format_reward's three de
 _LONGEST_REWARD = "0.125"
 
 
-def output_regex(cfg: ExperienceModelConfig) -> str:
+def output_regex(cfg: ExperienceModelConfig, named: Sequence[str] | None = None) -> str:
     """The strict output format (module docstring) as a regex: what structured decoding lets the model write. The
-    reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`."""
-    return _answer_regex(cfg, _FIELD, _STATE, EDIT_BODY)
+    reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`. Under
+    `state_format: edit`, `named` (`edit_named_lines`) makes the edit's body the query state's own
+    (`dreamgym.experience.edits.state_edit_body`: its `-` and `=` lines name only those lines); None: the generic
+    body, any text after `-` and `=`."""
+    return _answer_regex(cfg, _FIELD, _STATE, EDIT_BODY if named is None else state_edit_body(named))
+
+
+def edit_named_lines(query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> list[str] | None:
+    """The lines an edit answering `query` may name with `-` and `=` under structured decoding: the lines of the
+    query's state as the model writes states (the state `answer_state` applies the edit to), each once
+    (`dreamgym.experience.edits.nameable_lines`); none for `[reset]` (the empty state). None where the edit's body is
+    the generic one: under `state_format: whole` (no edit is written), and for a state whose alternation of lines
+    would be longer than `edits.MAX_NAMED_CHARS` (the caller counts that fallback)."""
+    if cfg.state_format != "edit":
+        return None
+    base = _written(query.state, env or query.task.env, cfg) if query.state.strip() else ""
+    return nameable_lines(base)
 
 
 def _answer_regex(cfg: ExperienceModelConfig, think: str, state: str, edit: str) -> str:
@@ -298,20 +314,26 @@ def _answer_regex(cfg: ExperienceModelConfig, think: str, state: str, edit: str)
     return f"{trace}{block}\n<reward>{reward}</reward>\n<done>(true|false){re.escape(STOP)}"
 
 
-def output_constraint(cfg: ExperienceModelConfig) -> OutputConstraint:
-    """`output_regex` with per-field token budgets: the <think> trace closes after `max_think_tokens` tokens or
-    when only the rest of the answer fits in `max_new_tokens`; the state (or the edit) closes when only its tail
-    fits. Each token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer. Servers
-    get the budgets as character bounds (`server_regex`)."""
+def output_constraint(cfg: ExperienceModelConfig, named: Sequence[str] | None = None) -> OutputConstraint:
+    """`output_regex(cfg, named)` with per-field token budgets: the <think> trace closes after `max_think_tokens`
+    tokens or when only the rest of the answer fits in `max_new_tokens`; the state (or the edit) closes when only its
+    tail fits. Each token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer.
+    Servers get the budgets as character bounds (`server_regex`).
+
+    With `named` (an edit of the query's state) the edit can close only where a line is whole, so a budget that
+    falls inside a `-` or `=` line lets the line finish first: its reserve also holds the longest named line (and
+    its operation), which closes the `<state>` alternative that much earlier too. The trace's reserve is unchanged:
+    an edit opened with no more room than that closes at once, empty (the state as it is), which applies."""
     reward = "1" if cfg.binary_reward else _LONGEST_REWARD
     # `</state>` is the longer closer: an edit's tail fits in the same reserve.
     tail = len(f"</state>\n<reward>{reward}</reward>\n<done>false{STOP}".encode())
+    line = 2 + max((len(x.encode()) for x in named), default=0) if named else 0
     state_opening = len(b"</think>\n<state>\n") + 1  # and one character of state
-    state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail)
+    state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail + line)
     budgets = (FieldBudget(after=1, max_tokens=cfg.max_think_tokens, reserve=tail + state_opening), state) \
         if cfg.use_reasoning else (state,)
-    server_regex, longest = _server_regex(cfg, tail)
-    return OutputConstraint(regex=output_regex(cfg), mark=_MARK, budgets=budgets, server_regex=server_regex,
+    server_regex, longest = _server_regex(cfg, tail, named)
+    return OutputConstraint(regex=output_regex(cfg, named), mark=_MARK, budgets=budgets, server_regex=server_regex,
                             server_max_tokens=longest)
 
 
@@ -322,22 +344,42 @@ holds about what its token budget holds in process; a bound of one character per
 _LEADING_SPACE = 16  # whitespace a state may open with before its first visible character
 
 
-def _server_regex(cfg: ExperienceModelConfig, tail: int) -> tuple[str, int]:
+def _server_regex(cfg: ExperienceModelConfig, tail: int, named: Sequence[str] | None = None) -> tuple[str, int]:
     """(`output_regex` with each field bounded in characters, the most characters a match holds). A server cannot
     count a field's tokens, but it can count its characters: the <think> trace holds `SERVER_CHARS_PER_TOKEN` per
     token of `max_think_tokens`, the state as many per token of the most it may take in process (`max_new_tokens`
     less the tags around it). Asked for as many tokens as the longest match has characters, a server completes every
-    answer, as a token writes at least one byte (one character in ASCII text)."""
+    answer, as a token writes at least one byte (one character in ASCII text).
+
+    An edit of a named state (`named`) is bounded by lines instead (its named lines are whole strings, which a
+    count of characters cannot cut): each inserted line holds as many characters as a state, and there are at most
+    `_server_edit_lines` lines. Its longest match is far longer than the generic body's; a request asks for it only
+    as far as the served model's context leaves room (`dreamgym.llm.http`), which the generic body's already
+    exceeds at the default budgets (about 6,000 characters against a context of 2,048 tokens)."""
     opening = "<think></think>\n<state>\n" if cfg.use_reasoning else "<state>\n"
     think_chars = SERVER_CHARS_PER_TOKEN * cfg.max_think_tokens
     state_chars = SERVER_CHARS_PER_TOKEN * max(1, cfg.max_new_tokens - len(opening) - tail)
+    if named is None:
+        edit, edit_chars = bounded_edit_body(state_chars), bounded_edit_chars(state_chars)
+    else:
+        lines = _server_edit_lines(named)
+        edit = bounded_state_edit_body(named, state_chars, lines)
+        edit_chars = bounded_state_edit_chars(named, state_chars, lines)
     regex = _answer_regex(cfg, f"[^<]{{0,{think_chars}}}",
-                          rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}", bounded_edit_body(state_chars))
+                          rf"\s{{0,{_LEADING_SPACE}}}[^<\s][^<]{{0,{state_chars - 1}}}", edit)
     body = _LEADING_SPACE + state_chars
-    if cfg.state_format == "edit":  # an edit's body has at most as many units as a state characters (edits.py)
-        body = max(body, bounded_edit_chars(state_chars) - 2)  # its tags are a character shorter each
+    if cfg.state_format == "edit":  # the longer of the two blocks' bodies
+        body = max(body, edit_chars - 2)  # an edit's tags are a character shorter each
     longest = len(opening) + tail + (think_chars if cfg.use_reasoning else 0) + body
     return regex, longest
+
+
+def _server_edit_lines(named: Sequence[str]) -> int:
+    """The most lines ended by a line break a server lets an edit of a state with lines `named` write (one more may
+    end the body without it): one `-` or `=` per line of the state (the cursor only moves forward), as many `+`
+    again, and 16 more for a state of a few lines. An edit is the answer only where it is shorter than the next
+    state, so a change that needs more lines is a new page, written whole."""
+    return 2 * len(named) + 16
 
 
 @dataclass

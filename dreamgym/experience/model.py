@@ -12,7 +12,11 @@ through another backend of the LLM seam (and the synthetic environment built on 
 Structured decoding: with `structured_output` every generate call carries the format's `output_constraint`, so
 a backend that enforces it (the local one, vLLM and `dreamgym serve-model` through `structured_outputs`) never
 writes a malformed answer and no retry is spent; the rest below is for backends that ignore it and for
-contradictions.
+contradictions. Under `state_format: edit` each request carries its own constraint (the call passes one
+`SamplingParams` per request): the edit's `-` and `=` lines can name only lines of that query's state
+(`format.edit_named_lines`), so an edit naming a line the state lacks cannot be written; one that names the state's
+lines out of the cursor's order still can, and is caught when it applies. A state too long for that regex is decoded
+under the generic edit body, counted in `stats["edit_constraint_fallbacks"]` (per request sent).
 
 Malformed outputs: an output that does not parse, an edit that cannot apply to the query's state (it removes or
 keeps a line the state does not hold; also counted in `stats["inapplicable_edits"]`), or an output whose next state
@@ -31,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +44,7 @@ from dreamgym.experience.checkpoint import (checkpoint_model_config, load_checkp
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.edits import EditError
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, answer_state, build_request,
-                                        output_constraint, parse_completion, query_for)
+                                        edit_named_lines, output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
 from dreamgym.llm.base import GENERATION_TIMEOUT_S, LLM, ChatRequest, GenerationTimeout, SamplingParams
 from dreamgym.types import Task, Transition
@@ -110,7 +115,26 @@ class ExperienceModel:
         return SamplingParams(temperature=temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, stop=[STOP],
                               seed=seed, constraint=output_constraint(cfg) if cfg.structured_output else None)
 
-    def _generate(self, reqs: list[ChatRequest], params: SamplingParams,
+    def _request_params(self, queries: list[Transition], temperature: float,
+                        seed: int | None) -> SamplingParams | list[SamplingParams]:
+        """The sampling settings of a call answering `queries`: `_params` shared by every request, or under
+        `state_format: edit` with structured output one per request, each constrained to its query's state
+        (`edit_named_lines`; the generic body where that is None, counted)."""
+        params = self._params(temperature, seed)
+        cfg = self.config
+        if not (cfg.structured_output and cfg.state_format == "edit"):
+            return params
+        per_request = []
+        for q in queries:
+            named = edit_named_lines(q, cfg, self.env)
+            if named is None:
+                self.stats["edit_constraint_fallbacks"] += 1
+                per_request.append(params)
+            else:
+                per_request.append(replace(params, constraint=output_constraint(cfg, named)))
+        return per_request
+
+    def _generate(self, reqs: list[ChatRequest], params: SamplingParams | list[SamplingParams],
                   seeds: list[int] | None = None) -> tuple[list[str], str, bool]:
         """The completions' texts and "" or, when the backend raised, empty texts and the backend's error; and
         whether the backend ran out of time (`GenerationTimeout`)."""
@@ -163,7 +187,8 @@ class ExperienceModel:
             examples = self.retrieve(queries)
         reqs = self.requests(queries, examples)
         base = 0 if seed is None else int(seed)
-        texts, backend_error, timed_out = self._generate(reqs, self._params(self.config.temperature, base), seeds)
+        texts, backend_error, timed_out = self._generate(
+            reqs, self._request_params(queries, self.config.temperature, base), seeds)
         results: list[Prediction | None] = [None] * len(queries)
         attempts = [1] * len(queries)
         pending = list(range(len(queries)))
@@ -205,7 +230,8 @@ class ExperienceModel:
                 attempts[i] += 1
             shift = 1000 * (attempt + 1)
             texts, backend_error, timed_out = self._generate(
-                [reqs[i] for i in pending], self._params(RETRY_TEMPERATURE, base + shift),
+                [reqs[i] for i in pending],
+                self._request_params([queries[i] for i in pending], RETRY_TEMPERATURE, base + shift),
                 None if seeds is None else [seeds[i] + shift for i in pending])
         else:  # pragma: no cover - the loop always breaks
             pending_texts = {}

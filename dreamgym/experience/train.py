@@ -504,6 +504,7 @@ def closing_lines(summary: dict[str, Any], out: Path) -> str:
         lines.append(f"held-out ({held['n']} steps): {figures}: {verdict}")
         if held.get("not_gated"):
             lines.append(f"  not gated: {', '.join(held['not_gated'])}: {held.get('not_gated_reason')}")
+        lines += ["  " + line for line in held.get("reward1_worst") or []]
     lines.append(f"summary: {out / 'train_summary.json'}")
     return "\n".join(lines)
 

@@ -103,9 +103,11 @@ class Completion:
 
 @runtime_checkable
 class LLM(Protocol):
-    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+    def generate(self, requests: list[ChatRequest], params: SamplingParams | Sequence[SamplingParams], *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
-        """One completion per request, in order. `seeds`, when given, is one sampling seed per request, used
-        instead of `row_seed(params.seed, i)`: requests that carry the same seed meet the same sampling noise
-        wherever they sit in a batch (common random numbers, e.g. the members of a GRPO group in a dream)."""
+        """One completion per request, in order. `params` is shared by every request or one per request (the
+        experience model's edit format constrains each request to its own state); `row_seed(params.seed, i)` then
+        reads request i's own. `seeds`, when given, is one sampling seed per request, used instead of
+        `row_seed(params.seed, i)`: requests that carry the same seed meet the same sampling noise wherever they sit
+        in a batch (common random numbers, e.g. the members of a GRPO group in a dream)."""
         ...

@@ -22,6 +22,10 @@ import xgrammar as xgr
 from dreamgym.llm.base import ConstraintError, FieldBudget, OutputConstraint
 
 
+GRAMMAR_CACHE_BYTES = 256 << 20
+"""Most memory the compiled grammars kept for reuse may hold (xgrammar evicts the least recently used past it): on
+the tiny preset's vocabulary a MiniWoB++ state's edit regex compiles to 170-330 KiB, so about a thousand states
+(`benchmarks/bench_edit_constraint.py`); a recompile costs milliseconds."""
 _EVERY_CHARACTER = "".join(map(chr, (*range(0xD800), *range(0xE000, 0x110000))))
 """Every Unicode scalar value once: a character class matches none of them exactly when it matches nothing."""
 
@@ -82,8 +86,10 @@ class Grammars:
     def __init__(self, tokenizer: Any, vocab_size: int):
         self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self.vocab_size = vocab_size
-        # One thread: the machine's cores belong to the model's matmuls, and a regex compiles in milliseconds.
-        self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
+        # One thread: the machine's cores belong to the model's matmuls, and a regex compiles in milliseconds. The
+        # cache is bounded: the edit format compiles one regex per distinct state (`dreamgym.experience.edits`),
+        # each a few hundred KiB on the tiny preset's vocabulary and more on a larger one, for as long as a dream runs.
+        self.compiler = xgr.GrammarCompiler(self.info, max_threads=1, cache_limit_bytes=GRAMMAR_CACHE_BYTES)
         self._marks: dict[str, tuple[list[int], torch.Tensor]] = {}
 
     def compile(self, regex: str) -> xgr.CompiledGrammar:

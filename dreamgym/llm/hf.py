@@ -131,9 +131,10 @@ class HFBackend:
             self._ids_cache[text] = ids
         return list(ids)
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+    def generate(self, requests: list[ChatRequest], params: SamplingParams | Sequence[SamplingParams], *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
-        """One completion per chat request, in order (see the module docstring for the contract)."""
+        """One completion per chat request, in order (see the module docstring for the contract); `params` shared or
+        one per request."""
         return self.generate_from_ids([self.prompt_ids(r) for r in requests], params, seeds=seeds)
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]],

@@ -137,20 +137,17 @@ class OpenAIHTTPBackend:
             self._context_asked = True
         return self._context
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+    def generate(self, requests: list[ChatRequest], params: SamplingParams | Sequence[SamplingParams], *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
-        """One completion per request, in order. Raises `LLMEndpointError` when the endpoint is unreachable (after
-        retries) or rejects every request; a request the server rejects alone gets finish_reason 'error'."""
+        """One completion per request, in order; `params` shared or one per request, seeds as in
+        `generate_from_ids`. Raises `LLMEndpointError` when the endpoint is unreachable (after retries) or rejects
+        every request; a request the server rejects alone gets finish_reason 'error'."""
+        plist, rows = per_row(len(requests), params, seeds, "request")
         if not requests:
             return []
         model = self.model
-        if seeds is not None and len(seeds) != len(requests):
-            raise ValueError("seeds must be one per request")
-        if seeds is None and params.seed is not None:
-            seeds = [row_seed(params.seed, i) for i in range(len(requests))]
-        futures = [self._pool.submit(self._one, model, req, params, None if seeds is None else int(seeds[i]))
-                   for i, req in enumerate(requests)]
-        return self._gather(futures)
+        return self._gather([self._pool.submit(self._one, model, req, p, s)
+                             for req, p, s in zip(requests, plist, rows)])
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
                           *, seeds: Sequence[int] | None = None, model: str | None = None) -> list[Completion]:
@@ -313,13 +310,13 @@ class OpenAIHTTPBackend:
             f"OpenAI-compatible endpoint {url} failed after {max_retries + 1} attempts ({last}); {hint}")
 
 
-def per_row(n: int, params: SamplingParams | Sequence[SamplingParams],
-            seeds: Sequence[int] | None) -> tuple[list[SamplingParams], list[int | None]]:
+def per_row(n: int, params: SamplingParams | Sequence[SamplingParams], seeds: Sequence[int] | None,
+            row: str = "prompt") -> tuple[list[SamplingParams], list[int | None]]:
     """(params, seed) of each of `n` rows: `params` shared or one per row; the row's own seed when `seeds` is
-    given, else `row_seed(params.seed, i)` (None for an unseeded row)."""
+    given, else `row_seed(params.seed, i)` (None for an unseeded row). `row`: what the error calls a row."""
     plist = list(params) if isinstance(params, Sequence) else [params] * n
     if len(plist) != n or (seeds is not None and len(seeds) != n):
-        raise ValueError("params and seeds must be one per prompt")
+        raise ValueError(f"params and seeds must be one per {row}")
     return plist, [int(seeds[i]) if seeds is not None else None if p.seed is None else row_seed(p.seed, i)
                    for i, p in enumerate(plist)]
 
@@ -456,7 +453,7 @@ class HTTPTokenBackend:
             self._remember_chat_prompt(ids, request)
         return ids
 
-    def generate(self, requests: list[ChatRequest], params: SamplingParams, *,
+    def generate(self, requests: list[ChatRequest], params: SamplingParams | Sequence[SamplingParams], *,
                  seeds: Sequence[int] | None = None) -> list[Completion]:
         return self.generate_from_ids([self.prompt_ids(r) for r in requests], params, seeds=seeds)
 

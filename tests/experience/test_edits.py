@@ -16,9 +16,10 @@ from dreamgym.config import ConfigError, from_dict
 from dreamgym.experience.checkpoint import checkpoint_model_config
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import em_transitions
-from dreamgym.experience.edits import (EditError, apply_edit, clip_edit, derive_edit, format_edit, parse_edit,
-                                       state_lines)
-from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, answer_state, build_request,
+from dreamgym.experience.edits import (EDIT_BODY, MAX_NAMED_CHARS, EditError, apply_edit, bounded_state_edit_body,
+                                       bounded_state_edit_chars, clip_edit, derive_edit, format_edit, nameable_lines,
+                                       parse_edit, state_edit_body, state_lines)
+from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, answer_state, build_request, edit_named_lines,
                                         format_completion, format_edit_completion, output_constraint, output_regex,
                                         parse_completion, render_example, target_completion, written_edit)
 from dreamgym.experience.model import ExperienceModel
@@ -83,6 +84,8 @@ def test_an_edit_round_trips_any_pair_of_states_repeated_lines_included(before, 
     ops = derive_edit(b, a)
     assert apply_edit(b, ops) == a.strip()
     assert parse_edit(format_edit(ops))[0] == [(op, line) for op, line in ops]
+    # The state's own grammar admits every edit derived from it, its anchors on repeated lines included.
+    assert re.fullmatch(state_edit_body(nameable_lines(b)), format_edit(ops))
 
 
 def test_a_changed_line_lands_where_it_was_and_an_insertion_after_its_anchor():
@@ -107,6 +110,34 @@ def test_an_edit_naming_a_line_the_state_does_not_hold_cannot_apply():
     assert apply_edit(page, [("-", "[15]  textbox  ''")]) == "[goal] g\n[16] button 'Submit'"
     with pytest.raises(EditError):
         apply_edit(page, [("-", "[15] textbox 'x'")])
+
+
+def test_a_states_own_edit_body_names_only_its_lines_each_once_verbatim():
+    """The per-request grammar (`state_edit_body`): `-` and `=` name a line of the state, whole and verbatim; `+`
+    writes any line without "<". The generic body (`EDIT_BODY`, the only one before) admits any text after `-`."""
+    page = "[goal] Click (a)+?\n[15] textbox '', clickable\n  StaticText 'x'\n  StaticText 'x'\n[16] link '<b>'"
+    named = nameable_lines(page)
+    assert named == ["[goal] Click (a)+?", "[15] textbox '', clickable", "  StaticText 'x'"]  # once, no "<"
+    body = state_edit_body(named)
+    for edit in ("- [goal] Click (a)+?\n", "= [15] textbox '', clickable\n+ [15] new\n- [15] textbox '', clickable",
+                 "-   StaticText 'x'\n-   StaticText 'x'\n", "+ anything at all\n", ""):
+        assert re.fullmatch(body, edit), edit
+    for edit in ("- [17] link 'not here'\n",  # a line the page lacks: what 66 of 100 held-out edits did
+                 "- [15] textbox ''\n",  # a prefix of a line is not the line
+                 "- [goal] Click a\n",  # metacharacters are literal
+                 "= [15] textbox '', clickable, focused\n", "-  StaticText 'x'\n", "- [16] link '<b>'\n"):
+        assert not re.fullmatch(body, edit), edit
+    assert re.fullmatch(EDIT_BODY, "- [17] link 'not here'\n")
+    assert re.fullmatch(state_edit_body([]), "+ a\n+ b") and re.fullmatch(state_edit_body([]), "")
+    assert not re.fullmatch(state_edit_body([]), "- a\n")  # an empty state: insertions only
+    # Bounded for servers: at most `lines` + 1 lines, an inserted one of at most `line_chars`; the longest match.
+    bounded = bounded_state_edit_body(named, 30, 2)
+    longest = "+ " + "y" * 30 + "\n"
+    assert re.fullmatch(bounded, longest * 2 + longest[:-1])
+    assert len(longest * 2 + longest[:-1]) == bounded_state_edit_chars(named, 30, 2)
+    assert not re.fullmatch(bounded, longest * 3 + "+ y") and not re.fullmatch(bounded, "+ " + "y" * 31)
+    # A page too long for a regex gets the generic body (None), which the model counts.
+    assert nameable_lines("\n".join(f"[{i}] " + "x" * 60 for i in range(MAX_NAMED_CHARS // 60))) is None
 
 
 def test_clip_edit_keeps_whole_operations():
@@ -134,6 +165,9 @@ def test_the_regex_accepts_every_derived_target_and_the_parser_reads_back_the_wh
                 checked[env] += 1
                 assert re.fullmatch(regex, target), target
                 assert re.fullmatch(server, target), target
+                own = output_constraint(cfg, edit_named_lines(tr, cfg))  # the query state's own grammar
+                assert re.fullmatch(own.regex, target) and re.fullmatch(own.server_regex or "", target), target
+                assert len(target) <= own.server_max_tokens
                 parsed, err = parse_completion(target)
                 assert err == "" and parsed is not None
                 assert answer_state(parsed, tr, cfg) == tr.next_state.strip(), (env, tr.action)
@@ -330,18 +364,113 @@ def tiny_tokenizer():
 # ------------------------------------------------------------------------------------------------ tiny models
 
 
-def test_structured_decoding_closes_an_edit_in_time_on_real_miniwob_steps():
-    """The untrained tiny preset sampled at temperature 1.5 with tight budgets, in the edit format: every answer
-    matches the format (the budget may close an edit mid-line) and parses; the only malformed ones are edits that
-    name lines the page does not hold, each counted."""
+@pytest.fixture(scope="module")
+def tiny():
     from dreamgym.llm.hf import HFBackend
+
+    return HFBackend.from_preset("tiny", device="cpu")
+
+
+def _named_outside(pred_text: str, query: Transition, cfg: ExperienceModelConfig) -> list[str]:
+    """The lines an answer's edit names with `-` or `=` that the query's state does not hold."""
+    parsed, _ = parse_completion(pred_text)
+    lines = set(state_lines(query.state))
+    return [line for op, line in (parsed.edit or []) if op != "+" and line not in lines] if parsed else []
+
+
+def test_structured_decoding_closes_an_edit_in_time_on_real_miniwob_steps_in_process_and_over_http(tiny):
+    """The untrained tiny preset sampled at temperature 1.5 with tight budgets, in the edit format, each request
+    decoded under its own state's grammar, in process and through `dreamgym serve-model`: every answer matches its
+    query's regex (a budget may close an edit mid-line, or once a named line is whole) and parses; an edit names only
+    lines of its page, so the only malformed ones are edits naming them out of the cursor's order, each counted."""
+    from dreamgym.llm.http import HTTPTokenBackend
+    from dreamgym.llm.server import start_server
 
     steps = [t for t in miniwob_steps() if t.action != RESET_ACTION][:8]
     cfg = dataclasses.replace(EDIT, temperature=1.5, retries=0, k=0, max_new_tokens=96, max_think_tokens=16)
-    m = ExperienceModel(HFBackend.from_preset("tiny", device="cpu"), config=cfg, env="miniwob")
-    preds = m.predict(steps, seed=3)
-    assert all(re.fullmatch(output_regex(cfg), p.text) and parse_completion(p.text)[0] for p in preds)
-    assert m.stats["malformed"] == m.stats["inapplicable_edits"] == m.stats["failures"] == sum(p.failed for p in preds)
+    local = ExperienceModel(tiny, config=cfg, env="miniwob")
+    with start_server(tiny, model_name="tiny") as server:
+        remote_llm = HTTPTokenBackend([server.url], tiny.tokenizer, served_model="tiny")
+        try:
+            remote = ExperienceModel(remote_llm, config=cfg, env="miniwob")
+            for m in (local, remote):
+                preds = m.predict(steps, seed=3)
+                for q, p in zip(steps, preds):
+                    assert re.fullmatch(output_regex(cfg, edit_named_lines(q, cfg)), p.text), p.text
+                    assert parse_completion(p.text)[0] and not _named_outside(p.text, q, cfg), p.text
+                assert m.stats["malformed"] == m.stats["inapplicable_edits"] == m.stats["failures"] == \
+                    sum(p.failed for p in preds)
+                assert m.stats["edit_constraint_fallbacks"] == 0
+        finally:
+            remote_llm.close()
+
+
+def _sample_line(llm, grammars, prompt: list[int], regex_constraint, seed: int, longest: int) -> str:
+    """The line the model writes after `<edit>\n- ` under `regex_constraint`, sampled at temperature 1.5 token by
+    token from the model's masked logits (the in-process backend's masking: `Grammars.row`, `fill`, `apply`); cut
+    once longer than `longest` characters (then it is no line of the state)."""
+    import torch
+
+    opening = llm.tokenizer("<edit>\n- ", add_special_tokens=False)["input_ids"]
+    row = grammars.row(regex_constraint, 512)
+    assert all(row.accept(t) for t in opening)
+    ids, out = list(prompt) + opening, []
+    gen = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        for _ in range(80):
+            logits = llm.model(torch.tensor([ids])).logits[:, -1, :].float()
+            mask = grammars.bitmask(1)
+            row.fill(mask, 0)
+            probs = torch.softmax(grammars.apply(logits, mask, [0]) / 1.5, dim=-1)
+            token = int(torch.multinomial(probs[0], 1, generator=gen))
+            assert row.accept(token)
+            ids.append(token)
+            out.append(token)
+            text = llm.tokenizer.decode(out)
+            if "\n" in text or "<" in text or len(text) > longest:
+                break
+    return text.split("\n")[0].split("<")[0]
+
+
+def test_a_removal_the_tiny_model_writes_under_its_states_grammar_names_a_line_of_that_state(tiny):
+    """A real model (the untrained tiny preset) opening a `-` line on real MiniWoB++ pages: under the query state's
+    own grammar the line it writes is one of the page's lines, every time; under the generic grammar (before this
+    constraint) it writes lines the page lacks, which cannot apply (the 66 of 100 held-out edits at step 400)."""
+    from dreamgym.llm.grammar import Grammars
+
+    cfg = dataclasses.replace(EDIT, k=0, use_reasoning=False)
+    grammars = Grammars(tiny.tokenizer, int(tiny.model.config.vocab_size))
+    steps = [t for t in miniwob_steps() if t.action != RESET_ACTION][::4][:5]
+    outside_generic = 0
+    for i, q in enumerate(steps):
+        prompt = tiny.prompt_ids(build_request(q, [], cfg))
+        named = edit_named_lines(q, cfg)
+        longest = max(map(len, named))
+        own = _sample_line(tiny, grammars, prompt, output_constraint(cfg, named), i, longest)
+        assert own in named and own in state_lines(q.state), own
+        outside_generic += _sample_line(tiny, grammars, prompt, output_constraint(cfg), i, longest) not in named
+    assert outside_generic >= len(steps) - 1, outside_generic
+
+
+def test_each_request_carries_its_own_states_grammar_and_a_page_too_long_falls_back_counted():
+    """Under the edit format a call gets one `SamplingParams` per request, each constrained to its query's state;
+    a state whose alternation would pass `MAX_NAMED_CHARS` is decoded under the generic body, counted; the whole
+    format keeps one shared `SamplingParams`."""
+    long_page = "\n".join(f"[{i}] StaticText '" + "w" * 60 + "'" for i in range(MAX_NAMED_CHARS // 60))
+    queries = [dial_query(3, "turn up"), dial_query(5, "turn down"), dataclasses.replace(dial_query(1, "x"),
+                                                                                         state=long_page)]
+    llm = FakeLLM([_answer_edit("")])
+    m = ExperienceModel(llm, config=dataclasses.replace(EDIT, k=0, retries=0), env="dial")
+    preds = m.predict(queries)
+    assert not any(p.failed for p in preds)
+    (params,) = llm.params
+    regexes = [p.constraint.regex for p in params]
+    assert "- \\[dial\\] 3" not in regexes[0] and r"\[dial\] 3" in regexes[0] and r"\[dial\] 5" in regexes[1]
+    assert r"\[dial\] 3" not in regexes[1] and regexes[2] == output_regex(m.config)
+    assert m.stats["edit_constraint_fallbacks"] == 1
+    whole = FakeLLM([format_completion("[dial] 4", 0.0, False, "up")])
+    ExperienceModel(whole, config=dataclasses.replace(EDIT, state_format="whole", k=0), env="dial").predict(queries)
+    assert len({id(p) for p in whole.params[0]}) == 1
 
 
 def test_a_tiny_model_trained_a_few_steps_on_edits_is_decoded_as_edits_and_its_answers_parse(tmp_path):

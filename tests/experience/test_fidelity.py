@@ -11,7 +11,7 @@ from dreamgym.experience.format import RESET_ACTION
 from dreamgym.experience.train import HeldOutConfig
 from dreamgym.experience.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
                                evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
-                               token_f1)
+                               token_f1, worst_reward1_tasks)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
 
@@ -135,6 +135,47 @@ def test_teacher_forced_and_free_running_with_a_perfect_and_a_lying_model():
     fr = free_running(bad, trajs, "dial")
     assert any(not t.won for t in trajs)
     assert fr["false_success"] == 1.0 and fr["contradiction_rate"] > 0.5 and fr["examples"]
+
+
+def test_reward1_precision_and_recall_per_task_count_each_tasks_true_predicted_and_real_wins():
+    """Hand-made steps whose per-task figures are known: the model's reward is written in each step's action
+    (`say0`, `say1`), the real one is the transition's. Task b credits a win the real world does not give and
+    misses none; task c misses one; task d credits one where there is none; task e has no win either way (left
+    out); task a is right."""
+    from dreamgym.types import Task, Transition
+
+    def step(task: str, said: int, real: int, i: int) -> Transition:
+        t = Task(id=task, env="dial", instruction=f"task {task}", goal={"target": 3, "start": 1})
+        return Transition(task=t, history=[], state=abstract_state(i % 9), action=f"say{said} {i}",
+                          next_state=abstract_state(i % 9), reward=float(real), done=bool(real),
+                          trajectory_id=f"{task}-{i}", step_index=0)
+
+    plan = {"a": [(1, 1), (0, 0)], "b": [(1, 1), (1, 0), (0, 0)], "c": [(1, 1), (0, 1)], "d": [(1, 0)],
+            "e": [(0, 0), (0, 0)]}
+    steps = [step(task, said, real, i) for task, rows in plan.items() for i, (said, real) in enumerate(rows)]
+
+    def says(req):  # the state unchanged, the reward the action names
+        user = req[-1]["content"]
+        return format_completion(user.rsplit("State:\n", 1)[1].split("\nAction:")[0], 1.0 if "Action: say1" in user
+                                 else 0.0, False, "ok")
+
+    tf = teacher_forced(_fake(says), steps)
+    by = tf["reward1_by_task"]
+    assert list(by) == ["b", "d", "c", "a"]  # worst first: false wins, then missed ones, then by id
+    assert by["b"] == {"n": 3, "tp": 1, "predicted": 2, "actual": 1, "precision": 0.5, "recall": 1.0}
+    assert by["c"] == {"n": 2, "tp": 1, "predicted": 1, "actual": 2, "precision": 1.0, "recall": 0.5}
+    assert by["d"] == {"n": 1, "tp": 0, "predicted": 1, "actual": 0, "precision": 0.0, "recall": None}
+    assert by["a"] == {"n": 2, "tp": 1, "predicted": 1, "actual": 1, "precision": 1.0, "recall": 1.0}
+    # The overall figures are the per-task counts summed.
+    assert tf["reward1_precision"] == 3 / 5 and tf["reward1_recall"] == 3 / 4
+    table = worst_reward1_tasks(by, n=2)
+    assert table[0] == "reward 1 by task, worst 2 of 3 with a false or missed win (4 with any):"
+    assert [line.split()[0] for line in table[2:]] == ["b", "d"] and table[2].split()[1:] == ["3", "1", "2", "1",
+                                                                                              "0.50", "1.00"]
+    assert worst_reward1_tasks({"a": by["a"]}) == []
+    report = heldout_report(_fake(says), steps, HeldOutConfig())
+    assert report["reward1_by_task"] == by and report["reward1_worst"] == worst_reward1_tasks(by)
+    assert "reward 1 by task, worst 3 of 3" in format_table({"m": tf})
 
 
 def test_action_kind_is_the_verb():

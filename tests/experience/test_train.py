@@ -160,3 +160,17 @@ def test_train_em_takes_its_threads_from_omp_num_threads_by_the_rule_of_every_co
     assert main(["--env", "dial", "--data", str(data), "--out", str(tmp_path / "em2"), "max_steps=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "OMP_NUM_THREADS='lots'" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_the_closing_lines_show_the_held_out_worst_reward1_tasks_under_the_verdict(tmp_path):
+    from dreamgym.experience.train import closing_lines
+
+    held = {"n": 4, "format_validity": 1.0, "state_f1": 0.5, "fit": False,
+            "reward1_worst": ["reward 1 by task, worst 1 of 1 with a false or missed win (1 with any):",
+                              "  task steps   tp pred real  prec recall", "  b        3    1    2    1  0.50   1.00"]}
+    summary = {"steps": 3, "examples": 8, "transitions": 8, "total_time_s": 1.0, "final_loss": 0.5, "threads": 1,
+               "heldout": held}
+    lines = closing_lines(summary, tmp_path).splitlines()
+    assert lines[1].startswith("held-out (4 steps): ") and lines[2:5] == ["  " + x for x in held["reward1_worst"]]
+    assert lines[-1].startswith("summary: ")
+    assert len(closing_lines({**summary, "heldout": {**held, "reward1_worst": []}}, tmp_path).splitlines()) == 3

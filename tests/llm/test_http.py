@@ -112,6 +112,26 @@ def test_structured_outputs_regex_is_honoured_on_both_endpoints(local, remote, s
     assert raw["choices"][0]["message"]["content"] in ("yes", "no")
 
 
+def test_each_request_of_a_call_is_decoded_under_its_own_constraint_locally_and_through_the_server(local, remote,
+                                                                                                   server):
+    """`generate` with one `SamplingParams` per request (the experience model's edit format: each query's own state)
+    gives each request its own regex, in process, on the chat endpoint and on the token-id one."""
+    from dreamgym.llm.http import HTTPTokenBackend
+
+    words = ("yes|no", "up|down", "left|right")
+    plist = [SamplingParams(temperature=1.2, max_tokens=8, seed=3, constraint=OutputConstraint(f"({w})"))
+             for w in words]
+    tokens = HTTPTokenBackend([server.url], local.tokenizer, served_model="tiny")
+    try:
+        for backend in (local, remote, tokens):
+            texts = [c.text for c in backend.generate(REQS, plist)]
+            assert all(re.fullmatch(f"({w})", t) for w, t in zip(words, texts)), (backend, texts)
+    finally:
+        tokens.close()
+    with pytest.raises(ValueError, match="one per request"):
+        remote.generate(REQS, plist[:2])
+
+
 def test_a_constraint_reaches_servers_as_its_bounded_regex_with_room_to_complete_it(local, remote):
     """A server cannot count a field's tokens: it gets the constraint's `server_regex` (fields bounded in characters)
     and, on token-id requests, max_tokens raised to `server_max_tokens` (the longest answer) as far as the model's
