@@ -8,23 +8,21 @@ the families it has checks for (dial, webshop, alfworld) and nothing else about 
 
 Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consistent transitions are what matter):
 - teacher-forced: each held-out transition is predicted from its real state, real history and action;
-  `state_f1` is the bag-of-whitespace-tokens F1 of predicted vs real next state (SQuAD style), `state_em`
-  exact match after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the
-  model's own reward mapping, done = the real `terminated`), `failure_rate` the share of failure states and
-  `format_validity` its complement (answers parsed without the failure state), `reward1_recall` and
-  `reward1_precision` of the predicted reward 1 against the real one, and the collapse detector
-  `distinct_next_states`: distinct predicted next states per distinct (state, action) scored, beside the same
-  ratio of the real next states (`distinct_next_states_real`); a model that writes one sentence for every action
-  has a high F1 on similar states but a ratio near 1 / number of steps. `copy_state_f1` and `copy_state_em` score
-  the current state itself as the prediction: the floor a model must beat, since F1 credits the lines a step leaves
-  unchanged (on MiniWoB++ copying scores F1 0.91, exact match 0.15).
-  `[reset]` transitions are left out (they measure initial-state generation, reported as `init_f1`).
-  `reward1_by_task` gives reward-1 precision and recall per task (the held-out transitions' `task.id`) with their
-  counts (true positives, predicted and actual positives), for the tasks with any (`reward1_by_task`): where the
-  model credits wins the real environment does not give, or misses the ones it does; the terminal shows the worst
-  few (`worst_reward1_tasks`).
-  `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`: `search`,
-  `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
+  `state_f1` is the bag-of-whitespace-tokens F1 of predicted vs real next state (SQuAD style), `state_em` exact match
+  after whitespace normalisation, `reward_acc`/`done_acc` exact agreement (reward after the model's own reward mapping,
+  done = the real `terminated`), `failure_rate` the share of failure states and `format_validity` its complement
+  (answers parsed without the failure state), `reward1_recall` and `reward1_precision` of the predicted reward 1 against
+  the real one, and the collapse detector `distinct_next_states`: distinct predicted next states per distinct (state,
+  action) scored, beside the same ratio of the real next states (`distinct_next_states_real`); a model that writes one
+  sentence for every action has a high F1 on similar states but a ratio near 1 / number of steps. `copy_state_f1` and
+  `copy_state_em` score the current state itself as the prediction: the floor a model must beat, since F1 credits the
+  lines a step leaves unchanged (on MiniWoB++ copying scores F1 0.91, exact match 0.15). `[reset]` transitions are left
+  out (they measure initial-state generation, reported as `init_f1`). `reward1_by_task` gives reward-1 precision and
+  recall per task (the family's `task_kind` of the held-out transitions' task: MiniWoB++'s page, else the task id) with
+  their counts (true positives, predicted and actual positives), for the tasks with any (`reward1_by_task`): where the
+  model credits wins the real environment does not give, or misses the ones it does; the terminal shows the worst few
+  (`worst_reward1_tasks`). `by_action` splits F1 / exact match / reward accuracy by the action's verb (`action_kind`:
+  `search`, `click`, `go`, `take`, ...), because one average hides which transitions the model cannot predict (on
   WebShop: results pages after a search, which depend on a search engine the model never sees).
 - free-running: each held-out episode is replayed from its real initial state with its real actions, feeding
   the model its own predicted states and history, until the model says done or the actions run out.
@@ -265,14 +263,18 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
 
 
 def reward1_by_task(steps: list[Transition], preds: list[Prediction]) -> dict[str, dict[str, Any]]:
-    """Reward-1 precision and recall per task (`task.id`), with the counts they come from: `n` steps, `tp` steps
-    both the model and the real environment gave reward 1, `predicted` the model did, `actual` the environment did;
-    `precision` tp / predicted and `recall` tp / actual (None without a denominator). Only the tasks with a
-    predicted or actual reward 1 (the others add nothing to either figure), ordered worst first: most false wins
-    (predicted - tp), then most missed ones (actual - tp), then by id."""
+    """Reward-1 precision and recall per task kind (the family's `task_kind`: MiniWoB++'s page, whose instances differ
+    only in the seed; elsewhere the task's id), with the counts they come from: `n` steps, `tp` steps both the model and
+    the real environment gave reward 1, `predicted` the model did, `actual` the environment did; `precision` tp /
+    predicted and `recall` tp / actual (None without a denominator). Only the tasks with a predicted or actual reward 1
+    (the others add nothing to either figure), ordered worst first: most false wins (predicted - tp), then most missed
+    ones (actual - tp), then by id."""
+    from dreamgym.envs import family
+
     rows: dict[str, dict[str, Any]] = {}
     for p, t in zip(preds, steps):
-        r = rows.setdefault(t.task.id, {"n": 0, "tp": 0, "predicted": 0, "actual": 0})
+        kind = family(t.task.env).hooks.task_kind(t.task)
+        r = rows.setdefault(kind, {"n": 0, "tp": 0, "predicted": 0, "actual": 0})
         said, real = p.reward >= 1.0, t.reward >= 1.0
         r["n"] += 1
         r["tp"] += said and real

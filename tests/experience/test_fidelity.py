@@ -11,7 +11,7 @@ from dreamgym.experience.format import RESET_ACTION
 from dreamgym.experience.train import HeldOutConfig
 from dreamgym.experience.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
                                evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
-                               token_f1, worst_reward1_tasks)
+                               reward1_by_task, token_f1, worst_reward1_tasks)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
 
@@ -176,6 +176,25 @@ def test_reward1_precision_and_recall_per_task_count_each_tasks_true_predicted_a
     report = heldout_report(_fake(says), steps, HeldOutConfig())
     assert report["reward1_by_task"] == by and report["reward1_worst"] == worst_reward1_tasks(by)
     assert "reward 1 by task, worst 3 of 3" in format_table({"m": tf})
+
+
+def test_reward1_per_task_counts_a_miniwob_page_once_over_its_seeds():
+    """MiniWoB++ task ids carry the seed (`miniwob-click-button-11`); the figures are per page (`task_kind`), so a
+    page that credits false wins on many seeds shows as one row with all of them."""
+    pytest.importorskip("miniwob")
+    from dreamgym.experience.format import Prediction
+    from dreamgym.types import Task, Transition
+
+    def step(page: str, seed: int, said: int, real: int) -> tuple[Transition, Prediction]:
+        t = Task(id=f"miniwob-{page}-{seed}", env="miniwob", instruction="click", goal={"subdomain": page, "seed": seed})
+        return (Transition(task=t, history=[], state="s", action="click('1')", next_state="s", reward=float(real),
+                           done=bool(real), trajectory_id=f"{page}-{seed}", step_index=0),
+                Prediction(next_state="s", reward=float(said), done=bool(said)))
+
+    pairs = [step("click-button", s, 1, 0) for s in range(3)] + [step("click-link", 4, 1, 1)]
+    by = reward1_by_task([t for t, _ in pairs], [p for _, p in pairs])
+    assert by == {"click-button": {"n": 3, "tp": 0, "predicted": 3, "actual": 0, "precision": 0.0, "recall": None},
+                  "click-link": {"n": 1, "tp": 1, "predicted": 1, "actual": 1, "precision": 1.0, "recall": 1.0}}
 
 
 def test_action_kind_is_the_verb():
