@@ -63,13 +63,13 @@ ENV_DEFAULTS: dict[str, EnvDefaults] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
     # the tiny policy's prompts short (the trainers' learning tests use the same settings).
     "dial": EnvDefaults(agent=AgentConfig(history=0, show_admissible=False, system_prompt="You are an agent."),
-                        rollout=RolloutConfig(max_new_tokens=10, max_turns=12),
+                        rollout=RolloutConfig(max_new_tokens=10),
                         em=ExperienceModelConfig(embedder="hashing")),
     # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
     "webshop": EnvDefaults(rollout=RolloutConfig(max_new_tokens=48), em=ExperienceModelConfig(embedder="hashing")),
     # The experience model writes the observation only and the state is derived
     # (docs/log/07-observation-only.md: whole-state agreement 0.01 -> 0.50 on held-out steps).
-    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32, max_turns=50),
+    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32),
                             em=ExperienceModelConfig(embedder="hashing", write_observation=True)),
 }
 """Settings each environment's small-scale runs start from (other environments: the configs' defaults)."""
@@ -351,9 +351,9 @@ class Recipe:
                                    real_iterations=real_iterations, dream_iterations=dream_iterations,
                                    tasks_per_iteration=tasks_per_iteration,
                                    dream_log=self.run / self._slug(from_method) if from_method else None)
-            run_phases(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
-                                                          progress=self.progress),
-                  logger=lg, evaluate=evaluate)
+            run_phases(trainer, phases, state, LoopSettings(cfg, eval_every=eval_every, run_dir=method_dir,
+                                                            progress=self.progress),
+                       logger=lg, evaluate=evaluate)
             trainer.save(method_dir / "final", state.state_dict())
             res = self.evaluate(trainer.backend)
         finally:
