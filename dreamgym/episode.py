@@ -27,8 +27,7 @@ FAILURE_ENDS = ("reset_error", "env_error", "step_timeout", "episode_timeout", "
 @dataclass
 class RolloutConfig:
     max_episode_steps: int | None = ranged(None, ge=1)
-    """The run's step limit of an episode, real or dreamt (None: the family's own, its `MAX_STEPS`); it can only
-    lower that limit (`EnvFamily.step_limit`), and an episode it cuts short ends with reason "max_turns"."""
+    """Episode step limit, real or dreamt (None: the family's `MAX_STEPS`, which it can only lower)."""
     max_new_tokens: int = ranged(64, ge=1)
     """Tokens the policy may generate per turn."""
     max_prompt_tokens: int = ranged(1536, ge=1)
