@@ -87,7 +87,7 @@ def main() -> None:
                 _run(["train", "--algo", "grpo", "--env", "dial", "--no-progress", "tensorboard=false",
                       "eval_at_start=false", "eval_every=0", "eval_max_tasks=1", f"iterations={a.grpo_iterations}",
                       "group_size=8", "tasks_per_iteration=8", "rollout.max_new_tokens=16",
-                      "rollout.max_turns=6", f"model.fsdp={str(sharded).lower()}", *a.grpo_args, f"run_dir={run}"], n)
+                      "rollout.max_episode_steps=6", f"model.fsdp={str(sharded).lower()}", *a.grpo_args, f"run_dir={run}"], n)
                 its = [r for line in (run / "metrics.jsonl").open()
                        if "rollout/episodes" in (r := json.loads(line))]
                 roll = sum(r["rollout/rollout_time_s"] for r in its) / len(its)

@@ -55,7 +55,7 @@ def main() -> None:
     device = next(model.parameters()).device
     common = TrainerConfig(seed=0, model=ModelConfig(preset=args.preset), optim=OptimConfig(lr=1e-6),
                            agent=AgentConfig(history=2),
-                           rollout=RolloutConfig(max_new_tokens=args.max_new_tokens, max_turns=8,
+                           rollout=RolloutConfig(max_new_tokens=args.max_new_tokens, max_episode_steps=8,
                                                  on_invalid_action="pass"), group_size=args.group)
     backend = HFBackend(model, tok, batch_size=64)
     trainer = GRPOTrainer(backend, GRPOConfig(), common)

@@ -26,8 +26,8 @@ FAILURE_ENDS = ("reset_error", "env_error", "step_timeout", "episode_timeout", "
 
 @dataclass
 class RolloutConfig:
-    max_turns: int = ranged(50, ge=1)
-    """Hard cap on turns per episode (the environment's own step limit usually ends it first)."""
+    max_episode_steps: int | None = ranged(None, ge=1)
+    """Episode step limit, real or dreamt (None: the family's `MAX_STEPS`, which it can only lower)."""
     max_new_tokens: int = ranged(64, ge=1)
     """Tokens the policy may generate per turn."""
     max_prompt_tokens: int = ranged(1536, ge=1)

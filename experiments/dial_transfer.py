@@ -101,7 +101,7 @@ def main() -> None:
     trainer = build_online_trainer(be, gcfg, gcfg.grpo)
     world = DreamWorld("dial", load_config(DreamConfig, None, [f"em={run / 'em'}"]), out / "dream", args.seed)
     state = RunState(RealStepBudget(0))
-    run_phases(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings.of(gcfg, progress=False))
+    run_phases(trainer, [Phase(world, args.iterations, "dream-it")], state, LoopSettings(gcfg, progress=False))
     trainer.save(out / "dream" / "final", state.state_dict())
     results["dream"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("dream:", json.dumps(results["dream"]), flush=True)
@@ -114,7 +114,7 @@ def main() -> None:
     trainer = build_online_trainer(be, rcfg, rcfg.grpo)
     state = RunState(RealStepBudget(None))
     run_phases(trainer, [Phase(RealWorld(dial, rcfg.seed), rcfg.iterations)], state,
-          LoopSettings.of(rcfg, progress=False))
+          LoopSettings(rcfg, progress=False))
     trainer.save(out / "real" / "final", state.state_dict())
     results["real"] = {"real_steps": state.budget.used, "wall_s": time.time() - t0, **test(be).to_dict()}
     print("real:", json.dumps(results["real"]), flush=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--em-temperature", type=float, default=None,
                     help="sample the experience model at this temperature (default: its checkpoint's, greedy)")
-    ap.add_argument("--max-steps", type=int, default=0, help="synthetic episode step limit (0: the real env's)")
+    ap.add_argument("--max-steps", type=int, default=0,
+                    help="episode step limit, at most the family's (rollout.max_episode_steps; 0: the family's)")
     ap.add_argument("--reward-from", default="model", choices=("model", "state", "auto"),
                     help="the synthetic env's success: the model's <reward> (default, what is audited) or the "
                          "family's reward rule on the dream's states (dream.reward_from)")
@@ -77,14 +79,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:  # the synthetic transitions' buffer copy is thrown away
         em_overrides = ([f"temperature={args.em_temperature}"] if args.em_temperature is not None else []) \
             + list(args.em_override)
-        dcfg = load_config(DreamConfig, None, dream + [f"max_steps={args.max_steps}", f"reward_from={args.reward_from}",
+        dcfg = load_config(DreamConfig, None, dream + [f"reward_from={args.reward_from}",
                                                        f"em_overrides={em_overrides}"])
         world = DreamWorld(args.env, dcfg, Path(tmp), args.seed)
         backend = build_backend(cfg, args.policy)
         tasks = played_tasks(args.tasks_from) if args.tasks_from else list(fam.tasks("train"))
         tasks = (tasks[:args.tasks] if args.tasks else tasks) * args.repeats
-        episodes = run_rollouts(backend, world.envs(""), tasks, config=cfg.rollout, agent=cfg.agent,
-                                seed=args.seed)
+        limit = fam.step_limit(args.max_steps or cfg.rollout.max_episode_steps)
+        rollout = dataclasses.replace(cfg.rollout, max_episode_steps=limit)
+        episodes = run_rollouts(backend, world.envs(""), tasks, config=rollout, agent=cfg.agent, seed=args.seed)
     # Seed 0 (`audit.REPLAY_SEED`): the synthetic env starts every episode from the real env's seed-0 reset
     # (ALFWorld draws its search order from the reset seed, so any other seed would differ in every state's
     # "Unexplored" line).

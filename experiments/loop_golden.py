@@ -143,7 +143,7 @@ def train_runs(root: Path, em: Path, sft: Path) -> None:
 
     common = ["--no-progress", "tensorboard=false", "eval_max_tasks=4", "eval_temperature=1.0", "eval_seeds=[0,1]",
               "agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
-              "rollout.max_new_tokens=10", "rollout.max_turns=12", "optim.lr=2e-4", f"init={sft}",
+              "rollout.max_new_tokens=10", "rollout.max_episode_steps=12", "optim.lr=2e-4", f"init={sft}",
               "grpo.epochs=2", "grpo.minibatches=2", "ppo.epochs=2", "ppo.minibatches=2"]
     real = ["--algo", "grpo", "--env", "dial", f"run_dir={root / 'train-grpo-real'}", "group_size=4",
             "tasks_per_iteration=3", "save_every=1", "eval_every=1", "keep_evaluated=true",

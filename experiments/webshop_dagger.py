@@ -11,7 +11,7 @@ not an episode anyone played).
 
     python experiments/webshop_dagger.py --policy runs/ws-sft20/final --tasks 1000 --out runs/ws/dagger1.jsonl \
         agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 \
-        rollout.max_turns=15
+        rollout.max_episode_steps=15
 """
 
 from __future__ import annotations

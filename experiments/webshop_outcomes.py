@@ -20,7 +20,7 @@ alone) does there, and how many product clicks named an id that action grounding
 
     python experiments/webshop_outcomes.py --policy runs/ws-sft20/final --max-tasks 500 \
         agent.history=0 agent.show_admissible=false rollout.max_new_tokens=48 rollout.ground_actions=0.7 \
-        rollout.max_turns=15
+        rollout.max_episode_steps=15
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 # A short prompt keeps the tiny model's CPU cost down: history 0 is enough for the (Markov) dial, whose state
 # already lists its buttons.
 DIAL_AGENT = AgentConfig(history=0, show_admissible=False, system_prompt="You are an agent.")
-DIAL_ROLLOUT = RolloutConfig(max_new_tokens=10, max_turns=12)
+DIAL_ROLLOUT = RolloutConfig(max_new_tokens=10, max_episode_steps=12)
 
 # The quickstart's settings: two retrieved examples, no history window, reasoning traces, batches of 8. The tiny
 # model writes the format after ~100 steps but copies the dial's value only after ~1000 (an abrupt drop of the

@@ -9,7 +9,7 @@ from dreamgym.cli import main as cli
 from dreamgym.commands.collect import collect, parse_mix
 
 TINY = ["--no-progress", "tensorboard=false", "eval_max_tasks=1", "agent.history=0", "agent.show_admissible=false",
-        "rollout.max_new_tokens=4", "rollout.max_turns=2"]
+        "rollout.max_new_tokens=4", "rollout.max_episode_steps=2"]
 """Overrides that make a `dreamgym train` run a few seconds long."""
 
 

@@ -313,8 +313,8 @@ def test_one_group_size_drives_grpo_and_ppo():
 
     for algo in ("grpo", "ppo"):
         cfg = load_config(TrainConfig, None, [f"algo={algo}", "group_size=3", "tasks_per_iteration=5"])
-        settings = LoopSettings.of(cfg)
-        assert (settings.group_size, settings.tasks_per_iteration) == (3, 5)
+        settings = LoopSettings(cfg)
+        assert (settings.config.group_size, settings.config.tasks_per_iteration) == (3, 5)
     assert not {"group_size", "episodes_per_task", "tasks_per_iteration"} & {
         f.name for c in (TrainConfig().grpo, TrainConfig().ppo) for f in dataclasses.fields(c)}
 

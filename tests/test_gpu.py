@@ -67,7 +67,7 @@ def test_grpo_on_cuda_recomputes_old_logprobs_so_the_first_ratio_is_one(cuda_tin
     # other shapes may round differently; far below the sampler/learner gap above either way.
     assert abs(m["approx_kl"]) < 1e-3, m
     end = run_phases(tr, [Phase(RealWorld(family("dial"), 0), 1)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, progress=False))
+                LoopSettings(common, progress=False))
     [it] = end.history
     assert it["rollout/episodes"] == 16 and it["rollout/iteration"] == 1 and math.isfinite(it["losses/loss"])
 

@@ -428,7 +428,7 @@ def test_a_family_of_another_package_trains_an_experience_model_and_a_dream_grpo
     assert (em / EM_CONFIG_FILE).is_file()
     # A policy that writes actions, so that the dream's episodes reach the experience model (a random-init policy's
     # text parses as no action, and such an episode ends before its first synthetic step).
-    agent = ["agent.history=0", "rollout.max_turns=4", "rollout.max_new_tokens=12", "rollout.temperature=0.3",
+    agent = ["agent.history=0", "rollout.max_episode_steps=4", "rollout.max_new_tokens=12", "rollout.temperature=0.3",
              "tensorboard=false"]
     sft = tmp_path / "sft"
     assert train_main(["--algo", "sft", "--env", "lamps", "--no-progress", f"run_dir={sft}", f"data={data}",
@@ -459,7 +459,7 @@ def _cli(*args: str, paths: tuple[Path, ...], cwd: Path) -> subprocess.Completed
 def test_a_family_installed_by_entry_point_runs_the_whole_method_from_the_command_line(tmp_path):
     """collect -> train-em -> SFT -> dream then real (S2R) -> eval, each a `dreamgym` command, on a family that only
     an entry point declares (no `register_family`), whose policies are oracle/noisy/random (no "expert") and whose
-    step limit (6) is far below `rollout.max_turns` (50)."""
+    step limit (6) is what a run's episodes and its real-step budget are planned at (`EnvFamily.step_limit`)."""
     site = tmp_path / "site"
     _dist_info(site, {"lamps": "familypkg.lamps"})
     paths = (FIXTURES, site)
@@ -483,8 +483,7 @@ def test_a_family_installed_by_entry_point_runs_the_whole_method_from_the_comman
     ok("train", "--algo", "sft", "--env", "lamps", "run_dir=sft", "demo_episodes=8", "sft.epochs=1", *common)
     demos = [json.loads(line) for line in (tmp_path / "sft" / "demos.jsonl").read_text().splitlines()]
     assert demos and {d["policy"] for d in demos} == {"oracle"}
-    # S2R with a budget of 150 real steps: 4 episodes of a task need 4 x 6 = 24 at the family's step limit (4 x 50
-    # = 200 at rollout.max_turns, which would spend none of it).
+    # S2R with a budget of 150 real steps: 4 episodes of a task need 4 x 6 = 24 at the family's step limit.
     ok("train", "--algo", "grpo", "--env", "lamps", "run_dir=s2r", "init=sft/final", "mode=s2r", "dream.em=em",
        "dream.iterations=1", "dream.s2r_iterations=1", "dream.curriculum.enabled=false", "real_step_budget=150",
        "group_size=4", "tasks_per_iteration=1", "rollout.temperature=1.0", *common)

@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     write_parquet(base / "collect" / "offline.parquet", read_jsonl(base / "collect" / "offline.jsonl"))
     # The recipe's small-scale dial settings (`dreamgym.commands.recipe.ENV_DEFAULTS`), as a user types them.
     dial = ["agent.history=0", "agent.show_admissible=false", "agent.system_prompt=You are an agent.",
-            "rollout.max_new_tokens=10", "rollout.max_turns=12"]
+            "rollout.max_new_tokens=10", "rollout.max_episode_steps=12"]
     common = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=2", *dial]
     assert train_main(["--algo", "sft", *common, f"data={base / 'collect' / 'offline.jsonl'}", "sft.epochs=6",
                        "sft.batch_size=8", "optim.lr=1e-3", f"run_dir={base / 'sft'}"]) == 0

@@ -63,13 +63,13 @@ ENV_DEFAULTS: dict[str, EnvDefaults] = {
     # The dial is Markov and its state lists its buttons: no history, no admissible list, ~8-token replies keep
     # the tiny policy's prompts short (the trainers' learning tests use the same settings).
     "dial": EnvDefaults(agent=AgentConfig(history=0, show_admissible=False, system_prompt="You are an agent."),
-                        rollout=RolloutConfig(max_new_tokens=10, max_turns=12),
+                        rollout=RolloutConfig(max_new_tokens=10),
                         em=ExperienceModelConfig(embedder="hashing")),
     # Page states are long: the hashing embedder keeps buffer seeding and retrieval cheap on CPU.
     "webshop": EnvDefaults(rollout=RolloutConfig(max_new_tokens=48), em=ExperienceModelConfig(embedder="hashing")),
     # The experience model writes the observation only and the state is derived
     # (docs/log/07-observation-only.md: whole-state agreement 0.01 -> 0.50 on held-out steps).
-    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32, max_turns=50),
+    "alfworld": EnvDefaults(rollout=RolloutConfig(max_new_tokens=32),
                             em=ExperienceModelConfig(embedder="hashing", write_observation=True)),
 }
 """Settings each environment's small-scale runs start from (other environments: the configs' defaults)."""
@@ -351,9 +351,9 @@ class Recipe:
                                    real_iterations=real_iterations, dream_iterations=dream_iterations,
                                    tasks_per_iteration=tasks_per_iteration,
                                    dream_log=self.run / self._slug(from_method) if from_method else None)
-            run_phases(trainer, phases, state, LoopSettings.of(cfg, eval_every=eval_every, run_dir=method_dir,
-                                                          progress=self.progress),
-                  logger=lg, evaluate=evaluate)
+            run_phases(trainer, phases, state, LoopSettings(cfg, eval_every=eval_every, run_dir=method_dir,
+                                                            progress=self.progress),
+                       logger=lg, evaluate=evaluate)
             trainer.save(method_dir / "final", state.state_dict())
             res = self.evaluate(trainer.backend)
         finally:
@@ -399,71 +399,86 @@ class Recipe:
 
 # ------------------------------------------------------------------------------------------------ quickstart
 @dataclass
-class QuickstartConfig:
-    """`dreamgym quickstart`: the whole recipe on one environment with the tiny preset, sized for 2 CPU cores."""
+class RecipeConfig:
+    """What the recipe commands (`dreamgym quickstart`, `dreamgym table`) share, each knob with one default (the
+    quickstart's scale): the environment, seeds and run folder, the offline data, the SFT start, the RL rows' batch,
+    budget and iterations, the evaluation, the overrides and threads. Each command adds its own fields; the table's
+    configs (configs/*/table*.yaml) set its larger scale."""
 
     env: str = checked("dial", env_family, family_choices)
-    """Environment family (the dial fits in minutes on 2 cores; WebShop/ALFWorld need hours, see `dreamgym table`)."""
-    run_dir: str = "runs/quickstart"
-    """Where every artefact goes (offline data, experience model, policies, report.md)."""
+    """Environment family (the dial fits in minutes on 2 cores; WebShop/ALFWorld need hours)."""
+    run_dir: str = ""
+    """Where every artefact goes (offline data, experience models, policies, report.md); empty: runs/quickstart
+    for the quickstart, runs/table-<env> for the table."""
     seed: int = ranged(0, ge=0, le=2**32 - 1)
     """One seed for the whole recipe."""
     seeds: list[int] = ranged([], ge=0, le=2**32 - 1)
     """Several seeds (`--seeds 0,1,2`): every row runs once per seed, each seed a whole run of the recipe (its own
-    offline data, experience model and SFT start) in run_dir/seed-<s>/, and run_dir gets the report over seeds
+    offline data, experience models and SFT start) in run_dir/seed-<s>/, and run_dir gets the report over seeds
     (empty or one seed: one run in run_dir, at `seed` or that seed, as with no seeds)."""
     workers: int = ranged(1, ge=1)
     """With several `seeds`: how many seeds run at a time, each in its own process with `threads` threads."""
     offline_episodes: int = ranged(300, ge=10)
-    """Offline real trajectories collected first (the only real data DreamGym itself uses)."""
+    """Offline real trajectories collected first: the experience models' training data (the only real data
+    DreamGym itself uses) and the DPO pairs."""
     offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
     """Scripted-policy mix of the offline data, e.g. oracle:0.5,random:0.5."""
     sft_policy: str = "oracle"
-    """Which offline trajectories are the SFT demonstrations (won episodes of this policy)."""
-    em_steps: int = ranged(1600, ge=1)
-    """Experience-model SFT steps."""
-    em_batch_size: int = ranged(8, ge=1)
-    """Experience-model sequences per step (small batches: more updates for the same compute)."""
+    """Scripted policy of `offline_mix` whose won episodes are the SFT (and start) demonstrations (WebShop:
+    'shopper')."""
     sft_epochs: int = ranged(64, ge=1)
     """Most policy SFT epochs on the demonstrations (`sft_stop_at` usually ends SFT well before)."""
-    sft_batch_size: int = ranged(16, ge=1)
-    """Policy SFT turns per optimiser step."""
-    sft_lr: float = ranged(1e-3, gt=0)
-    """Policy SFT learning rate."""
     sft_stop_at: float = ranged(0.2, ge=0, le=1)
     """Stop SFT once the policy replays its demonstrations with this mean probability (`sft.stop_at`; 0: run
     every `sft_epochs`)."""
     sft_check_every: int = ranged(5, ge=1)
     """SFT optimiser steps between two checks of `sft_stop_at`."""
     dream_iterations: int = ranged(8, ge=1)
-    """GRPO iterations inside the experience model."""
+    """RL iterations inside the experience model of each DreamGym row."""
     budget: int = ranged(600, ge=1)
-    """Real-step budget of the real phase of S2R and of real GRPO (the quickstart compares at equal budget)."""
+    """B: the real-step budget of every real RL row (real GRPO/PPO, the quickstart's S2R real phase, which compare
+    at equal budget); the table's S2R rows get B/16 (so the table needs B >= 16)."""
     real_iterations: int = ranged(8, ge=1)
-    """Most real iterations of S2R and of real GRPO (the budget usually stops them first)."""
+    """Most iterations of a real RL row (the budget usually stops it first)."""
+    group_size: int = ranged(default_of(TrainerConfig, "group_size"), ge=1)
+    """Episodes of each task per iteration of every RL row, GRPO and PPO alike, the group G (`dreamgym train`'s
+    group_size)."""
+    tasks_per_iteration: int = ranged(default_of(TrainerConfig, "tasks_per_iteration"), ge=1)
+    """Tasks per iteration of every RL row (`dreamgym train`'s tasks_per_iteration)."""
+    lr: float = ranged(2e-4, gt=0)
+    """Policy learning rate of the RL rows."""
     eval_tasks: int = ranged(100, ge=1)
     """Held-out real test tasks used for every evaluation (the dial has 18)."""
     eval_seeds: list[int] = ranged(list(range(10)), ge=0)
-    """Each test task is played once per seed."""
+    """Each held-out test task is played once per seed."""
     eval_temperature: float = ranged(1.0, ge=0)
     """Policy temperature at evaluation: 1.0 measures the sampled policy RL optimises; 0 is greedy."""
-    group_size: int = ranged(default_of(TrainerConfig, "group_size"), ge=1)
-    """Episodes of each task per GRPO iteration, the group G (`dreamgym train`'s group_size)."""
-    tasks_per_iteration: int = ranged(default_of(TrainerConfig, "tasks_per_iteration"), ge=1)
-    """Tasks per GRPO iteration (`dreamgym train`'s tasks_per_iteration)."""
-    lr: float = ranged(2e-4, gt=0)
-    """Policy learning rate for GRPO."""
     train_overrides: list[str] = field(default_factory=lambda: ["grpo.epochs=2", "grpo.minibatches=2"])
     """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
     em_overrides: list[str] = field(default_factory=list)
-    """Extra `dreamgym train-em` config overrides for the experience model."""
+    """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
     threads: int = ranged(0, ge=0)
-    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: report.md names it); 0:
+    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: the report names it); 0:
     OMP_NUM_THREADS when it is set, else torch's own count (the rule of every command)."""
 
     def validate(self) -> None:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
         check_seeds(self.seeds, self.workers, self.threads)
+
+
+@dataclass
+class QuickstartConfig(RecipeConfig):
+    """`dreamgym quickstart`: the whole recipe on one environment with the tiny preset, sized for 2 CPU cores (the
+    shared recipe fields in `RecipeConfig`)."""
+
+    em_steps: int = ranged(1600, ge=1)
+    """Experience-model SFT steps."""
+    em_batch_size: int = ranged(8, ge=1)
+    """Experience-model sequences per step (small batches: more updates for the same compute)."""
+    sft_batch_size: int = ranged(16, ge=1)
+    """Policy SFT turns per optimiser step."""
+    sft_lr: float = ranged(1e-3, gt=0)
+    """Policy SFT learning rate."""
 
 
 RECIPE_OWN_KEYS = ("group_size", "tasks_per_iteration")
@@ -500,6 +515,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     """The quickstart: one run in `q.run_dir` (at `q.seed`, or at the one seed `q.seeds` holds), or with several
     `q.seeds` one run per seed (`quickstart_seeds`). Returns the rows' records and episodes, the wall time and the
     machine record."""
+    q = dataclasses.replace(q, run_dir=q.run_dir or "runs/quickstart")
     if len(q.seeds) > 1:
         return quickstart_seeds(q, progress)
     if q.seeds:

@@ -1,12 +1,14 @@
 """`dreamgym table`: the shape of the paper's Table 1 (and its ablations) at a scale 2 CPU cores can run.
 
-Owns: `TableConfig` (the budget B, iteration counts, model preset choice, seeds), the list of rows and how each is
+Owns: `TableConfig` (the recipe's shared fields, `dreamgym.commands.recipe.RecipeConfig`, and the table's own:
+experience-model epochs, S2R iterations, evaluation period, rows), the list of rows and how each is
 trained (through `dreamgym.commands.recipe.Recipe`, which reads back rows an interrupted run finished), `results.md`
 and the PNG learning curves; with several seeds, one table per seed and the report over seeds
 (`dreamgym.commands.seeds`).
 Must not know: trainer or experience-model internals, concrete environments.
 
-Rows (every RL row starts from the same SFT policy; every evaluation is greedy on the same held-out real tasks):
+Rows (every RL row starts from the same SFT policy; every evaluation is at `eval_temperature` on the same held-out
+real tasks):
 SFT; DPO; GRPO real and PPO real with a real-step budget B; DreamGym GRPO and PPO (0 real steps beyond the
 offline data); DreamGym-S2R GRPO and PPO (the dream policy continued in the real environment with B/16 real
 steps); ablations of DreamGym GRPO: no replay (retrieval off at inference, the same experience model), no
@@ -22,83 +24,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.checks import env_family, family_choices
-from dreamgym.config import CommandParser, ConfigError, checked, default_of, describe, fail, load_config, ranged
-from dreamgym.trainers.common import TrainerConfig
+from dreamgym.config import CommandParser, ConfigError, describe, fail, load_config, ranged
 from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig
 from dreamgym.utils.paths import atomic_write_text
-from dreamgym.commands.recipe import Recipe, add_seeds_options, check_recipe, seeds_overrides
-from dreamgym.commands.seeds import SeedRunError, check_seeds, run_seeds, write_seeds_report
+from dreamgym.commands.recipe import Recipe, RecipeConfig, add_seeds_options, seeds_overrides
+from dreamgym.commands.seeds import SeedRunError, run_seeds, write_seeds_report
 
 
 @dataclass
-class TableConfig:
-    env: str = checked("webshop", env_family, family_choices)
-    """Environment family (webshop or alfworld; dial for a smoke run)."""
-    run_dir: str = ""
-    """Output directory (default runs/table-<env>)."""
-    seed: int = ranged(0, ge=0, le=2**32 - 1)
-    """One seed for the whole table."""
-    seeds: list[int] = ranged([], ge=0, le=2**32 - 1)
-    """Several seeds (`--seeds 0,1,2`): every row runs once per seed, each seed a whole table (its own offline data,
-    experience models and SFT start) in run_dir/seed-<s>/, and run_dir gets the report over seeds (empty or one
-    seed: one table in run_dir, at `seed` or that seed, as with no seeds)."""
-    workers: int = ranged(1, ge=1)
-    """With several `seeds`: how many seeds run at a time, each in its own process with `threads` threads."""
-    offline_episodes: int = ranged(2000, ge=10)
-    """Offline real trajectories (the experience model's training data and the DPO pairs)."""
-    offline_mix: str = "oracle:0.4,noisy:0.4,random:0.2"
-    """Scripted-policy mix of the offline data, e.g. oracle:0.5,random:0.5."""
+class TableConfig(RecipeConfig):
+    """`dreamgym table`: every row of the table on one environment (the shared recipe fields, with the quickstart's
+    defaults, in `RecipeConfig`; configs/*/table*.yaml set the table's scale)."""
+
     em_epochs: float = ranged(3, gt=0)
     """Experience-model SFT epochs."""
-    sft_epochs: int = ranged(3, ge=1)
-    """Policy SFT epochs on the demonstrations (the most, when `sft_stop_at` is set)."""
-    sft_stop_at: float = ranged(0.0, ge=0, le=1)
-    """Stop SFT once the policy replays its demonstrations with this mean probability (`sft.stop_at`; 0: run every
-    `sft_epochs`)."""
-    sft_check_every: int = ranged(5, ge=1)
-    """SFT optimiser steps between two checks of `sft_stop_at`."""
-    sft_policy: str = "oracle"
-    """Scripted policy of `offline_mix` whose wins are the SFT (and start) demonstrations (WebShop: 'shopper')."""
-    budget: int = ranged(3200, ge=16)
-    """B: real-step budget of real GRPO/PPO; S2R gets B/16 (so B >= 16)."""
-    real_iterations: int = ranged(40, ge=1)
-    """Most iterations of a real RL row (the budget usually ends it first)."""
-    dream_iterations: int = ranged(40, ge=1)
-    """Iterations inside the experience model for the DreamGym rows."""
     s2r_iterations: int = ranged(5, ge=1)
     """Most real iterations of the S2R rows (B/16 usually ends them first)."""
-    tasks_per_iteration: int = ranged(default_of(TrainerConfig, "tasks_per_iteration"), ge=1)
-    """Tasks per iteration of every RL row (`dreamgym train`'s tasks_per_iteration)."""
-    group_size: int = ranged(default_of(TrainerConfig, "group_size"), ge=1)
-    """Episodes of each task per iteration of every RL row, GRPO and PPO alike (`dreamgym train`'s group_size)."""
-    lr: float = ranged(1e-4, gt=0)
-    """RL learning rate."""
-    eval_tasks: int = ranged(200, ge=1)
-    """Held-out real test tasks per evaluation."""
-    eval_seeds: list[int] = ranged([0], ge=0)
-    """Each held-out test task is played once per seed (the dial has 18 test tasks: use several seeds)."""
-    eval_temperature: float = ranged(0.0, ge=0)
-    """Policy temperature at evaluation: 0 is greedy; 1.0 measures the sampled policy RL optimises."""
     eval_every: int = ranged(5, ge=0)
     """Evaluate every this many iterations for the learning curves (0: only at the end)."""
     rows: list[str] = field(default_factory=list)
     """Subset of rows to run (empty: all), by name as printed in the table."""
-    train_overrides: list[str] = field(default_factory=list)
-    """Extra `dreamgym train` config overrides (key=value) for every policy trainer."""
-    em_overrides: list[str] = field(default_factory=list)
-    """Extra `dreamgym train-em` config overrides for the experience models (e.g. max_steps=1200)."""
-    threads: int = ranged(0, ge=0)
-    """CPU threads of torch and of numpy's BLAS for every stage (part of the result: results.md names it); 0:
-    OMP_NUM_THREADS when it is set, else torch's own count (the rule of every command)."""
 
     def validate(self) -> None:
-        check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
-        check_seeds(self.seeds, self.workers, self.threads)
+        if self.budget < S2R_SHARE:  # the S2R rows get B/16 real steps: fewer than 16 would give them none
+            raise ConfigError("budget", f"{self.budget} is below {S2R_SHARE}: the S2R rows get B/{S2R_SHARE}")
+        super().validate()
         unknown = [r for r in self.rows if r not in ALL_ROWS]
         if unknown:
             raise ConfigError("rows", f"unknown {unknown}", ", ".join(ALL_ROWS))
+
+
+S2R_SHARE = 16
+"""The S2R rows of the table get B / S2R_SHARE real steps (B: `budget`)."""
 
 
 ALL_ROWS = ["SFT", "DPO", "GRPO real", "PPO real", "DreamGym GRPO", "DreamGym-S2R GRPO", "DreamGym PPO",
@@ -148,7 +106,7 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     r.sft(epochs=t.sft_epochs, stop_at=t.sft_stop_at or None, check_every=t.sft_check_every)
     common: dict[str, Any] = dict(tasks_per_iteration=t.tasks_per_iteration, group_size=t.group_size, lr=t.lr,
                                   eval_every=t.eval_every)
-    s2r_budget = t.budget // 16
+    s2r_budget = t.budget // S2R_SHARE
     if "DPO" in rows:
         r.dpo()
     algos: tuple[Literal["grpo", "ppo"], ...] = ("grpo", "ppo")
@@ -195,9 +153,9 @@ def run_table_seeds(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.time()
     per_seed = run_seeds(run_table, t, seeds=t.seeds, run_dir=t.run_dir, workers=t.workers, progress=progress)
     wall = time.time() - t0
-    note = (f"\nB = {t.budget} real steps (S2R: {t.budget // 16}); {len(t.eval_seeds)} evaluation seeds per test task "
-            f"at temperature {t.eval_temperature:g}; tiny preset; total wall time {wall:.0f} s. Learning curves: "
-            "seed-<s>/learning_curves.png.\n")
+    note = (f"\nB = {t.budget} real steps (S2R: {t.budget // S2R_SHARE}); {len(t.eval_seeds)} evaluation seeds per "
+            f"test task at temperature {t.eval_temperature:g}; tiny preset; total wall time {wall:.0f} s. Learning "
+            "curves: seed-<s>/learning_curves.png.\n")
     report = write_seeds_report(t.run_dir, f"DreamGym results — {t.env}, seeds {', '.join(map(str, t.seeds))}",
                                 t.env, per_seed, note, workers=t.workers)
     atomic_write_text(Path(t.run_dir) / "results.md", report)

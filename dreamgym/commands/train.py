@@ -66,9 +66,10 @@ OFFLINE_ALGOS = ("sft", "dpo")
 
 
 RENAMED_KEYS = {"grpo.group_size": "group_size", "ppo.episodes_per_task": "group_size",
-                "grpo.tasks_per_iteration": "tasks_per_iteration", "ppo.tasks_per_iteration": "tasks_per_iteration"}
+                "grpo.tasks_per_iteration": "tasks_per_iteration", "ppo.tasks_per_iteration": "tasks_per_iteration",
+                "rollout.max_turns": "rollout.max_episode_steps", "dream.max_steps": "rollout.max_episode_steps"}
 """Keys of earlier versions (an older run folder's config.yaml holds them): the run loop's batch is set once for GRPO
-and PPO. Refused naming the new key."""
+and PPO, and the episodes' step limit once for real and dreamt episodes. Refused naming the new key."""
 
 
 @renamed(RENAMED_KEYS)
@@ -223,8 +224,8 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
     phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool,
                            real_iterations=cfg.iterations if cfg.mode == "real" else cfg.dream.s2r_iterations,
                            dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)
-    settings = LoopSettings.of(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
-                               progress=progress)
+    settings = LoopSettings(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
+                            progress=progress)
     end = run_phases(trainer, phases, state, settings, logger=logger, evaluate=periodic)
     if end.out_of_budget and state.budget.exhausted:
         print(f"real-step budget of {cfg.real_step_budget} used up after {state.iteration} iterations")

@@ -13,8 +13,9 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
   abstract state is the real environment's (family `make_env` + `reset` with that task, cached per task) when
   `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`.
-- An episode is truncated after `max_steps` steps: the family's step limit (`EnvFamily.MAX_STEPS`, that of its
-  real environment) unless the caller sets one.
+- An episode is truncated after `max_steps` steps: the family's step limit (`EnvFamily.step_limit`, that of its
+  real environment) unless the caller sets one; a run's lower limit (`rollout.max_episode_steps`) is the rollout
+  engine's to apply, as for a real environment.
 - Observations are abstract states (`info["abstract_state"]` equals the state; `raw_obs` equals the obs). A
   family with `canonical_state` has the model's states rewritten through it (derived lines recomputed).
 - An action that the state does not offer (by the family's `admissible_from_state`) is answered, without a
@@ -114,7 +115,7 @@ class SyntheticEnv(TextEnv):
         self.policy_version = policy_version
         self.shared_noise = shared_noise
         self.batcher = batcher if batcher is not None else DEFAULT_BATCHER
-        self.max_steps = max_steps if max_steps is not None else self.family.MAX_STEPS
+        self.max_steps = self.family.step_limit() if max_steps is None else max_steps
         self._real_envs: dict[str, Any] = {}
         self._init_cache: dict[tuple[str, str], str] = {}
         self.task: Task = self.tasks[0]

@@ -61,8 +61,6 @@ class DreamConfig:
     """mode=s2r: most real-environment iterations after the dream phase (the real-step budget may end it first)."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Curriculum task generator (curriculum.enabled=false is the no-task-generation ablation)."""
-    max_steps: int = ranged(0, ge=0)
-    """Step limit of a synthetic episode (0: the family's step limit, its `MAX_STEPS`, as real episodes have)."""
     initial_state: Literal["auto", "real", "model"] = "auto"
     """Where synthetic episodes start: 'auto' (the real env's initial state when it can reset to the task, else
     the model's), 'real' or 'model'."""
@@ -170,7 +168,7 @@ class DreamWorld:
 
         def make() -> SyntheticEnv:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
-                                max_steps=self.config.max_steps or None, initial_state=self.config.initial_state,
+                                initial_state=self.config.initial_state,
                                 policy_version=policy_version, reward_from=self.config.reward_from,
                                 shared_noise=self.config.shared_noise)
         return make

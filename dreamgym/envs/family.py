@@ -196,8 +196,8 @@ class EnvFamily:
     """Scripted policies by name ("oracle"/"expert", "noisy", "random", ...), each built as `cls(seed)`."""
     MAX_STEPS: int
     """The step limit: the most steps an episode of `make_env(split)` (default keyword arguments) takes before it
-    is truncated. A dream episode of the family is truncated after as many steps (unless the dream sets its own
-    `max_steps`), so dreamt and real episodes have the same horizon."""
+    is truncated. A dream episode of the family is truncated after as many steps, so dreamt and real episodes have
+    the same horizon; a run may lower it (`step_limit`)."""
     admissible_from_state: Callable[[str], list[str]]
     """`admissible_from_state(state: str) -> list[str]`: the actions an abstract state offers."""
     parse_goal: Callable[[str], dict[str, Any] | None]
@@ -233,6 +233,13 @@ class EnvFamily:
                     for w in self.EXPLORE_POLICIES.values()):
                 raise ValueError(f"environment family {self.name!r}: EXPLORE_POLICIES must map names in POLICIES "
                                  f"({', '.join(self.POLICIES)}) to weights > 0, got {dict(self.EXPLORE_POLICIES)!r}")
+
+    def step_limit(self, max_episode_steps: int | None = None) -> int:
+        """The most steps an episode of this family takes in a run whose `rollout.max_episode_steps` is
+        `max_episode_steps`: that, or `MAX_STEPS` when it is None or higher (the environments, real and dreamt,
+        truncate their episodes at `MAX_STEPS`). The one place a run's step limit is resolved: the rollouts, the
+        dream's and the real-step budget's planning all read it."""
+        return self.MAX_STEPS if max_episode_steps is None else min(max_episode_steps, self.MAX_STEPS)
 
     def expert_policy(self) -> str | None:
         """The name of the expert scripted policy (`EXPERT_POLICY`, or by its default rule), None when the family

@@ -112,8 +112,6 @@ class EnvServerConfig:
     """dream: offline real trajectories that seed the replay buffer (default: the model's training data)."""
     buffer: str = ""
     """dream: the replay buffer's folder, owned by this process (empty: in memory, gone when the server stops)."""
-    max_steps: int = ranged(0, ge=0)
-    """dream: step limit of a synthetic episode (0: the family's step limit, its `MAX_STEPS`)."""
     device: str = ""
     """dream: where the experience model runs (cpu, cuda; empty: cuda when available)."""
     max_sessions: int = ranged(64, ge=1, le=4096)
@@ -181,8 +179,10 @@ class EnvHost:
             return self.family.make_env(self.config.split)
         from dreamgym.dream.synthetic_env import SyntheticEnv
 
+        # The family's step limit, as its real environments have (`EnvFamily.step_limit`): a client that wants
+        # shorter episodes ends them itself.
         return SyntheticEnv(self.model, self.buffer, env=self.config.env, split=self.config.split,
-                            max_steps=self.config.max_steps or None, batcher=self.batcher)
+                            max_steps=self.family.step_limit(), batcher=self.batcher)
 
     def _split_tasks(self) -> dict[str, Task]:
         """The tasks of the served split by id; a split the family does not have, or one without tasks, is a
@@ -522,7 +522,6 @@ CONFIG_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "em": ("--em", {"help": "experience-model checkpoint folder, from dreamgym train-em (em=)"}),
     "em_data": ("--em-data", {"help": "trajectories that seed the buffer; default: the EM's data (em_data=)"}),
     "buffer": ("--buffer", {"help": "replay-buffer folder this server owns; default: in memory (buffer=)"}),
-    "max_steps": ("--max-steps", {"type": int, "help": "synthetic step limit; 0: the family's MAX_STEPS (max_steps=)"}),
     "device": ("--device", {"help": "experience model device: cpu, cuda (device=)"}),
     "max_sessions": ("--max-sessions", {"type": int, "help": "max_sessions="}),
     "idle_timeout_s": ("--idle-timeout-s", {"type": float, "help": "idle_timeout_s="}),

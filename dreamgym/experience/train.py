@@ -205,8 +205,8 @@ def split_heldout(trajectories: list[Trajectory], share: float, seed: int) -> li
 
 
 def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
-          progress: Callable[[str], None] | None = None,
-          heldout_report: HeldOutReport | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None,
+             heldout_report: HeldOutReport | None = None) -> dict[str, Any]:
     """SFT of the experience model; writes the checkpoint to `cfg.out` and returns a summary.
 
     With `heldout_report` and `cfg.heldout.share` > 0, that share of the trajectories is held out (by the seed,
@@ -224,18 +224,43 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
 
     Shapes: an optimiser step takes `batch_size` (prompt, completion) rows of similar length, packed into
     micro-batches of [b, T] padded tokens (b x T <= micro_batch_tokens) by `trainers.common.supervised_step`.
-    """
-    from dreamgym.llm.hf import HFBackend
-    from dreamgym.utils import distributed, fsdp
-    from dreamgym.utils.metrics import MetricsLogger, pin_threads, resolve_threads
-    from dreamgym.llm.presets import load_preset, pick_device
-    from dreamgym.trainers.checkpoint import (atomic_dir, is_peft, load_optimizer_state, optimizer_state,
-                                              read_checkpoint_state, read_meta, resumable_checkpoint, write_checkpoint)
-    from dreamgym.trainers.common import (make_optimizer, model_device, prepare_policy, rng_state, set_lr,
-                                          set_rng_state, supervised_step, trainable_parameters)
 
+    The steps, in order: `_open_run` (processes, threads, the checkpoint to resume), `_prepare_data` (held-out
+    split, transitions, retrieved examples), `_EMRun` (the model, its encoded examples and the optimiser), its
+    `train` (the loop, with held-out scoring during training) and its `finish` (the checkpoint, the final held-out
+    report, the summary).
+    """
     say = progress or (lambda m: log.info(m))
     t_start = time.perf_counter()
+    opened = _open_run(cfg)
+    data = _prepare_data(cfg, opened.out, trajectories, heldout_report is not None, say)
+    run = _EMRun(cfg, opened, data, heldout_report, say)
+    run.train()
+    return run.finish(t_start)
+
+
+@dataclass
+class _OpenedRun:
+    """Where a train-em run writes and what it continues (`_open_run`)."""
+
+    device: Any
+    """Where the model trains (a device name or a `torch.device`)."""
+    threads: int
+    out: Path
+    ckpt: Path | None
+    """The checkpoint to resume from (None: a fresh run)."""
+    resumed_lora: bool
+    """Whether that checkpoint trained a LoRA adapter."""
+
+
+def _open_run(cfg: TrainEMConfig) -> _OpenedRun:
+    """The run's processes, threads and folder, and the checkpoint it resumes; fails before any data or model loads
+    when that checkpoint cannot be resumed (CheckpointError) or was trained otherwise (ConfigError)."""
+    from dreamgym.llm.presets import pick_device
+    from dreamgym.trainers.checkpoint import read_meta, resumable_checkpoint
+    from dreamgym.utils import distributed
+    from dreamgym.utils.metrics import pin_threads, resolve_threads
+
     # Both pools at the one count: numpy's BLAS scores the retrieved examples of every training prompt, and would
     # otherwise follow OPENBLAS_NUM_THREADS whatever torch runs on; the count changes the trained weights.
     # Several processes (torchrun): each takes its share of every step's micro-batches; rank 0 alone writes.
@@ -248,7 +273,6 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     pin_threads(threads, torch_threads=not str(device).startswith("cuda"))
     out = cfg.resolved_out()
     out.mkdir(parents=True, exist_ok=True)
-    mcfg = cfg.em
     # A checkpoint that cannot be resumed fails here, before data or model load (CheckpointError names the problem).
     # Rank 0 first: opening a checkpoint can repair an interrupted switch, which must happen once.
     ckpt = resumable_checkpoint(out / CHECKPOINT_SUBDIR) if cfg.resume and distributed.is_main() else None
@@ -259,12 +283,37 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
     if ckpt is not None and cfg.model.lora is not None and cfg.model.lora != resumed_lora:
         raise ConfigError(f"model.lora={cfg.model.lora} but the run in {out} trained "
                           f"{'a LoRA adapter' if resumed_lora else 'all weights'}; resume with the same setting")
+    return _OpenedRun(device, threads, out, ckpt, resumed_lora)
 
+
+@dataclass
+class _PreparedData:
+    """The transitions a train-em run learns from, with their retrieved examples (`_prepare_data`)."""
+
+    trajectories: list[Trajectory]
+    """The trajectories trained on (the held-out ones removed)."""
+    held_trajectories: list[Trajectory]
+    transitions: list[Transition]
+    examples: list[list[Transition]]
+    """Each transition's retrieved neighbours."""
+    buffer: Any
+    """The retrieval buffer of the training data (None without retrieval)."""
+    retrieval_time_s: float
+
+
+def _prepare_data(cfg: TrainEMConfig, out: Path, trajectories: list[Trajectory] | None, hold_out: bool,
+                  say: Callable[[str], None]) -> _PreparedData:
+    """The held-out split (kept in `heldout.json`, with `hold_out`), the training transitions (sampled down to
+    `max_transitions`, annotated by the environment teacher), each one's retrieved examples, context dropout and
+    outcome balancing."""
+    from dreamgym.utils import distributed
+
+    mcfg = cfg.em
     if trajectories is None:
         from dreamgym.data import load_trajectories
 
         trajectories = load_trajectories(cfg.data)
-    held_idx = split_heldout(trajectories, cfg.heldout.share, cfg.seed) if heldout_report is not None else []
+    held_idx = split_heldout(trajectories, cfg.heldout.share, cfg.seed) if hold_out else []
     held_trajectories = [trajectories[i] for i in held_idx]
     if held_idx:
         chosen = set(held_idx)
@@ -303,190 +352,251 @@ def train_em(cfg: TrainEMConfig, trajectories: list[Trajectory] | None = None,
                        else t for t in transitions]
 
     transitions, examples = balance_outcomes(transitions, examples, cfg.balance_outcomes)
+    return _PreparedData(trajectories, held_trajectories, transitions, examples, buf, t_retrieval)
 
-    model, tokenizer = load_preset(cfg.model.preset, device=device, quantize=cfg.model.quantize)
-    model = prepare_policy(model, dataclasses.replace(cfg.model, lora=resumed_lora if ckpt is not None
-                                                      else cfg.model.lora))
-    use_lora = is_peft(model)
-    backend = HFBackend(model, tokenizer)
-    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if max_pos and mcfg.max_prompt_tokens + mcfg.max_new_tokens > max_pos:
-        raise ConfigError(f"em.max_prompt_tokens + em.max_new_tokens = "
-                          f"{mcfg.max_prompt_tokens + mcfg.max_new_tokens} exceeds the model's {max_pos} positions")
 
-    stats: Counter[str] = Counter()
-    t0 = time.perf_counter()
-    data = encode_examples(transitions, examples, mcfg, backend, stats)
-    if cfg.task_writing > 0:
-        from dreamgym.curriculum.generator import CurriculumConfig, solved_task_steps, writing_examples
+class _EMRun:
+    """One train-em run from its prepared data: the model and its encoded examples, the optimiser (resumed from the
+    checkpoint), the training loop (`train`), held-out scoring (`score`) and the end (`finish`)."""
 
-        pairs = writing_examples(solved_task_steps(trajectories), n_variants=CurriculumConfig().n_variants,
-                                 max_examples=cfg.task_writing, seed=cfg.seed)
-        writing = encode_chat_examples(pairs, backend, mcfg.max_new_tokens, stats)
-        stats["task_writing_examples"] += len(writing)
-        data += writing
-    t_encode = time.perf_counter() - t0
-    if not data:
-        raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")
-    rows = [(seq[:plen], seq[plen:]) for seq, plen in data]  # (prompt ids, completion ids)
-    lengths = [len(seq) for seq, _ in data]
-    n_batches = math.ceil(len(data) / cfg.batch_size)
-    total = cfg.max_steps or max(1, int(round(cfg.epochs * n_batches)))
-    say(f"{len(data)} examples (mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}), "
-        f"{total} steps of {cfg.batch_size}; counts {dict(stats)}")
+    def __init__(self, cfg: TrainEMConfig, opened: _OpenedRun, data: _PreparedData,
+                 heldout_report: HeldOutReport | None, say: Callable[[str], None]):
+        from dreamgym.llm.hf import HFBackend
+        from dreamgym.llm.presets import load_preset
+        from dreamgym.trainers.checkpoint import is_peft, load_optimizer_state, read_checkpoint_state
+        from dreamgym.trainers.common import (make_optimizer, model_device, prepare_policy, set_rng_state,
+                                              trainable_parameters)
 
-    optim = cfg.optim.resolved(use_lora)
-    params = trainable_parameters(model)
-    opt = make_optimizer(params, optim)
-    step = 0
-    curve: list[dict[str, Any]] = []  # the held-out scorings so far: {"step", "time_s", figures}, saved and resumed
-    stopped_early = False  # saved too: a run that stopped early is finished, and resuming it trains no further
-    if ckpt is not None:
-        state = read_checkpoint_state(ckpt, model)
-        load_optimizer_state(model, opt, state)
-        step = int(state["global_step"])
-        set_rng_state(state["rng"])
-        curve = list(state.get("heldout_curve", []))  # absent in checkpoints of earlier versions
-        stopped_early = bool(state.get("stopped_early", False))
-        say(f"resuming from step {step}")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    torch_device = model_device(model)
+        self.cfg, self.opened, self.data, self.heldout_report, self.say = cfg, opened, data, heldout_report, say
+        mcfg = cfg.em
+        model, tokenizer = load_preset(cfg.model.preset, device=opened.device, quantize=cfg.model.quantize)
+        model = prepare_policy(model, dataclasses.replace(cfg.model, lora=opened.resumed_lora
+                                                          if opened.ckpt is not None else cfg.model.lora))
+        self.model, self.tokenizer = model, tokenizer
+        self.use_lora = is_peft(model)
+        backend = HFBackend(model, tokenizer)
+        max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if max_pos and mcfg.max_prompt_tokens + mcfg.max_new_tokens > max_pos:
+            raise ConfigError(f"em.max_prompt_tokens + em.max_new_tokens = "
+                              f"{mcfg.max_prompt_tokens + mcfg.max_new_tokens} exceeds the model's {max_pos} "
+                              "positions")
+        self._encode(backend)
+        self.optim = cfg.optim.resolved(self.use_lora)
+        self.params = trainable_parameters(model)
+        self.opt = make_optimizer(self.params, self.optim)
+        self.step = 0
+        self.curve: list[dict[str, Any]] = []  # the held-out scorings so far: {"step", "time_s", figures}, saved
+        self.stopped_early = False  # saved too: a run that stopped early is finished, and resuming it trains no more
+        if opened.ckpt is not None:
+            state = read_checkpoint_state(opened.ckpt, model)
+            load_optimizer_state(model, self.opt, state)
+            self.step = int(state["global_step"])
+            set_rng_state(state["rng"])
+            self.curve = list(state.get("heldout_curve", []))  # absent in checkpoints of earlier versions
+            self.stopped_early = bool(state.get("stopped_early", False))
+            say(f"resuming from step {self.step}")
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.torch_device = model_device(model)
+        self.metrics: Any = None
+        self.held_steps = self._held_steps()
+        self.last_report: dict[str, Any] | None = None
+        self.last_loss = float("nan")
+        self.train_start = time.perf_counter()
 
-    def save_state() -> dict[str, Any] | None:
-        """Write the resumable checkpoint; returns a sharded model's gathered weights (None unsharded). Every rank:
-        a sharded model's weights and optimizer state are gathered to rank 0, which writes."""
-        weights = fsdp.full_state(model) if fsdp.is_sharded(model) else None
-        opt_state = optimizer_state(model, opt)
-        if not distributed.is_main():
-            return weights
-        write_checkpoint(out / CHECKPOINT_SUBDIR, model, tokenizer,
-                         {**opt_state, "rng": rng_state(), "iteration": step // n_batches, "global_step": step,
-                          "heldout_curve": curve, "stopped_early": stopped_early},
-                         {"algo": "experience-model", "base": cfg.model.preset, "iteration": step // n_batches,
-                          "global_step": step, "config": to_dict(cfg)}, weights)
-        return weights
+    def _encode(self, backend: Any) -> None:
+        """The training rows: each transition's (prompt, completion) ids, and the task-writing examples."""
+        cfg, mcfg = self.cfg, self.cfg.em
+        self.stats: Counter[str] = Counter()
+        t0 = time.perf_counter()
+        data = encode_examples(self.data.transitions, self.data.examples, mcfg, backend, self.stats)
+        if cfg.task_writing > 0:
+            from dreamgym.curriculum.generator import CurriculumConfig, solved_task_steps, writing_examples
 
-    # The batch schedule is a pure function of (seed, epoch), so a resumed run sees the same batches.
-    def schedule(epoch: int) -> list[list[int]]:
-        return _batches(lengths, cfg.batch_size, random.Random(cfg.seed * 1000 + epoch))
+            pairs = writing_examples(solved_task_steps(self.data.trajectories),
+                                     n_variants=CurriculumConfig().n_variants, max_examples=cfg.task_writing,
+                                     seed=cfg.seed)
+            writing = encode_chat_examples(pairs, backend, mcfg.max_new_tokens, self.stats)
+            self.stats["task_writing_examples"] += len(writing)
+            data += writing
+        self.encode_time_s = time.perf_counter() - t0
+        if not data:
+            raise ValueError("no training examples (empty data, or every completion longer than max_new_tokens)")
+        self.n_examples = len(data)
+        self.rows = [(seq[:plen], seq[plen:]) for seq, plen in data]  # (prompt ids, completion ids)
+        self.lengths = [len(seq) for seq, _ in data]
+        self.n_batches = math.ceil(len(data) / cfg.batch_size)
+        self.total = cfg.max_steps or max(1, int(round(cfg.epochs * self.n_batches)))
+        self.say(f"{len(data)} examples (mean {sum(self.lengths) / len(self.lengths):.0f} tokens, max "
+                 f"{max(self.lengths)}), {self.total} steps of {cfg.batch_size}; counts {dict(self.stats)}")
 
-    metrics = MetricsLogger(out, tensorboard=False) if distributed.is_main() else None
-    if metrics is not None:
-        metrics.resume(step if ckpt is not None else None)  # rows logged after the checkpoint are logged again
-
-    held_steps: list[Transition] = []
-    if heldout_report is not None and held_trajectories:
-        held = em_transitions(held_trajectories, history=mcfg.history, binary_reward=mcfg.binary_reward)
+    def _held_steps(self) -> list[Transition]:
+        """The held-out steps scored (at most `heldout.max_steps`, a seeded sample), none without a report."""
+        cfg = self.cfg
+        if self.heldout_report is None or not self.data.held_trajectories:
+            return []
+        held = em_transitions(self.data.held_trajectories, history=cfg.em.history,
+                              binary_reward=cfg.em.binary_reward)
         held_steps = [t for t in held if t.action != RESET_ACTION]
         if len(held_steps) > cfg.heldout.max_steps:
             held_steps = random.Random(f"heldout-steps-{cfg.seed}").sample(held_steps, cfg.heldout.max_steps)
+        return held_steps
 
-    def score() -> dict[str, Any]:
+    def save_state(self) -> dict[str, Any] | None:
+        """Write the resumable checkpoint; returns a sharded model's gathered weights (None unsharded). Every rank:
+        a sharded model's weights and optimizer state are gathered to rank 0, which writes."""
+        from dreamgym.trainers.checkpoint import optimizer_state, write_checkpoint
+        from dreamgym.trainers.common import rng_state
+        from dreamgym.utils import distributed, fsdp
+
+        cfg, step = self.cfg, self.step
+        weights = fsdp.full_state(self.model) if fsdp.is_sharded(self.model) else None
+        opt_state = optimizer_state(self.model, self.opt)
+        if not distributed.is_main():
+            return weights
+        write_checkpoint(self.opened.out / CHECKPOINT_SUBDIR, self.model, self.tokenizer,
+                         {**opt_state, "rng": rng_state(), "iteration": step // self.n_batches, "global_step": step,
+                          "heldout_curve": self.curve, "stopped_early": self.stopped_early},
+                         {"algo": "experience-model", "base": cfg.model.preset, "iteration": step // self.n_batches,
+                          "global_step": step, "config": to_dict(cfg)}, weights)
+        return weights
+
+    def schedule(self, epoch: int) -> list[list[int]]:
+        """The batches of `epoch`: a pure function of (seed, epoch), so a resumed run sees the same batches."""
+        return _batches(self.lengths, self.cfg.batch_size, random.Random(self.cfg.seed * 1000 + epoch))
+
+    def score(self) -> dict[str, Any]:
         """The held-out report of the model as it is now. Scored as a dream would use the model (its buffer holds
         the training data only), in eval mode and with the RNG states put back after, so a run that scores during
         training trains exactly the weights of one that does not."""
-        assert heldout_report is not None
+        from dreamgym.llm.hf import HFBackend
+        from dreamgym.trainers.common import rng_state, set_rng_state
+
+        assert self.heldout_report is not None
+        cfg, model, curve = self.cfg, self.model, self.curve
         saved, was_training = rng_state(), model.training
         model.eval()
         t = time.perf_counter()
         try:
-            em = ExperienceModel(HFBackend(model, tokenizer, batch_size=cfg.heldout.batch_size), buffer=buf,
-                                 config=mcfg, env=cfg.env)
-            report = heldout_report(em, held_steps, cfg.heldout)
+            em = ExperienceModel(HFBackend(model, self.tokenizer, batch_size=cfg.heldout.batch_size),
+                                 buffer=self.data.buffer, config=cfg.em, env=cfg.env)
+            report = self.heldout_report(em, self.held_steps, cfg.heldout)
         finally:
             set_rng_state(saved)
             model.train(was_training)
         report["time_s"] = time.perf_counter() - t
-        point = {"step": step, "time_s": report["time_s"], **report["metrics"]}
-        if curve and curve[-1]["step"] == step:  # a resumed finished run re-scoring its last weights: logged already
+        point = {"step": self.step, "time_s": report["time_s"], **report["metrics"]}
+        if curve and curve[-1]["step"] == self.step:  # a resumed finished run re-scoring its last weights: logged
             curve[-1] = point
         else:
             curve.append(point)
-            if metrics is not None:
-                metrics.log(step, report["metrics"], prefix=EM + "heldout/")
+            if self.metrics is not None:
+                self.metrics.log(self.step, report["metrics"], prefix=EM + "heldout/")
         validity = report["format_validity"]
-        say(f"held-out at step {step}: next-state F1 {report['state_f1']:.3f}, exact match {report['state_em']:.3f} "
-            f"(copying the state: {report['copy_state_em']:.3f}), format validity "
-            f"{'-' if validity is None else f'{validity:.3f}'}, done accuracy {report['done_acc']:.3f} "
-            f"({report['time_s']:.0f}s)")
+        self.say(f"held-out at step {self.step}: next-state F1 {report['state_f1']:.3f}, exact match "
+                 f"{report['state_em']:.3f} (copying the state: {report['copy_state_em']:.3f}), format validity "
+                 f"{'-' if validity is None else f'{validity:.3f}'}, done accuracy {report['done_acc']:.3f} "
+                 f"({report['time_s']:.0f}s)")
         return report
 
-    def stalled() -> bool:
+    def stalled(self) -> bool:
         """Whether next-state F1 has not beaten its best by `min_delta` for `patience` scorings in a row."""
-        f1 = [p["state_f1"] for p in curve]
-        k = cfg.heldout.patience
-        return 0 < k < len(f1) and max(f1[-k:]) < max(f1[:-k]) + cfg.heldout.min_delta
+        f1 = [p["state_f1"] for p in self.curve]
+        k = self.cfg.heldout.patience
+        return 0 < k < len(f1) and max(f1[-k:]) < max(f1[:-k]) + self.cfg.heldout.min_delta
 
-    last_report: dict[str, Any] | None = None
-    model.train()
-    t0 = time.perf_counter()
-    tokens_seen, loss_sum, loss_n = 0, 0.0, 0
-    last_loss = float("nan")
-    epoch_batches: tuple[int, list[list[int]]] = (-1, [])
-    try:
-        while step < total and not stopped_early:
-            epoch, pos = divmod(step, n_batches)
-            if epoch_batches[0] != epoch:
-                epoch_batches = (epoch, schedule(epoch))
-            batch = epoch_batches[1][pos]
-            lr = set_lr(opt, optim, step, total)
-            st = supervised_step(model, opt, params, optim, [rows[i] for i in batch], pad, torch_device)
-            step += 1
-            tokens_seen += sum(lengths[i] for i in batch)
-            loss_sum, loss_n = loss_sum + st["loss"], loss_n + 1
-            if step % cfg.log_every == 0 or step == total:
-                last_loss = loss_sum / loss_n
-                el = time.perf_counter() - t0
-                if metrics is not None:
-                    metrics.log(step, {"loss": last_loss, "lr": lr, "grad_norm": st["grad_norm"],
-                                       "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
-                say(f"step {step}/{total} loss {last_loss:.4f} ({el:.0f}s)")
-                loss_sum, loss_n = 0.0, 0
-            if held_steps and cfg.heldout.every and step % cfg.heldout.every == 0 and step < total:
-                last_report = score()
-                if cfg.heldout.patience and stalled():
-                    say(f"held-out next-state F1 has not improved by {cfg.heldout.min_delta} for "
-                        f"{cfg.heldout.patience} scorings: stopping at step {step} of {total}")
-                    stopped_early = True
-                    break
-            if cfg.save_every and step % cfg.save_every == 0 and step < total:
-                save_state()
-    finally:
-        if metrics is not None:
-            metrics.close()
-    model.eval()
-    # The final resumable state first (a later run with more steps continues from it), then the experience model:
-    # its weights switched atomically, and em_config.json, which makes the folder a finished checkpoint, last.
-    weights = save_state()
-    summary = {"out": str(out), "steps": step, "examples": len(data), "transitions": len(transitions),
-               "final_loss": last_loss, "train_time_s": time.perf_counter() - t0,
-               "retrieval_time_s": t_retrieval, "encode_time_s": t_encode,
-               "total_time_s": time.perf_counter() - t_start, "lora": use_lora, "counts": dict(stats),
-               "processes": distributed.world(), "stopped_early": stopped_early, "threads": threads}
-    final = {} if weights is None else {"state_dict": weights}  # a sharded model's, gathered by save_state
-    if not distributed.is_main():
+    def train(self) -> None:
+        """The training loop, from the checkpoint's step to `total` (or until held-out scoring stops it early),
+        logging every `log_every` steps and saving every `save_every`."""
+        from dreamgym.trainers.common import set_lr, supervised_step
+        from dreamgym.utils import distributed
+        from dreamgym.utils.metrics import MetricsLogger
+
+        cfg, total, heldout = self.cfg, self.total, self.cfg.heldout
+        self.metrics = MetricsLogger(self.opened.out, tensorboard=False) if distributed.is_main() else None
+        if self.metrics is not None:
+            # rows logged after the checkpoint are logged again
+            self.metrics.resume(self.step if self.opened.ckpt is not None else None)
+        self.model.train()
+        self.train_start = t0 = time.perf_counter()
+        tokens_seen, loss_sum, loss_n = 0, 0.0, 0
+        epoch_batches: tuple[int, list[list[int]]] = (-1, [])
+        try:
+            while self.step < total and not self.stopped_early:
+                epoch, pos = divmod(self.step, self.n_batches)
+                if epoch_batches[0] != epoch:
+                    epoch_batches = (epoch, self.schedule(epoch))
+                batch = epoch_batches[1][pos]
+                lr = set_lr(self.opt, self.optim, self.step, total)
+                st = supervised_step(self.model, self.opt, self.params, self.optim, [self.rows[i] for i in batch],
+                                     self.pad, self.torch_device)
+                self.step += 1
+                step = self.step
+                tokens_seen += sum(self.lengths[i] for i in batch)
+                loss_sum, loss_n = loss_sum + st["loss"], loss_n + 1
+                if step % cfg.log_every == 0 or step == total:
+                    self.last_loss = loss_sum / loss_n
+                    el = time.perf_counter() - t0
+                    if self.metrics is not None:
+                        self.metrics.log(step, {"loss": self.last_loss, "lr": lr, "grad_norm": st["grad_norm"],
+                                                "tokens_per_s": tokens_seen / max(el, 1e-9)}, prefix="em/")
+                    self.say(f"step {step}/{total} loss {self.last_loss:.4f} ({el:.0f}s)")
+                    loss_sum, loss_n = 0.0, 0
+                if self.held_steps and heldout.every and step % heldout.every == 0 and step < total:
+                    self.last_report = self.score()
+                    if heldout.patience and self.stalled():
+                        self.say(f"held-out next-state F1 has not improved by {heldout.min_delta} for "
+                                 f"{heldout.patience} scorings: stopping at step {step} of {total}")
+                        self.stopped_early = True
+                        break
+                if cfg.save_every and step % cfg.save_every == 0 and step < total:
+                    self.save_state()
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+
+    def finish(self, t_start: float) -> dict[str, Any]:
+        """The final resumable state first (a later run with more steps continues from it), then the experience
+        model: its weights switched atomically, and em_config.json, which makes the folder a finished checkpoint,
+        last; then the final held-out report and train_summary.json. Returns the summary."""
+        from dreamgym.trainers.checkpoint import atomic_dir
+        from dreamgym.utils import distributed
+        from dreamgym.utils.metrics import MetricsLogger
+
+        cfg, out, step = self.cfg, self.opened.out, self.step
+        self.model.eval()
+        weights = self.save_state()
+        summary = {"out": str(out), "steps": step, "examples": self.n_examples,
+                   "transitions": len(self.data.transitions), "final_loss": self.last_loss,
+                   "train_time_s": time.perf_counter() - self.train_start,
+                   "retrieval_time_s": self.data.retrieval_time_s, "encode_time_s": self.encode_time_s,
+                   "total_time_s": time.perf_counter() - t_start, "lora": self.use_lora, "counts": dict(self.stats),
+                   "processes": distributed.world(), "stopped_early": self.stopped_early,
+                   "threads": self.opened.threads}
+        final = {} if weights is None else {"state_dict": weights}  # a sharded model's, gathered by save_state
+        if not distributed.is_main():
+            return summary
+        with atomic_dir(out / MODEL_SUBDIR) as tmp:
+            self.model.save_pretrained(str(tmp), **final)  # type: ignore[operator]  # a transformers or PEFT method
+            self.tokenizer.save_pretrained(str(tmp))
+        # "model" is the experience model's config (the checkpoint format's name for it), "train" the rest of the
+        # run's.
+        meta = {"env": cfg.env, "preset": cfg.model.preset, "lora": self.use_lora, "model": to_dict(cfg.em),
+                "train": {k: v for k, v in to_dict(cfg).items() if k != "em"}, "format_version": FORMAT_VERSION,
+                "steps": step, "final": True}
+        atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
+        if self.heldout_report is not None and self.data.held_trajectories:
+            # The last scoring when it was of these weights (a stop after scoring), else a new one.
+            if self.last_report is None or self.curve[-1]["step"] != step:
+                self.metrics = MetricsLogger(out, tensorboard=False)
+                try:
+                    self.last_report = self.score()
+                finally:
+                    self.metrics.close()
+            summary["heldout"] = self.last_report
+            if cfg.heldout.every:
+                summary["heldout_curve"] = self.curve
+        atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
         return summary
-    with atomic_dir(out / MODEL_SUBDIR) as tmp:
-        model.save_pretrained(str(tmp), **final)  # type: ignore[operator]  # a transformers or PEFT method
-        tokenizer.save_pretrained(str(tmp))
-    # "model" is the experience model's config (the checkpoint format's name for it), "train" the rest of the run's.
-    meta = {"env": cfg.env, "preset": cfg.model.preset, "lora": use_lora, "model": to_dict(mcfg),
-            "train": {k: v for k, v in to_dict(cfg).items() if k != "em"}, "format_version": FORMAT_VERSION,
-            "steps": step, "final": True}
-    atomic_write_text(out / EM_CONFIG_FILE, json.dumps(meta, indent=1))
-    if heldout_report is not None and held_trajectories:
-        # The last scoring when it was of these weights (a stop after scoring), else a new one.
-        if last_report is None or curve[-1]["step"] != step:
-            metrics = MetricsLogger(out, tensorboard=False)
-            try:
-                last_report = score()
-            finally:
-                metrics.close()
-        summary["heldout"] = last_report
-        if cfg.heldout.every:
-            summary["heldout_curve"] = curve
-    atomic_write_text(out / "train_summary.json", json.dumps(summary, indent=1))
-    return summary
 
 
 def closing_lines(summary: dict[str, Any], out: Path) -> str:

@@ -220,12 +220,7 @@ class OpenAIHTTPBackend:
         body: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1, "temperature": params.temperature,
                                 "top_p": params.top_p, "max_tokens": self._answer_tokens(params, len(prompt)),
                                 "logprobs": 0, "return_token_ids": True, "include_stop_str_in_output": True}
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if seed is not None:
-            body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
-        if params.constraint is not None:
-            body["structured_outputs"] = {"regex": params.constraint.server_regex or params.constraint.regex}
+        _add_sampling(body, params, seed)
         body.update(self.extra_body)
         data = self._call("POST", "/completions", body)
         try:
@@ -236,12 +231,7 @@ class OpenAIHTTPBackend:
     def _one(self, model: str, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
         body: dict[str, Any] = {"model": model, "messages": request, "n": 1, "temperature": params.temperature,
                                 "top_p": params.top_p, "max_tokens": params.max_tokens}
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if seed is not None:
-            body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
-        if params.constraint is not None:
-            body["structured_outputs"] = {"regex": params.constraint.server_regex or params.constraint.regex}
+        _add_sampling(body, params, seed)
         if self.logprobs:
             body["logprobs"] = True
         body.update(self.extra_body)
@@ -319,6 +309,16 @@ def per_row(n: int, params: SamplingParams | Sequence[SamplingParams], seeds: Se
         raise ValueError(f"params and seeds must be one per {row}")
     return plist, [int(seeds[i]) if seeds is not None else None if p.seed is None else row_seed(p.seed, i)
                    for i, p in enumerate(plist)]
+
+
+def _add_sampling(body: dict[str, Any], params: SamplingParams, seed: int | None) -> None:
+    """The sampling fields both endpoints take: stop strings, the seed and the output constraint."""
+    if params.stop:
+        body["stop"] = list(params.stop)
+    if seed is not None:
+        body["seed"] = seed % (1 << 63)  # servers parse seeds as signed 64-bit
+    if params.constraint is not None:
+        body["structured_outputs"] = {"regex": params.constraint.server_regex or params.constraint.regex}
 
 
 def _settle(out: list[Completion], rejected: list[_Rejected], where: str) -> list[Completion]:

@@ -43,15 +43,16 @@ class RealStepBudget:
     def exhausted(self) -> bool:
         return self.limit is not None and self.used >= self.limit
 
-    def affordable(self, n_tasks: int, episodes_per_task: int, max_turns: int) -> int:
+    def affordable(self, n_tasks: int, episodes_per_task: int, episode_steps: int) -> int:
         """How many of an iteration's `n_tasks` to play so that every one of their `episodes_per_task` episodes can
-        run to `max_turns` steps within what is left: all of them without a limit, 0 when not even one task's
-        episodes fit (the run stops there and leaves the rest unspent). The rollout engine steps episodes in
-        lockstep, so a batch the budget cannot finish has every episode ended by the budget, none of them trainable."""
+        run to `episode_steps` steps (the run's step limit) within what is left: all of them without a limit, 0 when
+        not even one task's episodes fit (the run stops there and leaves the rest unspent). The rollout engine steps
+        episodes in lockstep, so a batch the budget cannot finish has every episode ended by the budget, none of them
+        trainable."""
         remaining = self.remaining
         if remaining is None:
             return n_tasks
-        return min(n_tasks, remaining // (episodes_per_task * max_turns))
+        return min(n_tasks, remaining // (episodes_per_task * episode_steps))
 
     def state_dict(self) -> dict[str, Any]:
         return {"limit": self.limit, "used": self.used}

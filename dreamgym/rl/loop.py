@@ -4,7 +4,8 @@ turn) goes through `run_phases`, over a list of phases.
 Owns: `World` (what a phase plays in: an iteration's tasks, its environments, what happens after an iteration,
 its state beside a checkpoint), `RealWorld` (the real environment: train tasks drawn from a pool, as many as the
 real-step budget can finish), `Phase` (a world and a number of iterations), `RunState` (iterations done and the
-real-step budget: what every checkpoint keeps of the run), `LoopSettings` and `run_phases`, the loop.
+real-step budget: what every checkpoint keeps of the run), `LoopSettings` (the run's `TrainerConfig`, read there,
+and the loop's periods) and `run_phases`, the loop.
 Must not know: trainers' internals (an `OnlineTrainer` only updates and saves), the experience model (the dream is a
 `World` like any other: `dreamgym.dream.world.DreamWorld`), concrete environments.
 
@@ -12,10 +13,11 @@ A run is a list of phases (`dreamgym.rl.modes`: real, dream, sim-to-real).
 
 One iteration, top to bottom:
   1. tasks: the world's draw for this iteration; a real world draws only as many as the budget can finish
-     (`RealStepBudget.affordable`, each episode planned at `episode_steps`: `rollout.max_turns` or the family's
-     step limit, whichever is lower), and when not one fits the run ends;
-  2. rollouts: `group_size` episodes of each task in the world's environments, seeded by (seed, iteration); the
-     rollout engine takes every real step from the run's budget and never exceeds it;
+     (`RealStepBudget.affordable`, each episode planned at the run's step limit, `EnvFamily.step_limit` of
+     `rollout.max_episode_steps`), and when not one fits the run ends;
+  2. rollouts: `group_size` episodes of each task in the world's environments, seeded by (seed, iteration), each
+     ended at that same step limit; the rollout engine takes every real step from the run's budget and never
+     exceeds it;
   3. `trainer.update(episodes)`: the algorithm's update;
      an update that made no optimiser step (every group's rewards equal, say) is reported with a warning;
   4. `world.after_iteration`: what the world does with the episodes and the update's figures (the dream: buffer,
@@ -44,6 +46,7 @@ can finish, and evaluations on held-out tasks are measurement, never charged to 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,10 +54,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dreamgym.utils import distributed
-from dreamgym.agent import AgentConfig
 from dreamgym.rl.budget import RealStepBudget
 from dreamgym.env import TextEnv
-from dreamgym.episode import Episode, RolloutConfig, rollout_metrics
+from dreamgym.episode import Episode, rollout_metrics
 from dreamgym.envs.family import EnvFamily
 from dreamgym.curriculum.pools import iteration_tasks
 from dreamgym.rl.builders import OnlineTrainer, PeriodicEvaluation
@@ -74,6 +76,8 @@ class World(Protocol):
     """"real" or "dream": the progress label, and the prefix of the world's own metrics."""
     real: bool
     """Whether its environments' steps are real ones, paid from the run's real-step budget."""
+    family: EnvFamily
+    """The environment family it plays: its step limit is the episodes' (`EnvFamily.step_limit`)."""
 
     def start(self, iteration: int) -> None:
         """Its phase begins, or resumes, at `iteration`."""
@@ -126,14 +130,6 @@ class RealWorld:
         pass
 
 
-def episode_steps(world: World, rollout: RolloutConfig) -> int:
-    """The most steps an episode in `world` can take: `rollout.max_turns`, or the family's step limit `MAX_STEPS`
-    in its real environment when that is lower (what a real iteration's budget is planned with)."""
-    if isinstance(world, RealWorld):
-        return min(rollout.max_turns, world.family.MAX_STEPS)
-    return rollout.max_turns
-
-
 @dataclass
 class Phase:
     """`iterations` iterations in `world`; evaluations tagged `<tag><iteration>` (it, dream-it, s2r-it)."""
@@ -169,23 +165,14 @@ class RunState:
 class LoopSettings:
     """How the loop runs, the same for every phase of a run."""
 
-    seed: int
-    tasks_per_iteration: int
-    group_size: int
-    """Episodes of each task per iteration (one GRPO group)."""
-    rollout: RolloutConfig
-    agent: AgentConfig
+    config: TrainerConfig
+    """The run's config: the loop reads its seed, `tasks_per_iteration`, `group_size` (episodes of each task per
+    iteration, one GRPO group), `rollout` and `agent` there."""
     save_every: int = 0
     """Save `<run_dir>/checkpoint` every this many iterations of a phase (0: the caller saves)."""
     eval_every: int = 0
     run_dir: Path | None = None
     progress: bool = True
-
-    @classmethod
-    def of(cls, cfg: TrainerConfig, **kw: Any) -> LoopSettings:
-        """The settings of an online run of `cfg`; `kw` sets the rest."""
-        return cls(seed=cfg.seed, tasks_per_iteration=cfg.tasks_per_iteration, group_size=cfg.group_size,
-                   rollout=cfg.rollout, agent=cfg.agent, **kw)
 
 
 @dataclass
@@ -234,7 +221,11 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
     """Iterations `state.iteration` .. `end` - 1 of a phase that began at `start`; True when the budget ended it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    world, budget = phase.world, state.budget
+    world, budget, cfg = phase.world, state.budget, settings.config
+    # The run's step limit in this world: where every episode ends at the latest, and what a real iteration's
+    # budget is planned with.
+    steps = world.family.step_limit(cfg.rollout.max_episode_steps)
+    rollout = dataclasses.replace(cfg.rollout, max_episode_steps=steps)
     world.start(state.iteration)
     label = f"{world.name} {trainer.algo}"
     ran, out_of_budget = False, False
@@ -244,24 +235,23 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
         while state.iteration < end:
             # 1. tasks: in the real world only as many as the budget can finish (spending the rest would cut every
             # episode of the batch short, and train on none of them)
-            n_tasks = settings.tasks_per_iteration
+            n_tasks = cfg.tasks_per_iteration
             if world.real:
-                turns = episode_steps(world, settings.rollout)
-                n_tasks = budget.affordable(n_tasks, settings.group_size, turns)
+                n_tasks = budget.affordable(n_tasks, cfg.group_size, steps)
                 if n_tasks == 0:
                     print(f"real-step budget: {budget.remaining} steps left, fewer than one task's episodes need at "
-                          f"{turns} steps each; stopping after {state.iteration} iterations")
+                          f"{steps} steps each; stopping after {state.iteration} iterations")
                     out_of_budget = True
                     break
             tasks = world.tasks(state.iteration, n_tasks)
-            version = policy_version(trainer, settings.seed, state.iteration)
+            version = policy_version(trainer, cfg.seed, state.iteration)
 
             # 2. rollouts
             t0 = time.perf_counter()
             stats: dict[str, float] = {}
-            episodes = run_shared(trainer.backend, world.envs(version), tasks, group_size=settings.group_size,
-                                  seed=mix_seed(settings.seed, state.iteration), config=settings.rollout,
-                                  budget=budget, agent=settings.agent, policy_version=version, stats=stats)
+            episodes = run_shared(trainer.backend, world.envs(version), tasks, group_size=cfg.group_size,
+                                  seed=mix_seed(cfg.seed, state.iteration), config=rollout,
+                                  budget=budget, agent=cfg.agent, policy_version=version, stats=stats)
             t_roll = time.perf_counter() - t0
             crash_point("loop.rolled_out")  # fault tests: a rank dies between its rollouts and the update
 

@@ -29,6 +29,9 @@ Decisions (documented here because trainers and evaluation depend on them):
 - Environments are constructed in the calling thread (constructors are cheap; a failing one ends its episode
   with "reset_error"). When any of them declares `thread_safe = False` the pool has one worker: their steps
   run one at a time and a step's timeout measures the step, not the wait behind the other instances.
+- An episode ends after `max_episode_steps` turns (reason "max_turns") when its environment has not ended it
+  first; without one, the environment's own step limit ends it (the run loop gives the limit it resolved,
+  `EnvFamily.step_limit`).
 - Every step of an environment without `is_synthetic = True` takes one unit from the run's `RealStepBudget`
   (`dreamgym.rl.budget`) before it runs; when none is left the episode ends with reason "budget" (not trainable),
   so the cap is never exceeded.
@@ -180,8 +183,8 @@ def run_rollouts(backend: PolicyBackend, env_factory: Callable[[], TextEnv], tas
             for s in live:
                 if s.ep.env_time_s > cfg.episode_timeout_s:
                     _close(s, "episode_timeout", f"its environment took more than {cfg.episode_timeout_s}s")
-                elif len(s.ep.turns) >= cfg.max_turns:
-                    _close(s, "max_turns")
+                elif cfg.max_episode_steps is not None and len(s.ep.turns) >= cfg.max_episode_steps:
+                    _close(s, "max_turns")  # the run's step limit, below the environment's own
             live = [s for s in slots if not s.ep.done]
             if not live and share_rows is None:
                 break

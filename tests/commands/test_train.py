@@ -11,7 +11,7 @@ from dreamgym.utils.metrics import read_metrics
 from dreamgym.commands.train import main as train_main
 
 FAST = ["--no-progress", "tensorboard=false", "eval_max_tasks=2", "agent.history=0", "agent.show_admissible=false",
-        "rollout.max_new_tokens=10", "rollout.max_turns=4", "optim.lr=1e-3"]
+        "rollout.max_new_tokens=10", "rollout.max_episode_steps=4", "optim.lr=1e-3"]
 
 
 def _names(run_dir):
@@ -129,13 +129,14 @@ def test_a_budget_that_cannot_finish_one_group_is_left_unspent(tmp_path, capsys)
     assert summary["real_steps_used"] == 0 and summary["iterations"] == 0
 
 
-def test_the_budget_is_planned_at_the_family_s_step_limit_when_it_is_below_max_turns(tmp_path, capsys):
-    """The dial ends every episode by its 12th step (`MAX_STEPS`): at rollout.max_turns=50 a budget of 24 still
-    affords one task of 2 episodes (2 x 12), where planning at 50 turns would spend none of it."""
+def test_the_budget_is_planned_at_the_family_s_step_limit_when_the_run_asks_for_more(tmp_path, capsys):
+    """The dial ends every episode by its 12th step (`MAX_STEPS`): at rollout.max_episode_steps=50 a budget of 24
+    still affords one task of 2 episodes (2 x 12, `EnvFamily.step_limit`), where planning at 50 steps would spend
+    none of it."""
     run = tmp_path / "grpo"
     assert train_main(["--algo", "grpo", "--env", "dial", f"run_dir={run}", "group_size=2",
                        "tasks_per_iteration=4", "real_step_budget=24", "iterations=1", "eval_at_start=false",
-                       "save_every=0", "rollout.on_invalid_action=pass", *FAST, "rollout.max_turns=50"]) == 0
+                       "save_every=0", "rollout.on_invalid_action=pass", *FAST, "rollout.max_episode_steps=50"]) == 0
     rows = [r for r in read_metrics(run / "metrics.jsonl") if "rollout/success_rate" in r]
     assert rows[0]["rollout/episodes"] == 2 and rows[0]["rollout/real_steps_used"] <= 24
 

@@ -31,7 +31,7 @@ def _dream(tmp_path, backend, audit_episodes, rollout=DIAL_ROLLOUT, iterations=2
     state = RunState(RealStepBudget(0))  # a budget of 0: any real step charged to it would fail the run
     phases = online_phases("dream", family("dial"), "dial", 0, world=world, dream_iterations=iterations,
                            real_iterations=0, tasks_per_iteration=3)
-    hist = run_phases(GRPOTrainer(backend, GRPOConfig(), common), phases, state, LoopSettings.of(common, progress=False))
+    hist = run_phases(GRPOTrainer(backend, GRPOConfig(), common), phases, state, LoopSettings(common, progress=False))
     return hist.history, state
 
 
@@ -83,7 +83,7 @@ def test_a_dream_run_audits_its_episodes_and_logs_what_a_hand_replay_gives(tmp_p
 def test_an_iteration_that_trains_nothing_warns_and_the_audit_can_be_off(tmp_path, warm_backend, capsys):
     # One turn cannot win a dial task (each starts 5 away from its target): every group's rewards are 0
     hist, _ = _dream(tmp_path, warm_backend, audit_episodes=0,
-                     rollout=dataclasses.replace(DIAL_ROLLOUT, max_turns=1), iterations=1)
+                     rollout=dataclasses.replace(DIAL_ROLLOUT, max_episode_steps=1), iterations=1)
     assert hist[0]["dream/optimizer_steps"] == 0 and hist[0]["dream/zero_variance_groups"] == 3
     assert "warning: dream iteration 1 trained nothing (0 optimiser steps): 3 of 3 groups had equal rewards" \
         in capsys.readouterr().out

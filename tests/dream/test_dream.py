@@ -26,7 +26,7 @@ def test_dream_then_s2r(tmp_path, warm_backend):  # noqa: F811
     common = TrainerConfig(seed=0, optim=OptimConfig(lr=1e-4), agent=DIAL_AGENT, rollout=DIAL_ROLLOUT, group_size=4,
                            tasks_per_iteration=4)
     trainer = GRPOTrainer(warm_backend, GRPOConfig(), common)
-    settings = LoopSettings.of(common, progress=False)
+    settings = LoopSettings(common, progress=False)
     state = RunState(RealStepBudget(0))
 
     def phases(mode, world, **kw):

@@ -87,7 +87,7 @@ def test_eval_on_a_served_policy_writes_each_episode(transformers_server, warm, 
     folder, _ = warm
     out, spec = tmp_path / "episodes.jsonl", f"{transformers_server}#{folder}"
     assert cli(["eval", "--env", "dial", "--policy", spec, "--max-tasks", "2", "--seeds", "0,1",
-                "--episodes-out", str(out), "--json", str(tmp_path / "r.json"), "rollout.max_turns=3",
+                "--episodes-out", str(out), "--json", str(tmp_path / "r.json"), "rollout.max_episode_steps=3",
                 "rollout.max_new_tokens=10", "agent.history=0", "agent.show_admissible=false",
                 "agent.system_prompt=You are an agent."]) == 0
     trajs = list(read_jsonl(out))

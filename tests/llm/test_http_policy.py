@@ -300,7 +300,7 @@ def test_dreamgym_train_samples_through_the_policy_url(fresh_server, tmp_path):
     batcher.submit = counting
     rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
                f"model.policy_url={url}", "model.lora=true", "group_size=2", "tasks_per_iteration=2",
-               "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
+               "rollout.max_episode_steps=2", "rollout.max_new_tokens=8", "eval_at_start=false", "tensorboard=false",
                "save_every=0"])
     assert rc == 0 and len(served) >= 4  # 2 tasks x 2 episodes sampled their first turn on the server
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
@@ -316,7 +316,7 @@ def test_recipe_rows_take_their_adapter_off_the_policy_server(fresh_server, tmp_
 
     handle, temp = fresh_server
     r = Recipe("dial", tmp_path / "run", eval_tasks=2, progress=False, threads=1,
-               train_overrides=[f"model.policy_url={handle.url}#tiny", "model.lora=true", "rollout.max_turns=2",
+               train_overrides=[f"model.policy_url={handle.url}#tiny", "model.lora=true", "rollout.max_episode_steps=2",
                                 "rollout.max_new_tokens=8"])
     r.collect_offline(8, "oracle:1", "oracle")
     r.sft(epochs=1)

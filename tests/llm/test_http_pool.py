@@ -148,6 +148,6 @@ def test_experience_model_on_a_server_predicts_what_it_predicts_in_process(tmp_p
                            f"dream.em_url={handle.url}#em", "dream.iterations=1", "dream.curriculum.n_seeds=1", "dream.initial_state=model",
                            "dream.em_overrides=[max_new_tokens=40]", "group_size=2",
                            "tasks_per_iteration=2", "eval_every=0", "eval_at_start=false", "--no-progress",
-                           "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=8", "rollout.max_turns=2"]) == 0
+                           "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=8", "rollout.max_episode_steps=2"]) == 0
         assert served.rows > before
         assert json.loads((run / "summary.json").read_text())["real_steps_used"] == 0

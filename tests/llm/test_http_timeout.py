@@ -114,7 +114,7 @@ def test_dreamgym_train_ends_in_one_line_when_its_policy_server_times_out(slow, 
     served.slowed(after_probe=True)
     rc = main(["--algo", "grpo", "--env", "dial", f"run_dir={tmp_path / 'run'}", "iterations=1",
                f"model.policy_url={url}#tiny", "model.lora=true", f"model.policy_timeout_s={TIMEOUT}", "group_size=2",
-               "tasks_per_iteration=2", "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval_at_start=false",
+               "tasks_per_iteration=2", "rollout.max_episode_steps=2", "rollout.max_new_tokens=8", "eval_at_start=false",
                "tensorboard=false", "save_every=0", "--no-progress"])
     err = capsys.readouterr().err
     [line] = [x for x in err.splitlines() if x.startswith("dreamgym train:")]
@@ -148,7 +148,7 @@ def test_eval_policy_timeout_s_reaches_a_served_policys_client(slow, capsys):
 
     url, served = slow
     served.slowed(after_probe=True)
-    rc = main(["--env", "dial", "--policy", f"{url}#tiny", "--max-tasks", "1", "rollout.max_turns=1",
+    rc = main(["--env", "dial", "--policy", f"{url}#tiny", "--max-tasks", "1", "rollout.max_episode_steps=1",
                f"policy_timeout_s={TIMEOUT}"])
     err = capsys.readouterr().err
     [line] = [x for x in err.splitlines() if x.startswith("dreamgym eval:")]  # beside transformers' progress bar

@@ -175,7 +175,7 @@ def test_dream_grpo_iteration_with_policy_and_experience_model_on_vllm(served, e
                      f"model.policy_url={url}#em", f"run_dir={run}", "dream.iterations=1", "dream.curriculum.n_seeds=1",
                      "dream.initial_state=model", "group_size=2", "tasks_per_iteration=2", "eval_every=0",
                      "eval_at_start=false", "eval_max_tasks=1", "--no-progress",
-                     "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_turns=3",
+                     "tensorboard=false", "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_episode_steps=3",
                      "save_every=0"])
     assert rc == 0
     summary = json.loads((run / "summary.json").read_text())

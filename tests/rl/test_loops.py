@@ -21,6 +21,7 @@ from dreamgym.rl.evaluate import EvalConfig
 from dreamgym.curriculum.pools import VARIANCE_LOG, iteration_tasks, task_pool
 from dreamgym.rl.builders import Evaluation
 from dreamgym.utils.metrics import MetricsLogger, read_metrics
+from dreamgym.trainers.common import TrainerConfig
 from dreamgym.trainers.online import UpdateResult
 from dreamgym.rl.loop import LoopSettings, Phase, RealWorld, RunState, run_phases
 
@@ -108,8 +109,9 @@ def tokenizer():
 
 def settings(n_tasks: int, **kw) -> LoopSettings:
     """One episode per task, at most 2 turns: every dial train task (start and target differ) takes 2 real steps."""
-    return LoopSettings(seed=7, tasks_per_iteration=n_tasks, group_size=1, agent=AGENT,
-                        rollout=RolloutConfig(max_turns=2, max_new_tokens=32), progress=False, **kw)
+    return LoopSettings(TrainerConfig(seed=7, tasks_per_iteration=n_tasks, group_size=1, agent=AGENT,
+                                      rollout=RolloutConfig(max_episode_steps=2, max_new_tokens=32)),
+                        progress=False, **kw)
 
 
 def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_periods(tmp_path, tokenizer):
@@ -163,7 +165,7 @@ class SyntheticDial(DialEnv):
 class ScriptedDream:
     """A `World` whose environments are synthetic: it records what the loop asks of it."""
 
-    name, real = "dream", False
+    name, real, family = "dream", False, family("dial")
 
     def __init__(self):
         self.calls: list[tuple] = []

@@ -136,7 +136,7 @@ def test_failures_are_isolated_and_recorded(tiny):
     eps = run_rollouts(be, BrokenReset, tasks[:2], agent=AGENT)
     assert [e.end_reason for e in eps] == ["reset_error", "reset_error"] and eps[0].error.startswith("OSError")
 
-    cfg = RolloutConfig(max_turns=2)
+    cfg = RolloutConfig(max_episode_steps=2)
     [ep] = run_rollouts(be, DialEnv, [task(0, 5)], config=cfg, agent=AGENT)
     assert ep.end_reason == "max_turns" and ep.trainable and len(ep.turns) == 2
 
@@ -290,7 +290,7 @@ def test_real_model_rollouts_are_seeded(tiny):
 
     model, tok = tiny
     be = HFBackend(model, tok)
-    cfg = RolloutConfig(max_new_tokens=6, max_turns=3, on_invalid_action="pass")
+    cfg = RolloutConfig(max_new_tokens=6, max_episode_steps=3, on_invalid_action="pass")
     tasks = [task(0, 3), task(5, 2)]
     a = run_rollouts(be, DialEnv, tasks, group_size=2, seed=3, config=cfg, agent=AGENT)
     b = run_rollouts(be, DialEnv, tasks, group_size=2, seed=3, config=cfg, agent=AGENT)

@@ -36,7 +36,7 @@ def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning
     cfg, common = GRPOConfig(epochs=2, minibatches=2), dial_common(lr=2e-4, group_size=8, tasks_per_iteration=8)
     tr = GRPOTrainer(be, cfg, common)
     end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, progress=False))
+                LoopSettings(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     assert len(end.history) == 6
     for m in end.history:
@@ -61,8 +61,8 @@ def test_grpo_resume_is_exact(warm_preset, dial_common, tmp_path):
         return GRPOTrainer(HFBackend(m, tok), cfg, common), RunState(RealStepBudget(500))
 
     def run(tr, state, until):
-        end = run_phases(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings.of(common,
-                                                                                             progress=False))
+        end = run_phases(tr, [Phase(RealWorld(family("dial"), 5), until)], state, LoopSettings(common,
+                                                                                          progress=False))
         return [_stable(m) for m in end.history]
 
     full, full_state = fresh()

@@ -27,7 +27,7 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     common = dial_common(lr=2e-4, tasks_per_iteration=12, group_size=4)
     tr = PPOTrainer(be, cfg, common)
     end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
-                LoopSettings.of(common, progress=False))
+                LoopSettings(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
     assert len(end.history) == 6

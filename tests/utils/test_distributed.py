@@ -23,7 +23,7 @@ from dreamgym.utils import distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["--env", "dial", "--no-progress", "tensorboard=false", "eval_max_tasks=5", "eval_at_start=false",
-         "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_turns=4", "optim.lr=1e-3"]
+         "agent.history=0", "rollout.max_new_tokens=10", "rollout.max_episode_steps=4", "optim.lr=1e-3"]
 
 
 def _free_port() -> int:
@@ -141,7 +141,7 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
 
     grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "group_size=4",
             "tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false",
-            f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
+            f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_episode_steps={DIAL_ROLLOUT.max_episode_steps}"]
     _run(grpo + [f"run_dir={tmp_path / 'g1'}"], 1, tmp_path)
     _run(grpo + [f"run_dir={tmp_path / 'g2'}"], 2, tmp_path)
     rows = [[r for line in (tmp_path / g / "metrics.jsonl").open() if "rollout/episodes" in (r := json.loads(line))]
@@ -188,7 +188,7 @@ def test_two_ranks_run_ppo_and_dpo_as_one_process(tmp_path, warm_dir):
                                            for i, t in enumerate(dial.make_tasks("train")[:6])
                                            for p in ("expert", "random", "random")])
     policy = [f"init={warm_dir}", "agent.show_admissible=false",
-              f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
+              f"agent.system_prompt={DIAL_AGENT.system_prompt}", f"rollout.max_episode_steps={DIAL_ROLLOUT.max_episode_steps}"]
     jobs = {"ppo": ["train", "--algo", "ppo", *TRAIN, *policy, "iterations=1", "tasks_per_iteration=5",
                     "group_size=2", "ppo.epochs=2", "ppo.minibatches=2"],
             "dpo": ["train", "--algo", "dpo", *TRAIN, *policy, f"data={tmp_path / 'pairs.jsonl'}", "dpo.epochs=1",
@@ -219,7 +219,7 @@ def test_two_ranks_dream_with_one_buffer_owner(tmp_path, warm_dir):
     run = tmp_path / "dream"
     _run(["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "mode=dream", f"dream.em={em}",
           "dream.iterations=2", "dream.curriculum.n_seeds=1", "group_size=2", "tasks_per_iteration=4",
-          "agent.show_admissible=false", f"agent.system_prompt={DIAL_AGENT.system_prompt}", "rollout.max_turns=4",
+          "agent.show_admissible=false", f"agent.system_prompt={DIAL_AGENT.system_prompt}", "rollout.max_episode_steps=4",
           f"run_dir={run}"], 2, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["real_steps_used"] == 0 and summary["iterations"] == 2

@@ -111,7 +111,7 @@ def test_sharded_lora_grpo_matches_and_resumes_after_a_killed_rank(tmp_path, war
     grpo = ["train", "--algo", "grpo", *TRAIN, f"init={warm_dir}", "iterations=2", "group_size=4",
             "tasks_per_iteration=5", "save_every=1", "agent.show_admissible=false", "model.lora=true",
             "optim.lr=1e-2", f"agent.system_prompt={DIAL_AGENT.system_prompt}",
-            f"rollout.max_turns={DIAL_ROLLOUT.max_turns}"]
+            f"rollout.max_episode_steps={DIAL_ROLLOUT.max_episode_steps}"]
     _run(grpo + [f"run_dir={tmp_path / 'plain'}"], 1, tmp_path)
 
     def adapter(run: str) -> dict[str, torch.Tensor]:

@@ -109,7 +109,7 @@ def test_a_train_run_reports_the_same_series_to_tensorboard_wandb_and_trackio_an
         [sys.executable, "-m", "dreamgym", "train", "--algo", "sft", "--env", "dial", "--no-progress",
          f"run_dir={run_dir}", "demo_episodes=4", "sft.epochs=1", "sft.batch_size=4", "sft.log_every=1",
          "save_every=0", "eval_max_tasks=2", "agent.history=0", "agent.show_admissible=false",
-         "rollout.max_new_tokens=6", "rollout.max_turns=2", "report_to=tensorboard,wandb,trackio"],
+         "rollout.max_new_tokens=6", "rollout.max_episode_steps=2", "report_to=tensorboard,wandb,trackio"],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     # No progress bar of any library: transformers draws one while writing the checkpoints' weights.

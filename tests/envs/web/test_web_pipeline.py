@@ -42,10 +42,10 @@ def test_collect_train_em_and_a_dream_grpo_iteration(tmp_path, warm_backend):  #
     # The experience model, two steps in, writes mostly malformed text: a short generation budget and no retries
     # keep the iteration fast. What is checked is the loop, not the models.
     assert cli(["train", "--algo", "grpo", "--env", "miniwob", "--no-progress", "mode=dream", f"dream.em={em}",
-                "dream.iterations=1", "dream.curriculum.enabled=false", "dream.max_steps=2",
+                "dream.iterations=1", "dream.curriculum.enabled=false",
                 "dream.em_overrides=[max_new_tokens=48,retries=0]", "tasks_per_iteration=2",
                 "group_size=2", f"init={policy}", "agent.history=0", "agent.show_admissible=false",
-                "agent.system_prompt=You are an agent.", "rollout.max_new_tokens=12", "rollout.max_turns=2",
+                "agent.system_prompt=You are an agent.", "rollout.max_new_tokens=12", "rollout.max_episode_steps=2",
                 "rollout.ground_actions=0.01", "rollout.on_invalid_action=pass",
                 "eval_at_start=false", "eval_max_tasks=2", "save_every=0", "tensorboard=false",
                 f"run_dir={run}"]) == 0
