@@ -75,6 +75,12 @@ def _run_seed(run_one: Callable[[Any, bool], dict[str, Any]], cfg: Any, progress
         for stream in (sys.stdout, sys.stderr):  # a line at a time: a killed run's log ends where it died
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(line_buffering=True)
+    if not progress:
+        # A spawned process starts with the libraries' bars on: the parent's `quiet_progress_bars` is a setting of
+        # its own imported modules, not something a child inherits.
+        from dreamgym.utils.quiet import quiet_progress_bars
+
+        quiet_progress_bars()
     return run_one(cfg, progress)
 
 
