@@ -270,3 +270,24 @@ def test_shared_prompts_merge_sampled_requests_only_with_the_same_seed():
     own_b = shared.generate(chats(SHARED), params, seeds=seeds)
     assert shared.stats["rows_decoded"] == 1 + 7
     assert [x.token_ids for x in own_a] == [x.token_ids for x in own_b]
+
+
+def test_stats_count_generated_tokens_and_time_each_part_of_generation(backend):
+    """`stats` counts the tokens the decoded rows generated and the batched decode steps, and times each part of
+    generation (`TIMED`): the parts add up to no more than the call's wall time."""
+    import time
+
+    from dreamgym.llm.base import OutputConstraint
+    from dreamgym.llm.hf import TIMED
+
+    before = dict(backend.stats)
+    params = SamplingParams(temperature=0, max_tokens=12, constraint=OutputConstraint(regex="[a-z ]{1,40}"))
+    t0 = time.perf_counter()
+    outs = backend.generate(chats(), params)
+    wall = time.perf_counter() - t0
+    delta = {k: backend.stats[k] - before[k] for k in backend.stats}
+    assert delta["generated_tokens"] == sum(len(o.token_ids) for o in outs)
+    assert max(len(o.token_ids) for o in outs) - 1 <= delta["decode_steps"] <= max(len(o.token_ids) for o in outs)
+    assert all(delta[k] >= 0 for k in TIMED)
+    assert delta["prefill_s"] > 0 and delta["forward_s"] > 0 and delta["constraint_s"] > 0
+    assert sum(delta[k] for k in TIMED) <= wall
