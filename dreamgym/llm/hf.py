@@ -236,8 +236,6 @@ class HFBackend:
 
     def _decode(self, rows: list[_Row]) -> None:
         """Decode one batch of rows to completion, filling each row's tokens, logprobs, text and finish."""
-        from transformers import DynamicCache
-
         dev = self.device
         max_new = max(r.params.max_tokens for r in rows)
         live = [r for r in rows if r.params.max_tokens > 0]
@@ -264,7 +262,7 @@ class HFBackend:
         bitmask = self._grammars().bitmask(len(live)) if any(matchers) else None
         t1 = clock()
         t_compile = t1 - t0
-        cache = DynamicCache(config=self.model.config)
+        cache = kv_cache(self.model.config)
         plan = _shared_prefixes([r.prompt for r in live]) if self.share_prompts else None
         if plan is None:
             logits, mask, next_pos = self._prefill([r.prompt for r in live], cache)
@@ -391,6 +389,95 @@ matchers, prefilling the prompts, the decode steps' forward passes (with the KV 
 constraint's token masks (filling each row's bitmask, applying it, advancing its matcher), sampling (with the
 log-probs and the step's one copy to the host), the eos / stop-string / budget checks, and rendering and
 tokenizing prompts (`prompt_ids`, also where a caller fits a prompt to its budget)."""
+KV_CHUNK = 128
+"""Token positions a decoding KV cache layer reserves past what it holds (`ReservedLayer`)."""
+
+
+def kv_cache(config: Any) -> Any:
+    """A `DynamicCache` for `config` whose plain (full-attention) layers are `ReservedLayer`s: the same keys and values,
+    without copying the whole cache at every decode step. A transformers without cache layers gets the plain one."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, list) and _reserved_layer() is not None:
+        from transformers.cache_utils import DynamicLayer
+
+        cache.layers = [_reserved_layer()() if type(layer) is DynamicLayer else layer for layer in layers]
+    return cache
+
+
+_RESERVED: list[Any] = []
+
+
+def _reserved_layer() -> Any:
+    """The `ReservedLayer` class (built on first use: it subclasses transformers' `DynamicLayer`, imported lazily like
+    the rest of transformers here), or None where transformers has no cache layers."""
+    if not _RESERVED:
+        try:
+            from transformers.cache_utils import DynamicLayer
+        except ImportError:
+            _RESERVED.append(None)
+            return None
+
+        class ReservedLayer(DynamicLayer):
+            """`DynamicLayer` whose keys and values are views of buffers with `KV_CHUNK` spare positions: appending a
+            decode step's key writes into the buffer, where `DynamicLayer` concatenates, copying the whole layer's
+            cache every step (measured: a third of a decode step of the tiny preset at a MiniWoB++ prompt's length).
+            The buffers are reallocated, one copy, when full. Attention reads the same values: outputs are
+            bit-identical (tested). A method of `DynamicLayer` that replaces `keys` (crop, reorder) is followed: the
+            next update starts new buffers from what it left."""
+
+            def __init__(self, **kwargs: Any):
+                super().__init__(**kwargs)
+                self._bufs: tuple[torch.Tensor, torch.Tensor] | None = None
+                self._n = 0
+                self._view: torch.Tensor | None = None
+
+            def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                       **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                if not self.is_initialized:
+                    self.lazy_initialization(key_states, value_states)
+                if self._bufs is None or self.keys is not self._view:  # first update, or keys replaced since
+                    held = (self.keys, self.values)
+                    self._n = 0 if held[0] is None or held[1] is None or not held[0].numel() else held[0].shape[-2]
+                    self._bufs = None
+                    if self._n:
+                        self._grow(held, 0)  # type: ignore[arg-type]
+                new = key_states.shape[-2]
+                if self._bufs is None or self._n + new > self._bufs[0].shape[-2]:
+                    self._grow((key_states, value_states), new)
+                assert self._bufs is not None
+                self._bufs[0][:, :, self._n:self._n + new] = key_states
+                self._bufs[1][:, :, self._n:self._n + new] = value_states
+                self._n += new
+                return self._set_views(self._bufs)
+
+            def _grow(self, kv: tuple[torch.Tensor, torch.Tensor], new: int) -> None:
+                """New buffers for the `_n` positions held (by `kv` where there are no buffers yet), `new` more and
+                `KV_CHUNK` spare."""
+                held = kv if self._bufs is None else self._bufs
+                bufs = tuple(t.new_empty(t.shape[0], t.shape[1], self._n + new + KV_CHUNK, t.shape[3]) for t in kv)
+                for buf, old in zip(bufs, held):
+                    buf[:, :, :self._n] = old[:, :, :self._n]
+                self._bufs = bufs  # type: ignore[assignment]
+
+            def _set_views(self, bufs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                keys, values = bufs[0][:, :, :self._n], bufs[1][:, :, :self._n]
+                self.keys, self.values, self._view = keys, values, keys
+                return keys, values
+
+            def batch_select_indices(self, indices: torch.Tensor) -> None:
+                if self._bufs is not None and self.keys is self._view and self._n:
+                    self._bufs = (self._bufs[0][indices, ...], self._bufs[1][indices, ...])
+                    self._set_views(self._bufs)
+                else:
+                    super().batch_select_indices(indices)
+
+        _RESERVED.append(ReservedLayer)
+    return _RESERVED[0]
+
+
 _IDS_CACHE_SIZE = 4096
 """Rendered prompts whose token ids `prompt_ids` keeps (the cache is emptied when full)."""
 MIN_SHARED_PREFIX = 16

@@ -291,3 +291,38 @@ def test_stats_count_generated_tokens_and_time_each_part_of_generation(backend):
     assert all(delta[k] >= 0 for k in TIMED)
     assert delta["prefill_s"] > 0 and delta["forward_s"] > 0 and delta["constraint_s"] > 0
     assert sum(delta[k] for k in TIMED) <= wall
+
+
+def test_decoding_cache_writes_in_place_and_gives_the_plain_caches_completions(backend, monkeypatch):
+    """The decode loop's KV cache (`kv_cache`) appends a step's keys into spare room instead of concatenating the whole
+    cache each step, and follows a row selection; completions and log-probs are bit-identical to a plain
+    `DynamicCache`'s, shared prefixes (row selection of the cache) included."""
+    from transformers import DynamicCache
+
+    from dreamgym.llm import hf
+
+    cache = hf.kv_cache(backend.model.config)
+    layer = cache.layers[0]
+    k = torch.randn(3, 2, 5, 4)
+    layer.update(k, k + 1)
+    store = layer.keys.untyped_storage().data_ptr()
+    steps = [torch.randn(3, 2, 1, 4) for _ in range(hf.KV_CHUNK)]
+    for s in steps:
+        layer.update(s, s + 1)
+        if layer.keys.shape[-2] <= 5 + hf.KV_CHUNK:
+            assert layer.keys.untyped_storage().data_ptr() == store  # no copy while the spare room lasts
+    full = torch.cat([k, *steps], dim=-2)
+    assert torch.equal(layer.keys, full) and torch.equal(layer.values, full + 1)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    s = torch.randn(2, 2, 1, 4)
+    keys, values = layer.update(s, s + 1)
+    assert torch.equal(keys, torch.cat([full[[2, 0]], s], dim=-2)) and torch.equal(values, keys + 1)
+
+    shared = HFBackend(backend.model, backend.tokenizer, share_prompts=True)
+    params = SamplingParams(temperature=0, max_tokens=hf.KV_CHUNK + 20)  # past the first spare room
+    ours = [b.generate(chats(SHARED), params) for b in (backend, shared)]
+    monkeypatch.setattr(hf, "kv_cache", lambda config: DynamicCache(config=config))
+    plain = [b.generate(chats(SHARED), params) for b in (backend, shared)]
+    for a, b in zip(ours, plain):
+        assert [x.token_ids for x in a] == [x.token_ids for x in b]
+        assert [x.logprobs for x in a] == [x.logprobs for x in b]
