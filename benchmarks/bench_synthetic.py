@@ -183,11 +183,12 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
 
 def bare_floors(llm, batch: int, backend: dict, calls: int, repeats: int = 2) -> dict:
     """The raw costs under a synthetic step, on the same model and this thread count: a bare forward over a batch of
-    `batch` prompts (the rows decoded per call) of the run's mean prompt length (no padding, no cache kept: prefill tokens/s), and a bare
-    greedy decode loop at that batch over that context for the run's mean decode steps per call (no constraint, no
-    sampling, no stop checks: generated tokens/s). Random token ids: the cost depends on the shapes only."""
+    `batch` prompts (the rows decoded per call) of the run's mean prompt length (no padding, no cache kept: prefill
+    tokens/s), and a bare greedy decode loop at that batch over that context, in the backend's own KV cache, for the
+    run's mean decode steps per call (no constraint, no sampling, no stop checks: generated tokens/s). Random token ids: the cost depends on the shapes only."""
     import torch
-    from transformers import DynamicCache
+
+    from dreamgym.llm.hf import kv_cache
 
     model = llm.model
     rows = max(1, backend.get("rows_decoded", 0))
@@ -199,7 +200,7 @@ def bare_floors(llm, batch: int, backend: dict, calls: int, repeats: int = 2) ->
     best_prefill = best_decode = float("inf")
     with torch.inference_mode():
         for _ in range(repeats):
-            cache = DynamicCache(config=model.config)
+            cache = kv_cache(model.config)  # the backend's own decoding cache
             t0 = time.perf_counter()
             out = model(input_ids=ids, use_cache=True, past_key_values=cache, logits_to_keep=1)
             best_prefill = min(best_prefill, time.perf_counter() - t0)
@@ -220,7 +221,8 @@ def print_split(syn: dict) -> None:
     b, t = syn["backend"], syn["timings"]
     per = {k: v / n for k, v in b.items()}
     print(f"per synthetic step: {per.get('prompt_tokens', 0):.0f} prompt tokens ({per.get('prefilled_tokens', 0):.0f} "
-          f"prefilled), {per.get('generated_tokens', 0):.1f} generated tokens; "
+          f"prefilled, {per.get('prefill_positions', 0):.0f} positions with the padding), "
+          f"{per.get('generated_tokens', 0):.1f} generated tokens; "
           f"{b.get('decode_steps', 0) / max(1, syn['model_calls']):.0f} decode steps per batched call")
     fl = syn.get("floors", {})
     prefill_floor = b.get("prefilled_tokens", 0) / fl["prefill_tok_s"] / n if fl else None

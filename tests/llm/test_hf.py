@@ -287,6 +287,9 @@ def test_stats_count_generated_tokens_and_time_each_part_of_generation(backend):
     wall = time.perf_counter() - t0
     delta = {k: backend.stats[k] - before[k] for k in backend.stats}
     assert delta["generated_tokens"] == sum(len(o.token_ids) for o in outs)
+    widest = max(len(o.prompt_token_ids) for o in outs)
+    assert delta["prefilled_tokens"] == sum(len(o.prompt_token_ids) for o in outs)
+    assert delta["prefill_positions"] == len(outs) * widest  # one left-padded batch
     assert max(len(o.token_ids) for o in outs) - 1 <= delta["decode_steps"] <= max(len(o.token_ids) for o in outs)
     assert all(delta[k] >= 0 for k in TIMED)
     assert delta["prefill_s"] > 0 and delta["forward_s"] > 0 and delta["constraint_s"] > 0
