@@ -73,6 +73,9 @@ class HFBackend:
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.share_prompts = share_prompts
+        self.packed_prefill: bool | None = None
+        """With `share_prompts`, prefill rows unpadded (`_prefill_packed`); None: on a CPU, where a padded position
+        costs what a real one does and a forward's fixed cost is small, not on an accelerator."""
         self.stats: dict[str, float] = {"rows": 0, "rows_decoded": 0, "prompt_tokens": 0, "prefilled_tokens": 0,
                                         "prefill_positions": 0, "generated_tokens": 0, "decode_steps": 0,
                                         **dict.fromkeys(TIMED, 0.0)}
@@ -238,6 +241,66 @@ class HFBackend:
         return self._forward(ids, mask, pos, cache), mask, offsets + torch.tensor([len(r) for r in rests],
                                                                                      device=self.device)
 
+    def _packs(self, cache: Any) -> bool:
+        """Whether a sharing backend prefills unpadded (`_prefill_packed`): `packed_prefill`, None meaning on a CPU,
+        and a cache whose layers are all `ReservedLayer`s (full attention, assembled by `update`)."""
+        on = self.packed_prefill if self.packed_prefill is not None else self.device.type == "cpu"
+        cls = _reserved_layer()
+        return bool(on) and cls is not None and all(type(x) is cls for x in getattr(cache, "layers", [None]))
+
+    def _prefill_packed(self, prompts: list[list[int]], plan: list[tuple[int, int]] | None,
+                        cache: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`_prefill_shared` without padding: each prefix group's prefix is prefilled once, alone, and each row's rest
+        (a row alone in its group: its whole prompt) after a copy of it, alone; the rows' caches are then laid into
+        `cache` left-padded to the longest prompt, as `_prefill` lays them. So no position is computed for padding,
+        and the decode steps attend over the longest prompt, where `_prefill_shared` pads both the prefixes and the
+        rests (its cache as wide as the longest prefix plus the longest rest). The rows are computed at other shapes
+        than in one batch: outputs equal `_prefill`'s up to float rounding, as `_prefill_shared`'s do."""
+        dev = self.device
+        plan = plan or [(b, 0) for b in range(len(prompts))]
+        groups: dict[int, list[int]] = {}
+        for b, (g, _) in enumerate(plan):
+            groups.setdefault(g, []).append(b)
+        rows: list[Any] = [None] * len(prompts)
+        logits: list[torch.Tensor | None] = [None] * len(prompts)
+        computed = 0
+
+        def run(ids: list[int], start: int, c: Any) -> torch.Tensor:
+            n = start + len(ids)
+            return self._forward(torch.tensor([ids], device=dev), torch.ones((1, n), dtype=torch.long, device=dev),
+                                 torch.arange(start, n, device=dev)[None], c)
+
+        for members in groups.values():
+            length = plan[members[0]][1] if len(members) > 1 else 0
+            head = None
+            if length:
+                head = kv_cache(self.model.config)
+                run(prompts[members[0]][:length], 0, head)
+                computed += length
+            for b in members:
+                c = kv_cache(self.model.config)
+                if head is not None:
+                    for mine, shared in zip(c.layers, head.layers):
+                        mine.update(shared.keys, shared.values)
+                logits[b] = run(prompts[b][length:], length, c)[0]
+                computed += len(prompts[b]) - length
+                rows[b] = c
+        width = max(map(len, prompts))
+        mask = torch.zeros((len(prompts), width), dtype=torch.long, device=dev)
+        for b, p in enumerate(prompts):
+            mask[b, width - len(p):] = 1
+        for i, layer in enumerate(cache.layers):
+            k0 = rows[0].layers[i].keys
+            keys = k0.new_zeros(len(prompts), k0.shape[1], width, k0.shape[3])
+            values = torch.zeros_like(keys)
+            for b, p in enumerate(prompts):
+                keys[b, :, width - len(p):] = rows[b].layers[i].keys[0]
+                values[b, :, width - len(p):] = rows[b].layers[i].values[0]
+            layer.update(keys, values)
+        self.stats["prefilled_tokens"] += computed
+        self.stats["prefill_positions"] += computed
+        return torch.stack(logits), mask, torch.tensor([len(p) for p in prompts], device=dev)  # type: ignore[arg-type]
+
     def _decode(self, rows: list[_Row]) -> None:
         """Decode one batch of rows to completion, filling each row's tokens, logprobs, text and finish."""
         dev = self.device
@@ -267,11 +330,14 @@ class HFBackend:
         t1 = clock()
         t_compile = t1 - t0
         cache = kv_cache(self.model.config)
-        plan = _shared_prefixes([r.prompt for r in live]) if self.share_prompts else None
-        if plan is None:
-            logits, mask, next_pos = self._prefill([r.prompt for r in live], cache)
+        prompts = [r.prompt for r in live]
+        plan = _shared_prefixes(prompts) if self.share_prompts else None
+        if self.share_prompts and self._packs(cache):
+            logits, mask, next_pos = self._prefill_packed(prompts, plan, cache)
+        elif plan is None:
+            logits, mask, next_pos = self._prefill(prompts, cache)
         else:
-            logits, mask, next_pos = self._prefill_shared([r.prompt for r in live], plan, cache)
+            logits, mask, next_pos = self._prefill_shared(prompts, plan, cache)
         t0 = clock()
         t_prefill = t0 - t1
         steps = 0

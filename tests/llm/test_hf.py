@@ -237,12 +237,15 @@ SHARED = [GROUP + " History: turn up", GROUP + " History: turn down ; submit", G
 """Prompts of a dream batch in miniature: a group sharing a long prefix, repeated requests, unrelated ones."""
 
 
-def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tokens():
+@pytest.mark.parametrize("packed", [True, False])
+def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tokens(packed):
     """Identical requests are decoded once and shared prefixes prefilled once, yet each greedy completion is the
-    one decoded without sharing, with log-probs still those of a plain forward pass."""
+    one decoded without sharing, with log-probs still those of a plain forward pass; packed (rows prefilled
+    unpadded, the CPU's default) or padded."""
     torch.set_num_threads(1)
     plain = HFBackend.from_preset("tiny", device="cpu")
     shared = HFBackend(plain.model, plain.tokenizer, share_prompts=True)
+    shared.packed_prefill = packed
     params = SamplingParams(temperature=0, max_tokens=16)
     a, b = plain.generate(chats(SHARED), params), shared.generate(chats(SHARED), params)
     assert [x.token_ids for x in a] == [x.token_ids for x in b] and [x.text for x in a] == [x.text for x in b]
@@ -253,6 +256,8 @@ def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tok
     st = shared.stats
     assert st["rows"] == 7 and st["rows_decoded"] == 5  # two repeats
     assert st["prefilled_tokens"] < st["prompt_tokens"] * 0.7  # the group's prefix once, not three times
+    # Packed: no position computed for padding; padded: the prefixes' and the rests' padding.
+    assert (st["prefill_positions"] == st["prefilled_tokens"]) == packed
     assert plain.stats["prefilled_tokens"] == plain.stats["prompt_tokens"]
 
 
@@ -322,6 +327,7 @@ def test_decoding_cache_writes_in_place_and_gives_the_plain_caches_completions(b
     assert torch.equal(keys, torch.cat([full[[2, 0]], s], dim=-2)) and torch.equal(values, keys + 1)
 
     shared = HFBackend(backend.model, backend.tokenizer, share_prompts=True)
+    shared.packed_prefill = False  # packing needs this cache (its shapes are the plain cache's test below)
     params = SamplingParams(temperature=0, max_tokens=hf.KV_CHUNK + 20)  # past the first spare room
     ours = [b.generate(chats(SHARED), params) for b in (backend, shared)]
     monkeypatch.setattr(hf, "kv_cache", lambda config: DynamicCache(config=config))
