@@ -10,7 +10,7 @@ The synthetic side is `--env`'s (dial by default): `--model` is its experience-m
 `runs/quickstart/em` is the one the dial results use); without it, a small tiny-preset experience model is trained
 on freshly collected data first and cached (under $DREAMGYM_CACHE/bench), its training time printed but not
 measured. It runs `--episodes` SyntheticEnv episodes in GRPO groups of `--group` (a group shares its task and reset
-seed), random admissible actions, one `step_batch` (one model call) per turn, with a replay buffer (hashing
+seed; the groups' seeds spread over the task list), random admissible actions, one `step_batch` (one model call) per turn, with a replay buffer (hashing
 embedder) seeded from real data and growing with every synthetic step; twice, with the backend's prompt sharing
 (`HFBackend(share_prompts=...)`: identical queries decoded once, common prefixes prefilled once) off and on, after
 one untimed warm-up turn. Each real family in `--real` is stepped with its random policy in one process for

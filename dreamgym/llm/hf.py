@@ -22,11 +22,11 @@ Sharing (`share_prompts=True`, the experience model's backend): what a batch's r
 once. Requests with the same prompt, settings and (when sampled) seed are decoded once and the completion copied,
 which the seed contract makes exact; and requests whose prompts open with the same tokens (a GRPO group's task
 line, a batch's common prefix) have that prefix prefilled once, its KV cache expanded to every row that shares it
-(`DynamicCache.batch_select_indices`), then only the rest of each prompt prefilled. A shared prefix changes only
-the shapes the model computes with, so a greedy completion is the one decoded alone up to float rounding in the
-last bits (tested equal on the experience model's prompts); a sampled one draws the same uniforms, so it differs
-only where such rounding moves a draw across a token boundary. Off by default: trainers' own log-probs stay the
-computation they have always been.
+(`DynamicCache.batch_select_indices`), then only the rest of each prompt prefilled (on a CPU each row alone, without
+padding: `packed_prefill`). A shared prefix changes only the shapes the model computes with, so a greedy completion
+is the one decoded alone up to float rounding in the last bits (tested equal on the experience model's prompts); a
+sampled one draws the same uniforms, so it differs only where such rounding moves a draw across a token boundary.
+Off by default: trainers' own log-probs stay the computation they have always been.
 """
 
 from __future__ import annotations
