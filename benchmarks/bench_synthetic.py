@@ -4,16 +4,25 @@ real environment family's steps per second, in one run, with the experience mode
     python benchmarks/bench_synthetic.py [--model CHECKPOINT] [--real dial,alfworld,webshop,miniwob]
         [--episodes 32] [--group 8] [--turns 6] [--threads 1]
     python benchmarks/bench_synthetic.py --env dial --model CHECKPOINT --structured   # free vs structured decoding
+    python benchmarks/bench_synthetic.py --env miniwob --model WHOLE_EM,EDIT_EM --real miniwob --sharing on --split
 
 The synthetic side is `--env`'s (dial by default): `--model` is its experience-model checkpoint (the quickstart's
 `runs/quickstart/em` is the one the dial results use); without it, a small tiny-preset experience model is trained
 on freshly collected data first and cached (under $DREAMGYM_CACHE/bench), its training time printed but not
 measured. It runs `--episodes` SyntheticEnv episodes in GRPO groups of `--group` (a group shares its task and reset
-seed), random admissible actions, one `step_batch` (one model call) per turn, with a replay buffer (hashing
+seed; the groups' seeds spread over the task list), random admissible actions, one `step_batch` (one model call) per turn, with a replay buffer (hashing
 embedder) seeded from real data and growing with every synthetic step; twice, with the backend's prompt sharing
 (`HFBackend(share_prompts=...)`: identical queries decoded once, common prefixes prefilled once) off and on, after
 one untimed warm-up turn. Each real family in `--real` is stepped with its random policy in one process for
 `--seconds` (resets included); MiniWoB++ plays its noisy oracle in one real Chromium (`benchmarks/bench_web.py`).
+Several comma-separated `--model` checkpoints (a `state_format: whole` and an `edit` one) are each timed, then the
+real side once; `--sharing` picks the sharing runs.
+
+`--split` says where a synthetic step's time goes, per synthetic step: prompt, prefilled and generated tokens, and the
+seconds of retrieval, prompt building, prefill, decode forwards, the decoding constraint, sampling, stop checks,
+parsing and the environment's side (`ExperienceModel.timings`, `HFBackend.stats`), beside the raw costs measured
+after the timed turns on the same model: a bare forward over a batch of prompts of the run's mean length (prefill
+tokens/s) and a bare greedy decode loop at the batch's size without the constraint (tokens/s).
 """
 
 from __future__ import annotations
@@ -121,7 +130,7 @@ def load_model(model_dir: Path, episodes: int, structured: bool, url: str | None
 
 def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: int,
                           structured: bool = True, overrides: tuple[str, ...] = (), *, group: int = 1,
-                          share: bool | None = None, warmup: int = 0) -> dict:
+                          share: bool | None = None, warmup: int = 0, floors: bool = False) -> dict:
     """Synthetic transitions/s over `turns` batched turns (after `warmup` untimed ones) of `episodes` episodes in
     groups of `group` sharing a reset seed; `share` sets the backend's prompt sharing (None: as loaded)."""
     from dreamgym.envs import family
@@ -136,16 +145,20 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
     batcher = SyntheticBatcher()  # one per run: its counters are this run's
     envs = [SyntheticEnv(model, batcher=batcher) for _ in range(episodes)]
     rng = random.Random(0)
-    infos = [e.reset(seed=i // group)[1] for i, e in enumerate(envs)]
+    # Groups' seeds spread over the task list (a seed picks task `seed % len(tasks)`): consecutive seeds are one
+    # page's instances in MiniWoB++'s list (20 per task), which would time its smallest page only.
+    stride = max(1, len(envs[0].tasks) // max(1, -(-episodes // group)))
+    infos = [e.reset(seed=i // group * stride)[1] for i, e in enumerate(envs)]
     n, calls, t0 = 0, 0, time.perf_counter()
     for turn in range(warmup + turns):
         if turn == warmup:
             n, calls, t0 = 0, 0, time.perf_counter()
             model.stats.clear()
+            model.timings.clear()
             stats0 = dict(getattr(model.llm, "stats", {}))
         live = [i for i, e in enumerate(envs) if not e._done]
         if not live:  # start new episodes where all ended, so the batch stays full
-            infos = [e.reset(seed=1000 + turn * episodes + i // group)[1] for i, e in enumerate(envs)]
+            infos = [e.reset(seed=i // group * stride + turn)[1] for i, e in enumerate(envs)]
             live = list(range(episodes))
         acts = []
         for i in live:
@@ -158,8 +171,95 @@ def synthetic_steps_per_s(model_dir: Path, env_name: str, episodes: int, turns: 
         calls += 1
     dt = time.perf_counter() - t0
     backend = {k: v - stats0.get(k, 0) for k, v in getattr(model.llm, "stats", {}).items()}
-    return {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt, "backend": backend,
-            "failures": model.stats["failures"], "malformed": model.stats["malformed"], "buffer_size": len(buf)}
+    out = {"transitions": n, "model_calls": calls, "seconds": dt, "per_s": n / dt, "backend": backend,
+           "timings": dict(model.timings), "failures": model.stats["failures"],
+           "malformed": model.stats["malformed"], "buffer_size": len(buf),
+           "state_format": model.config.state_format}
+    if floors:
+        out["floors"] = bare_floors(model.llm, max(1, round(backend.get("rows_decoded", 0) / max(1, calls))),
+                                    backend, calls)
+    return out
+
+
+def bare_floors(llm, batch: int, backend: dict, calls: int, repeats: int = 2) -> dict:
+    """The raw costs under a synthetic step, on the same model and this thread count: a bare forward over a batch of
+    `batch` prompts (the rows decoded per call) of the run's mean prompt length (no padding, no cache kept: prefill
+    tokens/s), and a bare greedy decode loop at that batch over that context, in the backend's own KV cache, for the
+    run's mean decode steps per call (no constraint, no sampling, no stop checks: generated tokens/s). Random token ids: the cost depends on the shapes only."""
+    import torch
+
+    from dreamgym.llm.hf import kv_cache
+
+    model = llm.model
+    rows = max(1, backend.get("rows_decoded", 0))
+    length = max(2, round(backend.get("prompt_tokens", 0) / rows))
+    steps = max(1, round(backend.get("decode_steps", 0) / max(1, calls)))
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, vocab, (batch, length), generator=gen)
+    best_prefill = best_decode = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            cache = kv_cache(model.config)  # the backend's own decoding cache
+            t0 = time.perf_counter()
+            out = model(input_ids=ids, use_cache=True, past_key_values=cache, logits_to_keep=1)
+            best_prefill = min(best_prefill, time.perf_counter() - t0)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = model(input_ids=tok, use_cache=True, past_key_values=cache, logits_to_keep=1)
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            best_decode = min(best_decode, time.perf_counter() - t0)
+    return {"batch": batch, "prompt_len": length, "decode_steps": steps,
+            "prefill_tok_s": batch * length / best_prefill, "decode_tok_s": batch * steps / best_decode,
+            "decode_step_s": best_decode / steps}
+
+
+def print_split(syn: dict) -> None:
+    """Where a synthetic step's time went, per synthetic step, beside the floors `bare_floors` measured."""
+    n = syn["transitions"]
+    b, t = syn["backend"], syn["timings"]
+    per = {k: v / n for k, v in b.items()}
+    print(f"per synthetic step: {per.get('prompt_tokens', 0):.0f} prompt tokens ({per.get('prefilled_tokens', 0):.0f} "
+          f"prefilled, {per.get('prefill_positions', 0):.0f} positions with the padding), "
+          f"{per.get('generated_tokens', 0):.1f} generated tokens; "
+          f"{b.get('decode_steps', 0) / max(1, syn['model_calls']):.0f} decode steps per batched call")
+    fl = syn.get("floors", {})
+    prefill_floor = b.get("prefilled_tokens", 0) / fl["prefill_tok_s"] / n if fl else None
+    decode_floor = b.get("generated_tokens", 0) / fl["decode_tok_s"] / n if fl else None
+    generate = t.get("generate_s", 0.0)
+    inside = sum(b.get(k, 0.0) for k in ("compile_s", "prefill_s", "forward_s", "constraint_s", "sample_s",
+                                          "stop_s"))
+    # The backend's tokenizing inside generate (the fitted prompts again: cached ids, the template rendered once
+    # more) is in tokenize_s, which also holds the fitting's, so generate's own share is what the parts leave.
+    model_parts = sum(t.get(k, 0.0) for k in ("retrieval_s", "prompt_s", "params_s", "generate_s", "parse_s"))
+    rows = [
+        ("retrieval (replay buffer top-k)", t.get("retrieval_s", 0.0), None),
+        ("prompt building and fitting (incl. its tokenizing)", t.get("prompt_s", 0.0), None),
+        ("sampling params (edit: per-state regex)", t.get("params_s", 0.0), None),
+        ("constraint compile + matchers", b.get("compile_s", 0.0), None),
+        ("prefill", b.get("prefill_s", 0.0), prefill_floor),
+        ("decode forwards", b.get("forward_s", 0.0), decode_floor),
+        ("decoding constraint (masks, apply, accept)", b.get("constraint_s", 0.0), 0.0),
+        ("sampling + log-probs + host copy", b.get("sample_s", 0.0), None),
+        ("eos / stop checks", b.get("stop_s", 0.0), None),
+        ("rest of generate (tokenize, padding, output)", generate - inside, None),
+        ("parsing answers", t.get("parse_s", 0.0), None),
+        ("env side (queries, apply, buffer add)", syn["seconds"] - model_parts, None),
+    ]
+    print("| part | ms per synthetic step | share | floor ms per step |")
+    print("|---|---:|---:|---:|")
+    for name, sec, floor in rows:
+        print(f"| {name} | {1000 * sec / n:.1f} | {100 * sec / syn['seconds']:.0f}% | "
+              f"{'' if floor is None else f'{1000 * floor:.1f}'} |")
+    print(f"| whole step | {1000 * syn['seconds'] / n:.1f} | 100% | "
+          f"{'' if prefill_floor is None else f'{1000 * (prefill_floor + decode_floor):.1f}'} |")
+    if fl:
+        print(f"floors (same model, batch {fl['batch']}, {fl['prompt_len']} prompt tokens, {fl['decode_steps']} decode "
+              f"steps): bare prefill {fl['prefill_tok_s']:.0f} prompt tokens/s, bare decode {fl['decode_tok_s']:.0f} "
+              f"tokens/s ({1000 * fl['decode_step_s']:.1f} ms per batched step); the dream's whole step: "
+              f"{b.get('prompt_tokens', 0) / syn['seconds']:.0f} prompt tokens/s, prefill alone "
+              f"{b.get('prefilled_tokens', 0) / max(1e-9, b.get('prefill_s', 0.0)):.0f}/s")
 
 
 def real_family_steps_per_s(env_name: str, seconds: float) -> tuple[float, int]:
@@ -172,31 +272,43 @@ def real_family_steps_per_s(env_name: str, seconds: float) -> tuple[float, int]:
     return browser_steps_per_s(1, seconds)
 
 
-def compare_real(model_dir: Path, a: argparse.Namespace) -> None:
-    """Real steps/s of each family in `--real` beside synthetic steps/s with sharing off and on."""
+def compare_real(model_dirs: list[Path], a: argparse.Namespace) -> None:
+    """Real steps/s of each family in `--real` beside synthetic steps/s of each checkpoint in `--model`, with the
+    backend's prompt sharing as `--sharing` says; with `--split`, where each synthetic step's time went."""
     import datetime
     import os
 
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}, torch threads {a.threads}")
-    syn = {}
-    for share in (False, True):
-        syn[share] = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns, group=a.group, share=share,
-                                           warmup=1)
-        b = syn[share]["backend"]
-        print(f"synthetic {a.env}, sharing {'on ' if share else 'off'}: {syn[share]['per_s']:.2f} transitions/s "
-              f"({syn[share]['transitions']} in {syn[share]['model_calls']} batched calls, "
-              f"{syn[share]['seconds']:.1f}s; rows decoded {b.get('rows_decoded')}/{b.get('rows')}, prompt tokens "
-              f"prefilled {b.get('prefilled_tokens')}/{b.get('prompt_tokens')}; {syn[share]['failures']} failure "
-              f"states)", flush=True)
-    print(f"experience model {model_dir} ({a.env}), x{a.episodes} episodes in groups of {a.group}, {a.turns} turns")
-    print("| real family | real steps/s | synthetic/real, sharing off | synthetic/real, sharing on |")
-    print("|---|---|---|---|")
+    shares = {"off": (False,), "on": (True,), "both": (False, True)}[a.sharing]
+    syn: dict[tuple[Path, bool], dict] = {}
+    for model_dir in model_dirs:
+        for share in shares:
+            r = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns, group=a.group, share=share,
+                                      warmup=1, floors=a.split)
+            syn[model_dir, share] = r
+            b = r["backend"]
+            print(f"synthetic {a.env} ({model_dir.name}, state_format {r['state_format']}), sharing "
+                  f"{'on ' if share else 'off'}: {r['per_s']:.2f} transitions/s ({r['transitions']} in "
+                  f"{r['model_calls']} batched calls, {r['seconds']:.1f}s; rows decoded {b.get('rows_decoded')}/"
+                  f"{b.get('rows')}, prompt tokens prefilled {b.get('prefilled_tokens')}/{b.get('prompt_tokens')}, "
+                  f"{b.get('generated_tokens')} generated; {r['malformed']} malformed, {r['failures']} failure "
+                  f"states)", flush=True)
+            if a.split:
+                print_split(r)
+    print(f"x{a.episodes} episodes in groups of {a.group}, {a.turns} turns")
+    cols = [(d, sh) for d in model_dirs for sh in shares]
+    print("| real family | real steps/s | " + " | ".join(
+        f"synthetic/real, {d.name} ({syn[d, sh]['state_format']}), sharing {'on' if sh else 'off'}"
+        for d, sh in cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
     for name in a.real.split(","):
         real, n = real_family_steps_per_s(name, a.seconds)
-        print(f"| {name} | {real:.2f} ({n} steps) | {syn[False]['per_s'] / real:.4f} | "
-              f"{syn[True]['per_s'] / real:.4f} |", flush=True)
-    print(f"sharing on/off: {syn[True]['per_s'] / syn[False]['per_s']:.2f}x")
+        print(f"| {name} | {real:.2f} ({n} steps) | " + " | ".join(
+            f"{syn[c]['per_s'] / real:.4f}" for c in cols) + " |", flush=True)
+    if len(shares) == 2:
+        for d in model_dirs:
+            print(f"{d.name}: sharing on/off: {syn[d, True]['per_s'] / syn[d, False]['per_s']:.2f}x")
 
 
 def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) -> None:
@@ -232,7 +344,13 @@ def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) ->
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", default="dial", help="the synthetic side's family")
-    ap.add_argument("--model", help="experience-model checkpoint (default: train a small one, cached)")
+    ap.add_argument("--model", help="experience-model checkpoint (default: train a small one, cached); several, "
+                                    "comma-separated (e.g. a `state_format: whole` and an `edit` one), each timed")
+    ap.add_argument("--sharing", choices=("off", "on", "both"), default="both",
+                    help="the backend's prompt sharing on the synthetic side")
+    ap.add_argument("--split", action="store_true",
+                    help="where a synthetic step's time goes (retrieval, prompts, prefill, decode, the decoding "
+                         "constraint, parsing), per step, beside a bare forward and a bare decode of the same model")
     ap.add_argument("--real", default="dial,alfworld,webshop,miniwob", help="real families to compare with")
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds each real family is stepped")
     ap.add_argument("--episodes", type=int, default=32)
@@ -250,11 +368,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    model_dir = Path(a.model) if a.model else default_model(a.env)
+    model_dirs = [Path(m) for m in a.model.split(",")] if a.model else [default_model(a.env)]
     if a.structured:
-        compare_structured(model_dir, a.env, a)
+        compare_structured(model_dirs[0], a.env, a)
         return
-    compare_real(model_dir, a)
+    compare_real(model_dirs, a)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ bad output.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -78,6 +79,11 @@ class ExperienceModel:
         self.config = config or ExperienceModelConfig()
         self.env = env
         self.stats: Counter[str] = Counter()
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        """Wall seconds per part of prediction: `retrieval_s` (the examples), `prompt_s` (rendering the requests and
+        fitting them to the token budget), `params_s` (the sampling settings: under `state_format: edit` each query's
+        constraint regex), `generate_s` (the backend's calls; `llm.stats` splits a local backend's) and `parse_s`
+        (parsing answers, applying edits, checking contradictions). Apart from `stats`, whose counts are metrics."""
         self.last_backend_error = ""
         """The last backend error's text ("" while none), for a caller that stops on them."""
         self.shortcuts: OutcomeResolver = shortcuts if shortcuts is not None else FamilyShortcuts(env, self.stats)
@@ -91,13 +97,16 @@ class ExperienceModel:
         cfg = self.config
         if not (cfg.use_retrieval and cfg.k > 0 and self.buffer is not None and queries):
             return [[] for _ in queries]
+        t0 = time.perf_counter()
         try:
             # Twins from other episodes stay: a synthetic query carries no answer, so training and fidelity
             # queries (which do) must retrieve exactly what a synthetic step would. Real transitions only: a model
             # that copies retrieved steps copies its own mistakes too (docs/decisions.md).
-            return self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=True,
-                                        mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True,
-                                        exclude_twins=False)
+            found = self.buffer.retrieve(queries, k=cfg.k, env=self.env, real_only=True,
+                                         mmr_lambda=cfg.mmr_lambda, exclude_same_trajectory=True,
+                                         exclude_twins=False)
+            self.timings["retrieval_s"] += time.perf_counter() - t0
+            return found
         except Exception as e:  # noqa: BLE001 - retrieval helps; losing it for one batch must not end a rollout
             self.stats["retrieval_errors"] += 1
             log.warning("experience model: retrieval failed (%s: %s); predicting without examples",
@@ -107,8 +116,11 @@ class ExperienceModel:
     def requests(self, queries: list[Transition], examples: list[list[Transition]] | None = None) -> list[ChatRequest]:
         if examples is None:
             examples = self.retrieve(queries)
+        t0 = time.perf_counter()
         count = self._count_tokens()
-        return [build_request(q, ex, self.config, count, self.stats) for q, ex in zip(queries, examples)]
+        reqs = [build_request(q, ex, self.config, count, self.stats) for q, ex in zip(queries, examples)]
+        self.timings["prompt_s"] += time.perf_counter() - t0
+        return reqs
 
     def _params(self, temperature: float, seed: int | None) -> SamplingParams:
         cfg = self.config
@@ -124,6 +136,7 @@ class ExperienceModel:
         cfg = self.config
         if not (cfg.structured_output and cfg.state_format == "edit"):
             return params
+        t0 = time.perf_counter()
         per_request = []
         for q in queries:
             named = edit_named_lines(q, cfg, self.env)
@@ -132,6 +145,7 @@ class ExperienceModel:
                 per_request.append(params)
             else:
                 per_request.append(replace(params, constraint=output_constraint(cfg, named)))
+        self.timings["params_s"] += time.perf_counter() - t0
         return per_request
 
     def _generate(self, reqs: list[ChatRequest], params: SamplingParams | list[SamplingParams],
@@ -139,9 +153,14 @@ class ExperienceModel:
         """The completions' texts and "" or, when the backend raised, empty texts and the backend's error; and
         whether the backend ran out of time (`GenerationTimeout`)."""
         self.stats["generate_calls"] += 1
+        t0 = time.perf_counter()
         try:
             # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
-            comps = self.llm.generate(reqs, params) if seeds is None else self.llm.generate(reqs, params, seeds=seeds)
+            try:
+                comps = self.llm.generate(reqs, params) if seeds is None else \
+                    self.llm.generate(reqs, params, seeds=seeds)
+            finally:
+                self.timings["generate_s"] += time.perf_counter() - t0
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
                 raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
@@ -195,6 +214,7 @@ class ExperienceModel:
         errors = [""] * len(queries)
         backend_failed = [False] * len(queries)  # whether the query's last attempt was a backend error
         for attempt in range(self.config.retries + 1):
+            t0 = time.perf_counter()
             still = []
             for i, text in zip(pending, texts):
                 backend_failed[i] = bool(backend_error)
@@ -221,6 +241,7 @@ class ExperienceModel:
                 else:
                     results[i] = Prediction(state, parsed.reward, parsed.done, parsed.reasoning,
                                             attempts=attempts[i], text=text, examples=examples[i])
+            self.timings["parse_s"] += time.perf_counter() - t0
             if not still or attempt == self.config.retries or timed_out:
                 pending_texts = dict(still)
                 break

@@ -68,6 +68,20 @@ def test_predict_retrieves_from_the_buffer_excluding_the_own_trajectory():
     assert p.examples == [] and "Examples" not in llm.calls[-1][-1]["content"]
 
 
+def test_timings_split_prediction_into_its_parts_apart_from_the_counted_stats():
+    """`timings` holds the wall seconds of retrieval, prompt building, the generate calls and parsing (retries
+    included); `stats`, whose counts are logged as metrics, holds no timing."""
+    trajs = dial_trajectories(6)
+    buf = ReplayBuffer(None, HashingEmbedder())
+    buf.add(em_transitions(trajs, history=2), seed_data=True)
+    m = ExperienceModel(FakeLLM(["<state>cut off", format_completion(abstract_state(4), 0.0, False, "ok")]),
+                        buffer=buf, config=ExperienceModelConfig(k=2, retries=1), env="dial")
+    m.predict([em_transitions(trajs[:1], history=2)[1]])
+    assert set(m.timings) == {"retrieval_s", "prompt_s", "generate_s", "parse_s"}
+    assert all(v > 0 for v in m.timings.values())
+    assert not any(k.endswith("_s") for k in m.stats)
+
+
 # ------------------------------------------------------------------------------ a trained tiny model
 
 @pytest.fixture(scope="module")

@@ -237,12 +237,15 @@ SHARED = [GROUP + " History: turn up", GROUP + " History: turn down ; submit", G
 """Prompts of a dream batch in miniature: a group sharing a long prefix, repeated requests, unrelated ones."""
 
 
-def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tokens():
+@pytest.mark.parametrize("packed", [True, False])
+def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tokens(packed):
     """Identical requests are decoded once and shared prefixes prefilled once, yet each greedy completion is the
-    one decoded without sharing, with log-probs still those of a plain forward pass."""
+    one decoded without sharing, with log-probs still those of a plain forward pass; packed (rows prefilled
+    unpadded, the CPU's default) or padded."""
     torch.set_num_threads(1)
     plain = HFBackend.from_preset("tiny", device="cpu")
     shared = HFBackend(plain.model, plain.tokenizer, share_prompts=True)
+    shared.packed_prefill = packed
     params = SamplingParams(temperature=0, max_tokens=16)
     a, b = plain.generate(chats(SHARED), params), shared.generate(chats(SHARED), params)
     assert [x.token_ids for x in a] == [x.token_ids for x in b] and [x.text for x in a] == [x.text for x in b]
@@ -253,6 +256,8 @@ def test_shared_prompts_give_the_same_greedy_completions_from_fewer_rows_and_tok
     st = shared.stats
     assert st["rows"] == 7 and st["rows_decoded"] == 5  # two repeats
     assert st["prefilled_tokens"] < st["prompt_tokens"] * 0.7  # the group's prefix once, not three times
+    # Packed: no position computed for padding; padded: the prefixes' and the rests' padding.
+    assert (st["prefill_positions"] == st["prefilled_tokens"]) == packed
     assert plain.stats["prefilled_tokens"] == plain.stats["prompt_tokens"]
 
 
@@ -270,3 +275,63 @@ def test_shared_prompts_merge_sampled_requests_only_with_the_same_seed():
     own_b = shared.generate(chats(SHARED), params, seeds=seeds)
     assert shared.stats["rows_decoded"] == 1 + 7
     assert [x.token_ids for x in own_a] == [x.token_ids for x in own_b]
+
+
+def test_stats_count_generated_tokens_and_time_each_part_of_generation(backend):
+    """`stats` counts the tokens the decoded rows generated and the batched decode steps, and times each part of
+    generation (`TIMED`): the parts add up to no more than the call's wall time."""
+    import time
+
+    from dreamgym.llm.base import OutputConstraint
+    from dreamgym.llm.hf import TIMED
+
+    before = dict(backend.stats)
+    params = SamplingParams(temperature=0, max_tokens=12, constraint=OutputConstraint(regex="[a-z ]{1,40}"))
+    t0 = time.perf_counter()
+    outs = backend.generate(chats(), params)
+    wall = time.perf_counter() - t0
+    delta = {k: backend.stats[k] - before[k] for k in backend.stats}
+    assert delta["generated_tokens"] == sum(len(o.token_ids) for o in outs)
+    widest = max(len(o.prompt_token_ids) for o in outs)
+    assert delta["prefilled_tokens"] == sum(len(o.prompt_token_ids) for o in outs)
+    assert delta["prefill_positions"] == len(outs) * widest  # one left-padded batch
+    assert max(len(o.token_ids) for o in outs) - 1 <= delta["decode_steps"] <= max(len(o.token_ids) for o in outs)
+    assert all(delta[k] >= 0 for k in TIMED)
+    assert delta["prefill_s"] > 0 and delta["forward_s"] > 0 and delta["constraint_s"] > 0
+    assert sum(delta[k] for k in TIMED) <= wall
+
+
+def test_decoding_cache_writes_in_place_and_gives_the_plain_caches_completions(backend, monkeypatch):
+    """The decode loop's KV cache (`kv_cache`) appends a step's keys into spare room instead of concatenating the whole
+    cache each step, and follows a row selection; completions and log-probs are bit-identical to a plain
+    `DynamicCache`'s, shared prefixes (row selection of the cache) included."""
+    from transformers import DynamicCache
+
+    from dreamgym.llm import hf
+
+    cache = hf.kv_cache(backend.model.config)
+    layer = cache.layers[0]
+    k = torch.randn(3, 2, 5, 4)
+    layer.update(k, k + 1)
+    store = layer.keys.untyped_storage().data_ptr()
+    steps = [torch.randn(3, 2, 1, 4) for _ in range(hf.KV_CHUNK)]
+    for s in steps:
+        layer.update(s, s + 1)
+        if layer.keys.shape[-2] <= 5 + hf.KV_CHUNK:
+            assert layer.keys.untyped_storage().data_ptr() == store  # no copy while the spare room lasts
+    full = torch.cat([k, *steps], dim=-2)
+    assert torch.equal(layer.keys, full) and torch.equal(layer.values, full + 1)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    s = torch.randn(2, 2, 1, 4)
+    keys, values = layer.update(s, s + 1)
+    assert torch.equal(keys, torch.cat([full[[2, 0]], s], dim=-2)) and torch.equal(values, keys + 1)
+
+    shared = HFBackend(backend.model, backend.tokenizer, share_prompts=True)
+    shared.packed_prefill = False  # packing needs this cache (its shapes are the plain cache's test below)
+    params = SamplingParams(temperature=0, max_tokens=hf.KV_CHUNK + 20)  # past the first spare room
+    ours = [b.generate(chats(SHARED), params) for b in (backend, shared)]
+    monkeypatch.setattr(hf, "kv_cache", lambda config: DynamicCache(config=config))
+    plain = [b.generate(chats(SHARED), params) for b in (backend, shared)]
+    for a, b in zip(ours, plain):
+        assert [x.token_ids for x in a] == [x.token_ids for x in b]
+        assert [x.logprobs for x in a] == [x.logprobs for x in b]
