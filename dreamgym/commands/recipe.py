@@ -600,6 +600,13 @@ QUICKSTART_RECORDED: dict[str, tuple[str, tuple[RecordedRun, ...]]] = {
                     {"SFT": 62, "DreamGym GRPO": 109, "DreamGym-S2R GRPO": 57, "GRPO real": 72}),
         RecordedRun("AMD EPYC, AVX2 kernels, 1 thread", "2026-12-05",
                     {"SFT": 62, "DreamGym GRPO": 56, "DreamGym-S2R GRPO": 49, "GRPO real": 49}),
+        # `--seeds 0,1,2 --workers 2 threads=1`, one run per seed
+        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 0", "2026-12-06",
+                    {"SFT": 61, "DreamGym GRPO": 79, "DreamGym-S2R GRPO": 58, "GRPO real": 73}),
+        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 1", "2026-12-06",
+                    {"SFT": 44, "DreamGym GRPO": 40, "DreamGym-S2R GRPO": 42, "GRPO real": 68}),
+        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 2", "2026-12-06",
+                    {"SFT": 68, "DreamGym GRPO": 72, "DreamGym-S2R GRPO": 64, "GRPO real": 76}),
     )),
 }
 """Recorded runs of the quickstart's defaults per environment, with the page that reports them (a test checks that
@@ -614,9 +621,9 @@ def recorded_note(env: str) -> str:
     page, runs = QUICKSTART_RECORDED[env]
     sft = [r.wins["SFT"] / r.n for r in runs]
     lines = [f"Recorded runs of the defaults ({page}; one run per row in each of {len(runs)} settings of CPU, "
-             f"kernels and threads): the SFT start landed at {100 * min(sft):.1f}-{100 * max(sft):.1f}% (SFT stops "
-             "on a measured replay criterion because where a fixed step count lands moves with the CPU's float "
-             "rounding)."]
+             f"kernels, threads and seed): the SFT start landed at {100 * min(sft):.1f}-{100 * max(sft):.1f}% "
+             "(SFT stops on a measured replay criterion because where a fixed step count lands moves with the "
+             "CPU's float rounding)."]
     for row in runs[0].wins:
         if row == "SFT":
             continue

@@ -128,8 +128,9 @@ def test_the_printed_expectations_are_derived_from_the_recorded_counts():
     from dreamgym.commands.recipe import QUICKSTART_RECORDED, RecordedRun, recorded_note
 
     note = recorded_note("dial")
-    # One recorded setting where the dream row fell under SFT: the text may not say "each time".
-    assert "DreamGym GRPO ended above it in 3 of 4" in note and "-3.3 points" in note and "each time" not in note
+    # Two recorded settings where the dream row fell under SFT: the text may not say "each time".
+    assert "DreamGym GRPO ended above it in 5 of 7" in note and "-3.3, +10.0, -2.2, +2.2 points" in note
+    assert "each time" not in note
     assert recorded_note("alfworld") == ""
     saved = QUICKSTART_RECORDED["dial"]
     try:
