@@ -191,3 +191,36 @@ def raw(base: str, data: bytes, timeout: float = 30.0) -> Answer:
     with connect(base) as s:
         s.sendall(data)
         return read_answer(s, timeout)
+
+
+class DropField:
+    """ASGI middleware that removes one JSON field from every request body (`app.add_middleware(DropField,
+    name=...)`): the app then behaves as a server that accepts the field and ignores it (a chat server without
+    structured output, say)."""
+
+    def __init__(self, app: Any, name: str):
+        self.app, self.name = app, name
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        if body:
+            data = json.loads(body)
+            data.pop(self.name, None)
+            body = json.dumps(data).encode()
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

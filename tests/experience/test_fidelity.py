@@ -14,6 +14,7 @@ from dreamgym.experience.fidelity import (action_kind, check_alfworld, check_dia
                                reward1_by_task, token_f1, worst_reward1_tasks)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
+from servers import DropField
 
 
 def test_token_f1_and_exact_match():
@@ -323,38 +324,6 @@ def test_the_gate_leaves_out_reward_and_end_where_the_dream_takes_them_from_the_
     assert any(r.startswith("reward-1 recall 0.000") for r in judged["reasons"]) and not judged["not_gated"]
 
 
-class _IgnoreStructuredOutputs:
-    """ASGI middleware: `dreamgym serve-model`'s app with `structured_outputs` taken out of every request body, so it
-    answers as a chat server without structured output does (the field accepted and ignored)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        if body:
-            data = json.loads(body)
-            data.pop("structured_outputs", None)
-            body = json.dumps(data).encode()
-        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
-        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return await self.app(scope, replay, send)
-
-
 def test_eval_em_on_a_server_without_structured_output_says_its_figures_do_not_compare(tmp_path, capsys):
     """A chat-only server decodes the experience model's answers unconstrained (26% failure states and F1 0.692
     against 0% and 0.770 in process): eval-em labels those rows, records how each was decoded and says last, on
@@ -367,7 +336,7 @@ def test_eval_em_on_a_server_without_structured_output_says_its_figures_do_not_c
     write_jsonl(held, dial_trajectories(3, split="test", seed=5))
     meta = json.loads((trained_dial_model() / "em_config.json").read_text())
     app = create_app(model.llm, "em")
-    app.add_middleware(_IgnoreStructuredOutputs)
+    app.add_middleware(DropField, name="structured_outputs")  # a chat server without structured output
     with ServerHandle(serving.start(serving.make_server(app), "127.0.0.1", 0), app) as server:
         rc = main(["--env", "dial", "--model", str(trained_dial_model()), "--data", str(held), "--train-data",
                    meta["train"]["data"], "--out", str(tmp_path / "fid.json"), "--url", f"{server.url}#em",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from model_fixtures import em_checkpoint, warm_model_dir
-from servers import free_port, stop, wait_healthy
+from servers import DropField, free_port, stop, wait_healthy
 
 from dreamgym.utils import serving
 from dreamgym.cli import main as cli
@@ -130,45 +130,13 @@ def test_training_through_a_server_without_runtime_lora_fails_at_start_up(transf
 
 
 # ------------------------------------------------------------------------------------------ dreamgym serve-model
-class _DropField:
-    """ASGI middleware that removes one field from every JSON request body: the app then behaves as a server that
-    accepts the field and ignores it."""
-
-    def __init__(self, app, name: str):
-        self.app, self.name = app, name
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        if body:
-            data = json.loads(body)
-            data.pop(self.name, None)
-            body = json.dumps(data).encode()
-        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
-        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
 @contextlib.contextmanager
 def serve_model(backend: HFBackend, drop_routes: tuple[str, ...] = (), drop_field: str | None = None):
     """`dreamgym serve-model`'s app over `backend` without `drop_routes` and, with `drop_field`, blind to it."""
     app = create_app(backend, "tiny")
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) not in drop_routes]
     if drop_field:
-        app.add_middleware(_DropField, name=drop_field)
+        app.add_middleware(DropField, name=drop_field)
     try:
         running = serving.start(serving.make_server(app), "127.0.0.1", 0)
     except BaseException:
