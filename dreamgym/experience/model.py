@@ -156,11 +156,7 @@ class ExperienceModel:
         t0 = time.perf_counter()
         try:
             # Without per-query seeds the call stays the seam's plain form, which any backend accepts.
-            try:
-                comps = self.llm.generate(reqs, params) if seeds is None else \
-                    self.llm.generate(reqs, params, seeds=seeds)
-            finally:
-                self.timings["generate_s"] += time.perf_counter() - t0
+            comps = self.llm.generate(reqs, params) if seeds is None else self.llm.generate(reqs, params, seeds=seeds)
             texts = [c.text for c in comps]
             if len(texts) != len(reqs):
                 raise RuntimeError(f"backend returned {len(texts)} completions for {len(reqs)} requests")
@@ -173,6 +169,8 @@ class ExperienceModel:
             if timed_out:
                 self.stats["timeouts"] += 1
             return [""] * len(reqs), f"backend error ({self.last_backend_error})", timed_out
+        finally:
+            self.timings["generate_s"] += time.perf_counter() - t0
 
     def predict(self, queries: list[Transition], *, examples: list[list[Transition]] | None = None,
                 seed: int | None = None, seeds: list[int] | None = None) -> list[Prediction]:
