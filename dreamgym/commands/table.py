@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dreamgym.config import CommandParser, ConfigError, describe, fail, load_config, ranged
+from dreamgym.config import CommandParser, ConfigError, default_of, describe, fail, load_config, ranged
 from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig
 from dreamgym.utils.paths import atomic_write_text
 from dreamgym.commands.recipe import Recipe, RecipeConfig, add_seeds_options, seeds_overrides
 from dreamgym.commands.seeds import SeedRunError, run_seeds, write_seeds_report
+
+S2R_SHARE = 16
+"""The S2R rows of the table get B / S2R_SHARE real steps (B: `budget`)."""
 
 
 @dataclass
@@ -37,6 +40,8 @@ class TableConfig(RecipeConfig):
     """`dreamgym table`: every row of the table on one environment (the shared recipe fields, with the quickstart's
     defaults, in `RecipeConfig`; configs/*/table*.yaml set the table's scale)."""
 
+    budget: int = ranged(default_of(RecipeConfig, "budget"), ge=S2R_SHARE)
+    """B: the real-step budget of the real RL rows; the S2R rows get B/16 (fewer than 16 would give them none)."""
     em_epochs: float = ranged(3, gt=0)
     """Experience-model SFT epochs."""
     s2r_iterations: int = ranged(5, ge=1)
@@ -47,16 +52,10 @@ class TableConfig(RecipeConfig):
     """Subset of rows to run (empty: all), by name as printed in the table."""
 
     def validate(self) -> None:
-        if self.budget < S2R_SHARE:  # the S2R rows get B/16 real steps: fewer than 16 would give them none
-            raise ConfigError("budget", f"{self.budget} is below {S2R_SHARE}: the S2R rows get B/{S2R_SHARE}")
         super().validate()
         unknown = [r for r in self.rows if r not in ALL_ROWS]
         if unknown:
             raise ConfigError("rows", f"unknown {unknown}", ", ".join(ALL_ROWS))
-
-
-S2R_SHARE = 16
-"""The S2R rows of the table get B / S2R_SHARE real steps (B: `budget`)."""
 
 
 ALL_ROWS = ["SFT", "DPO", "GRPO real", "PPO real", "DreamGym GRPO", "DreamGym-S2R GRPO", "DreamGym PPO",
