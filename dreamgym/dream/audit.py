@@ -5,7 +5,7 @@ Owns: `replay` (one dream episode's actions fed to a real environment reset to t
 outcomes, or the reason it could not be replayed), `Replay`, `sample` (which of an iteration's episodes are
 audited: a seeded draw of its own, touching no shared random state), `summarize` (outcome agreement, false
 successes, real steps, next-state agreement) and the audit file (`AUDIT_FILE`: one JSON row per audited episode,
-`write_rows` replacing an iteration's rows whole and atomically).
+`write_rows` replacing an iteration's rows whole and atomically, `real_steps` summing them).
 Must not know: trainers, the experience model, the run loop or its real-step budget (an audit's real steps are its
 own count, reported apart from training and never charged to it), concrete environments (a real environment comes
 from the factory the caller gives), how a dream was produced.
@@ -162,3 +162,18 @@ def write_rows(path: Path, iteration: int, rows: Sequence[Mapping[str, Any]]) ->
                 kept.append(line)
     kept += [json.dumps(dict(r), ensure_ascii=False) for r in rows]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def real_steps(path: Path) -> int:
+    """The real steps of every audited episode in the audit file at `path` (0 when there is none); a line that does
+    not parse is not counted."""
+    total = 0
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("real_steps"), int):
+                total += row["real_steps"]
+    return total

@@ -3,8 +3,10 @@
 Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (a `dreamgym.rl.loop.World`: the
 experience model, its co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run; after
 each iteration the synthetic transitions are in the buffer, the episodes in the dream's log, the curriculum has
-taken its step, the iteration's report is made (failure states, zero-variance groups, optimiser steps) and a sample
-of its episodes has been audited in the real environment where one can be run, `dreamgym.dream.audit`). The paper's
+taken its step, the iteration's report is made (failure states, zero-variance groups, optimiser steps), a sample
+of its episodes has been audited in the real environment where one can be run (`dreamgym.dream.audit`) and, with
+`dream.guard` on, the audit guard has judged the audits so far (`dreamgym.dream.guard`: its verdict is the world's
+`phase_end`, kept in its saved state so a resumed run does not play on). The paper's
 loop, curriculum tasks -> rollouts inside the experience model -> GRPO/PPO update -> buffer -> curriculum, is the run
 loop (`dreamgym.rl.loop.run_phases`) over a `DreamWorld`.
 Must not know: trainers' internals, concrete environments (families are reached through `dreamgym.envs.family`),
@@ -22,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dreamgym.llm.base import GENERATION_TIMEOUT_S
-from dreamgym.dream import audit
+from dreamgym.dream import audit, guard
+from dreamgym.dream.guard import AuditGuardConfig, GuardStop
 from dreamgym.utils import distributed
 from dreamgym.checks import SERVER_URLS, server_urls, task_source, trajectory_file
 from dreamgym.config import ConfigError, checked, ranged
@@ -89,6 +92,14 @@ class DreamConfig:
     """Dream episodes per iteration replayed action by action in the real environment to measure the dream's outcome
     agreement (`dream/audit/*`, `dream_audit.jsonl`); their real steps are counted apart, never charged to the
     real-step budget. 0: no audit."""
+    guard: AuditGuardConfig = field(default_factory=AuditGuardConfig)
+    """The audit guard: stop the dream when the audit's false successes exceed a share of its dreamt wins, and roll
+    the policy back (`dreamgym.dream.guard`; off by default)."""
+
+    def validate(self) -> None:
+        if self.guard.on and self.audit_episodes == 0:
+            raise ConfigError("guard.max_false_success_rate", "the guard judges the audit, and audit_episodes=0 "
+                              "turns it off", "null with audit_episodes=0, else 0 to 1")
 
 
 def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]], dict[str, Task]]:
@@ -144,6 +155,12 @@ class DreamWorld:
         self._failures = 0  # the model's failure count when this iteration's rollouts began
         # "unchecked" until the first audit starts the real environment; "off" when it cannot (or audit_episodes=0)
         self._audit = "unchecked" if dream.audit_episodes > 0 else "off"
+        try:
+            dream.validate()
+        except ConfigError as e:
+            raise e.under("dream.") from None
+        self._audits: list[tuple[int, dict[str, float]]] = []  # the guard's window: (iteration, audit summary)
+        self._stop: GuardStop | None = None  # the guard's verdict, once it stopped the dream
 
     # -- the World a run loop plays in
     def start(self, iteration: int) -> None:
@@ -155,6 +172,21 @@ class DreamWorld:
                 print(f"warning: {state_file} is from iteration {state.get('iteration')}, the checkpoint from "
                       f"{iteration}; the curriculum continues from the older state")
             self.load_state_dict(state)
+            # A verdict or audits from after the checkpoint's iteration (a kill between the world's save and the
+            # checkpoint's): the run redoes those iterations, and the guard judges them again.
+            self._audits = [(it, a) for it, a in self._audits if it <= iteration]
+            if self._stop is not None and self._stop.stopped_at > iteration:
+                self._stop = None
+
+    @property
+    def keeps_policies(self) -> int:
+        """How many of the latest policies the run loop keeps restorable for this world: the guard's window + 1 when
+        it is on (a verdict restores the policy that played the iteration before its window), else 0."""
+        return self.config.guard.window + 1 if self.config.guard.on else 0
+
+    def phase_end(self) -> GuardStop | None:
+        """The guard's verdict once it stopped the dream (None: the dream goes on)."""
+        return self._stop
 
     def tasks(self, iteration: int, n: int) -> list[Task]:
         """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants."""
@@ -177,9 +209,10 @@ class DreamWorld:
                         update: UpdateResult) -> dict[str, float]:
         """Every rank gets the others' new transitions; the episodes go to `dream_episodes/it-<iteration>.jsonl`
         (whole and atomic: a resumed run that redoes an iteration replaces its file); the curriculum takes its step
-        on their rewards; a sample of the episodes is audited (`audit_iteration`). Returns the curriculum's, the
-        experience model's and the buffer's figures, the iteration's report (`failure_states`: the model's answers
-        that fell to the failure state, and from `update` the trainer's `zero_variance_groups` and
+        on their rewards; a sample of the episodes is audited (`audit_iteration`) and, with `dream.guard` on, the
+        guard judges the audits of its window (`judge`: `phase_end` then holds its verdict). Returns the
+        curriculum's, the experience model's and the buffer's figures, the iteration's report (`failure_states`: the
+        model's answers that fell to the failure state, and from `update` the trainer's `zero_variance_groups` and
         `optimizer_steps`) and the audit's (`audit/...`)."""
         self.share_new_transitions(self._known)
         if distributed.is_main():
@@ -195,6 +228,8 @@ class DreamWorld:
             report["zero_variance_groups"] = float(update.zero_variance_groups)
         report["optimizer_steps"] = float(update.optimizer_steps)
         audited = self.audit_iteration(iteration, episodes, policy_version) if distributed.is_main() else {}
+        if self.config.guard.on:
+            self.judge(iteration, audited)
         return {**cm, **em_stats, "buffer/size": float(len(self.buffer)), **report,
                 **{f"audit/{k}": v for k, v in audited.items()}}
 
@@ -221,6 +256,23 @@ class DreamWorld:
                  "reset_seed": audit.REPLAY_SEED}
         audit.write_rows(self.run_dir / audit.AUDIT_FILE, iteration, [r.to_row(**where) for r in replays])
         return audit.summarize(r.to_row() for r in replays)
+
+    def judge(self, iteration: int, audited: dict[str, float]) -> GuardStop | None:
+        """The guard's turn after `iteration`: its audit summary `audited` (none when the audit is off or another
+        rank ran it) joins the window and the rule (`dreamgym.dream.guard.check`) is applied; rank 0's verdict is
+        every rank's. Returns it (None: go on)."""
+        if audited:
+            self._audits = [*self._audits, (iteration, dict(audited))][-self.config.guard.window:]
+        stop = guard.check(self._audits, self.config.guard) if distributed.is_main() else None
+        if distributed.active():
+            stop = distributed.gather(stop)[0]
+        self._stop = stop
+        return stop
+
+    def audit_real_steps(self) -> int:
+        """The real steps every audit of this run folder took (its `dream_audit.jsonl`; a resumed run's redone
+        iterations counted once), 0 without an audit."""
+        return audit.real_steps(self.run_dir / audit.AUDIT_FILE)
 
     def save(self, iteration: int) -> None:
         # Beside the checkpoint, not inside it: `trainer.save` replaces the whole checkpoint folder, and the
@@ -264,8 +316,13 @@ class DreamWorld:
         return self.curriculum.update(iteration, rewards, tasks)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"generated": [t.to_dict() for t in self.curriculum.generated],
-                "stats": dataclasses.asdict(self.curriculum.stats), "rng": self.curriculum.rng.getstate()}
+        """The curriculum's state and, with the guard on, the guard's (its window's audits and its verdict)."""
+        d: dict[str, Any] = {"generated": [t.to_dict() for t in self.curriculum.generated],
+                             "stats": dataclasses.asdict(self.curriculum.stats), "rng": self.curriculum.rng.getstate()}
+        if self.config.guard.on:
+            d["guard"] = {"audits": [[it, a] for it, a in self._audits],
+                          "stop": self._stop.to_dict() if self._stop is not None else None}
+        return d
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         from dreamgym.curriculum.generator import CurriculumStats
@@ -275,3 +332,6 @@ class DreamWorld:
         rng = d["rng"]
         self.curriculum.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
         self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
+        g = d.get("guard") or {}
+        self._audits = [(int(it), dict(a)) for it, a in g.get("audits", [])]
+        self._stop = GuardStop.from_dict(g["stop"]) if g.get("stop") else None

@@ -2,10 +2,12 @@
 turn) goes through `run_phases`, over a list of phases.
 
 Owns: `World` (what a phase plays in: an iteration's tasks, its environments, what happens after an iteration,
-its state beside a checkpoint), `RealWorld` (the real environment: train tasks drawn from a pool, as many as the
-real-step budget can finish), `Phase` (a world and a number of iterations), `RunState` (iterations done and the
-real-step budget: what every checkpoint keeps of the run), `LoopSettings` (the run's `TrainerConfig`, read there,
-and the loop's periods) and `run_phases`, the loop.
+its state beside a checkpoint, and whether it ended its phase early: `PhaseEnd`), `RealWorld` (the real environment:
+train tasks drawn from a pool, as many as the real-step budget can finish; it never ends its phase), `Phase` (a
+world and a number of iterations), `RunState` (iterations done, the real-step budget and the iterations phases
+ended early left unplayed: what every checkpoint keeps of the run), `LoopSettings` (the run's `TrainerConfig`, read
+there, and the loop's periods), the policy snapshots a world may ask back (`<run_dir>/policy-snapshots/it-<n>`) and
+`run_phases`, the loop.
 Must not know: trainers' internals (an `OnlineTrainer` only updates and saves), the experience model (the dream is a
 `World` like any other: `dreamgym.dream.world.DreamWorld`), concrete environments.
 
@@ -28,6 +30,14 @@ One iteration, top to bottom:
   6. save every `save_every` and evaluate every `eval_every` iterations of the phase; a real phase that spent the
      budget ends the run.
 
+A world may end its phase early (`World.phase_end`, a typed verdict: the dream's audit guard,
+`dreamgym.dream.guard`): after step 4 the loop asks it, and on a verdict restores the policy the world names, logs
+`<world>/<by>/stopped_at` and `<world>/<by>/rolled_back_to` with the world's reason, and goes to the next phase,
+which begins where this one stopped (`RunState.cut`). For that the loop keeps, for a world that asks
+(`World.keeps_policies` > 0, with `run_dir` set), the latest policies as trainer checkpoints in
+`<run_dir>/policy-snapshots/it-<n>` (the policy after n iterations: the starting one at the phase's start, then one
+after each iteration), deleting those the world can no longer ask back.
+
 Iterations are numbered over the whole run (S2R's real phase continues the dream's count, a resumed run its
 checkpoint's), so task draws and rollout seeds depend only on the iteration; save and evaluation periods count
 from the phase's start.
@@ -47,6 +57,7 @@ can finish, and evaluations on held-out tasks are measurement, never charged to 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -101,6 +112,37 @@ class World(Protocol):
         """Keep its state at `iteration`, beside the trainer's checkpoint (also at the end of its phase)."""
         ...
 
+    @property
+    def keeps_policies(self) -> int:
+        """How many of the latest policies (snapshots) its `phase_end` may ask back; 0: none, and none is written."""
+        ...
+
+    def phase_end(self) -> PhaseEnd | None:
+        """Asked after each iteration's `after_iteration` (and when its phase starts or resumes): its verdict that
+        the phase ends, or None to go on."""
+        ...
+
+
+class PhaseEnd(Protocol):
+    """A world's verdict: its phase ends after iteration `stopped_at`, and the policy goes back to the one that had
+    made `restore` updates (it played iteration `restore` + 1; the phase's starting policy at the latest)."""
+
+    @property
+    def stopped_at(self) -> int: ...
+
+    @property
+    def restore(self) -> int: ...
+
+    @property
+    def by(self) -> str:
+        """What in the world decided (the name its metrics go under: `dream/guard/stopped_at`)."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why, in words (printed)."""
+        ...
+
 
 class RealWorld:
     """The real environment of a family: each iteration a seeded sample of the pool, its environments the family's
@@ -108,6 +150,7 @@ class RealWorld:
 
     name = "real"
     real = True
+    keeps_policies = 0
 
     def __init__(self, family: EnvFamily, seed: int, pool: Sequence[Task] | None = None):
         self.family, self.seed = family, seed
@@ -129,6 +172,9 @@ class RealWorld:
     def save(self, iteration: int) -> None:
         pass
 
+    def phase_end(self) -> PhaseEnd | None:
+        return None
+
 
 @dataclass
 class Phase:
@@ -142,10 +188,12 @@ class Phase:
 @dataclass
 class RunState:
     """What a run has done: completed iterations and the real-step budget (built once per run, from
-    `real_step_budget`). Every checkpoint keeps it (`state_dict`), so a resumed run continues both."""
+    `real_step_budget`), and `cut`, the iterations phases that a world ended early did not play (later phases begin
+    that much earlier). Every checkpoint keeps it (`state_dict`), so a resumed run continues all three."""
 
     budget: RealStepBudget
     iteration: int = 0
+    cut: int = 0
 
     @classmethod
     def new(cls, real_step_budget: int | None) -> RunState:
@@ -153,10 +201,12 @@ class RunState:
         return cls(RealStepBudget(real_step_budget))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "budget": self.budget.state_dict()}
+        d = {"iteration": self.iteration, "budget": self.budget.state_dict()}
+        return {**d, "cut": self.cut} if self.cut else d  # a run no phase of which ended early: as before
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.iteration = int(d["iteration"])
+        self.cut = int(d.get("cut", 0))
         if d.get("budget") is not None:
             self.budget.load_state_dict(d["budget"])
 
@@ -193,16 +243,61 @@ def policy_version(trainer: OnlineTrainer, seed: int, iteration: int) -> str:
 def run_phases(trainer: OnlineTrainer, phases: Sequence[Phase], state: RunState, settings: LoopSettings, *,
           logger: MetricsLogger | None = None, evaluate: PeriodicEvaluation | None = None) -> RunEnd:
     """Run `phases` in turn from `state.iteration` (a phase already done is skipped, one begun continues), each for
-    its iterations; see the module docstring for one iteration. `evaluate(tag, iteration)` runs every `eval_every`
-    iterations of a phase."""
+    its iterations (fewer when its world ends it early: later phases then begin where it stopped, `RunState.cut`);
+    see the module docstring for one iteration. `evaluate(tag, iteration)` runs every `eval_every` iterations of a
+    phase."""
     history: list[dict[str, Any]] = []
-    start = 0
+    planned = 0
     for phase in phases:
-        end = start + phase.iterations
+        # Where the phase begins and ends: as planned, less what phases that ended early did not play (every one of
+        # them before this one: a phase begins only once those before it are done).
+        start, end = planned - state.cut, planned + phase.iterations - state.cut
         if state.iteration < end and _phase(trainer, phase, start, end, state, settings, logger, evaluate, history):
             return RunEnd(history, out_of_budget=True)
-        start = end
+        planned += phase.iterations
     return RunEnd(history)
+
+
+SNAPSHOTS_DIR = "policy-snapshots"
+"""In a run folder: the policies a world may ask back (`World.keeps_policies`), `it-<n>` the policy after n
+iterations, each a trainer checkpoint written atomically."""
+
+
+def _snapshot(trainer: OnlineTrainer, state: RunState, run_dir: Path, keep: int) -> None:
+    """The current policy as `it-<state.iteration>`; only the latest `keep` snapshots stay."""
+    root = run_dir / SNAPSHOTS_DIR
+    trainer.save(root / f"it-{state.iteration}", state.state_dict())
+    if distributed.is_main():
+        for it in _snapshots(root):
+            if it <= state.iteration - keep:
+                shutil.rmtree(root / f"it-{it}", ignore_errors=True)
+
+
+def _snapshots(root: Path) -> list[int]:
+    """The iterations of the snapshots in `root`, oldest first."""
+    found = [p.name[3:] for p in root.glob("it-*") if p.is_dir()] if root.is_dir() else []
+    return sorted(int(n) for n in found if n.isdigit())
+
+
+def _end_phase(trainer: OnlineTrainer, world: World, verdict: PhaseEnd, start: int, state: RunState,
+               settings: LoopSettings) -> dict[str, float]:
+    """Restore the policy `verdict` names (never one from before the phase's `start`) from its snapshot, say why and
+    return the decision's metrics (under the world's name)."""
+    if settings.run_dir is None:
+        raise ValueError(f"the {world.name} world ended its phase: restoring a policy needs the loop's run_dir")
+    root = settings.run_dir / SNAPSHOTS_DIR
+    want = max(verdict.restore, start)
+    kept = [it for it in _snapshots(root) if it >= want]
+    if not kept:
+        raise RuntimeError(f"{world.name} ended its phase and asked back the policy after {want} iterations, but "
+                           f"{root} holds no snapshot from then on")
+    if kept[0] != want:
+        print(f"warning: {root}/it-{want} is missing; restoring the oldest snapshot after it, it-{kept[0]}")
+    trainer.load(root / f"it-{kept[0]}")  # the run's own state (iterations, budget) stays this iteration's
+    version = policy_version(trainer, settings.config.seed, kept[0])
+    print(f"{world.name} phase stopped after iteration {verdict.stopped_at} by its {verdict.by}: {verdict.reason}; "
+          f"the policy is rolled back to {version} (after {kept[0]} iterations)")
+    return {f"{verdict.by}/stopped_at": float(verdict.stopped_at), f"{verdict.by}/rolled_back_to": float(kept[0])}
 
 
 def _warn_if_untrained(world: str, iteration: int, update: UpdateResult) -> None:
@@ -227,6 +322,18 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
     steps = world.family.step_limit(cfg.rollout.max_episode_steps)
     rollout = dataclasses.replace(cfg.rollout, max_episode_steps=steps)
     world.start(state.iteration)
+    verdict = world.phase_end()
+    if verdict is not None and verdict.stopped_at <= state.iteration:  # a resumed run: its world ended the phase
+        print(f"{world.name} phase ended after iteration {verdict.stopped_at} ({verdict.by}: {verdict.reason}); "
+              "it is not continued")
+        state.cut += end - state.iteration
+        return False
+    keep = world.keeps_policies
+    snapshots = settings.run_dir if keep else None  # where the policies it may ask back go
+    if keep and snapshots is None:
+        raise ValueError(f"the {world.name} world keeps policies to roll back to: the loop needs a run_dir")
+    if snapshots is not None:
+        _snapshot(trainer, state, snapshots, keep)  # the starting policy
     label = f"{world.name} {trainer.algo}"
     ran, out_of_budget = False, False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -275,8 +382,13 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
             if distributed.is_main():
                 _warn_if_untrained(world.name, state.iteration, result)
 
-            # 4. the world's turn
+            # 4. the world's turn, and its verdict: the phase ends here, the policy goes back
             own = namespaced(f"{world.name}/", world.after_iteration(state.iteration, episodes, version, result))
+            verdict = world.phase_end()
+            if verdict is not None:
+                own.update(namespaced(f"{world.name}/", _end_phase(trainer, world, verdict, start, state, settings)))
+            elif snapshots is not None:
+                _snapshot(trainer, state, snapshots, keep)
 
             # 5. log
             if logger is not None:
@@ -287,6 +399,11 @@ def _phase(trainer: OnlineTrainer, phase: Phase, start: int, end: int, state: Ru
             bar.update(job, completed=state.iteration - start,
                        description=f"{label} success {played['success_rate']:.2f} loss {result.loss:.3f} "
                                    f"real steps {budget.used}")
+            if verdict is not None:
+                state.cut += end - state.iteration
+                if settings.save_every and settings.run_dir is not None:  # a resumed run starts past the phase
+                    trainer.save(settings.run_dir / "checkpoint", state.state_dict())
+                break
 
             # 6. save, evaluate
             done = state.iteration - start

@@ -9,8 +9,9 @@ Owns: the five namespaces, fixed for every command and trainer (as CleanRL's `lo
     statistics (`losses/grad_norm`, `losses/clip_frac`, `losses/zero_variance_groups`, ...) and its cost
     (`losses/update_time_s`), for GRPO and PPO per iteration and for SFT and DPO every `log_every` steps;
   - `dream/`: the dream world's own figures after each iteration (curriculum, experience model, buffer, the
-    iteration's report: `dream/failure_states`, `dream/zero_variance_groups`, `dream/optimizer_steps`, and its
-    audit in the real environment, `dream/audit/...`);
+    iteration's report: `dream/failure_states`, `dream/zero_variance_groups`, `dream/optimizer_steps`, its
+    audit in the real environment, `dream/audit/...`, and the audit guard's decision, `dream/guard/stopped_at` and
+    `dream/guard/rolled_back_to`);
   - `em/`: the experience model's training (`dreamgym train-em`);
   - `eval/`: evaluations (held-out success, SFT's replay success on its demonstrations);
 and `current_name`, the name today of a metric an older run logged (unprefixed rollout and update figures, SFT's

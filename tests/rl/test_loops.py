@@ -165,7 +165,7 @@ class SyntheticDial(DialEnv):
 class ScriptedDream:
     """A `World` whose environments are synthetic: it records what the loop asks of it."""
 
-    name, real, family = "dream", False, family("dial")
+    name, real, family, keeps_policies = "dream", False, family("dial"), 0
 
     def __init__(self):
         self.calls: list[tuple] = []
@@ -186,6 +186,9 @@ class ScriptedDream:
 
     def save(self, iteration):
         self.calls.append(("save", iteration))
+
+    def phase_end(self):
+        return None
 
 
 def test_a_world_is_asked_in_order_and_its_metrics_are_logged_under_its_name(tmp_path, tokenizer):
