@@ -6,8 +6,10 @@ data, experience models, the SFT/DPO baselines and `run_method`, which trains an
 or S2R; each finished row kept in `<row>/result.json` with its episodes and a hash of its settings, and read back
 instead of run again), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`,
 `quickstart` and `quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO
-at the same budget; with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`), the `--seeds` /
-`--workers` options, and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
+at the same budget; with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which also owns the
+`--seeds` / `--workers` options), a row's dream settings as its hash holds them (`dream_settings`: a guard-off dream
+hashes as before the audit guard; a row with `dream_guard` on counts its audit's real steps as its own), and the
+recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
 quickstart's table is derived. Configs are built typed (`dataclasses.replace`); only a user's own
 `train_overrides`/`em_overrides` are text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
@@ -32,6 +34,7 @@ from dreamgym.agent import AgentConfig
 from dreamgym.config import (CommandParser, ConfigError, apply_overrides, checked, default_of, describe, fail,
                              load_config, parse_overrides, ranged, to_dict, validate_config)
 from dreamgym.data import DataError
+from dreamgym.dream.guard import AuditGuardConfig
 from dreamgym.dream.world import DreamConfig, DreamWorld
 from dreamgym.rl.modes import online_phases
 from dreamgym.episode import RolloutConfig
@@ -43,7 +46,8 @@ from dreamgym.rl.builders import (Evaluation, build_backend, build_offline_train
 from dreamgym.utils.metrics import MetricsLogger, describe_machine, machine_info, pin_threads, resolve_threads
 from dreamgym.utils.paths import atomic_write_text, crash_point
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
-from dreamgym.commands.seeds import SeedRunError, check_seeds, row_findings, run_seeds, write_seeds_report
+from dreamgym.commands.seeds import (SeedRunError, add_seeds_options, check_seeds, row_findings, run_seeds,
+                                     seeds_overrides, write_seeds_report)
 from dreamgym.commands.train import TrainConfig
 from dreamgym.trainers.common import ModelConfig, TrainerConfig
 
@@ -169,9 +173,12 @@ class Recipe:
         return out
 
     def record(self, name: str, res: EvalResult, *, real_steps: int, real_data: int, wall: float,
-               curve: list[tuple[int, float]] | None = None) -> None:
+               curve: list[tuple[int, float]] | None = None, audit_real_steps: int | None = None) -> None:
+        """Row `name`'s record; `audit_real_steps`: those of `real_steps` a guarded dream's audit took."""
         self.results[name] = {**res.to_dict(), "real_steps": real_steps, "real_data": real_data,
                               "wall_time_s": wall, "curve": curve or []}
+        if audit_real_steps is not None:
+            self.results[name]["audit_real_steps"] = audit_real_steps
         self.episodes[name] = episode_rows(res.episodes)
         print(f"[{name}] {res}", flush=True)
 
@@ -324,7 +331,7 @@ class Recipe:
         fingerprint = self.fingerprint(
             config=to_dict(cfg), mode=mode, dream_iterations=dream_iterations, real_iterations=real_iterations,
             eval_every=eval_every, em=self.em_settings.get(str(em)) if em is not None else None,
-            dream=dataclasses.asdict(dream) if dream is not None else None,
+            dream=dream_settings(dream),
             start=self.fingerprints.get(from_method or "SFT"))
         if self.resume_row(name, fingerprint):
             done()
@@ -362,16 +369,19 @@ class Recipe:
             curve.append((state.iteration, res.success_rate))
         lg.close()
         # Real data in the paper's sense: the SFT start's demonstrations, the offline data behind the experience
-        # model for dream methods, plus the real steps the method took itself.
+        # model for dream methods, plus the real steps the method took itself: a guarded dream's audit steps too
+        # (they chose its policy); an unguarded audit's are measurement, kept apart (its dream_audit.jsonl).
         prior = self.real_offline if world is not None else self.real_demos
+        audited = world.audit_real_steps() if world is not None and world.config.guard.on else None
         wall = time.time() - t0
         if from_method:
             parent = self.results[from_method]
             prior, wall = parent["real_data"], wall + parent["wall_time_s"]
             offset = parent["curve"][-1][0] if parent["curve"] else 0  # iterations continue the parent's
             curve = parent["curve"] + [(offset + st, v) for st, v in curve if st > 0]
-        self.record(name, res, real_steps=state.budget.used, real_data=prior + state.budget.used,
-                    wall=wall, curve=curve)
+        own = state.budget.used + (audited or 0)
+        self.record(name, res, real_steps=own, real_data=prior + own, wall=wall, curve=curve,
+                    audit_real_steps=audited)
         if world is not None:
             self.results[name]["curriculum"] = dataclasses.asdict(world.curriculum.stats) | {
                 "valid_share": world.curriculum.stats.valid_share}
@@ -395,6 +405,15 @@ class Recipe:
              "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos,
              "machine": machine}, indent=1))
         return report
+
+
+def dream_settings(dream: DreamConfig | None) -> dict[str, Any] | None:
+    """A row's dream settings as its fingerprint holds them, the guard left out while it is off (so the rows of run
+    folders from before the guard read back)."""
+    if dream is None:
+        return None
+    d = dataclasses.asdict(dream)
+    return d if dream.guard.on else {k: v for k, v in d.items() if k != "guard"}
 
 
 # ------------------------------------------------------------------------------------------------ quickstart
@@ -460,10 +479,17 @@ class RecipeConfig:
     threads: int = ranged(0, ge=0)
     """CPU threads of torch and of numpy's BLAS for every stage (part of the result: the report names it); 0:
     OMP_NUM_THREADS when it is set, else torch's own count (the rule of every command)."""
+    dream_guard: AuditGuardConfig = field(default_factory=AuditGuardConfig)
+    """The audit guard of every DreamGym row (`dream.guard` of `dreamgym train`; off by default); a guarded row
+    counts its audit's real steps as its own."""
 
     def validate(self) -> None:
         check_recipe(self.eval_seeds, self.offline_mix, self.sft_policy, self.train_overrides, self.em_overrides)
         check_seeds(self.seeds, self.workers, self.threads)
+
+    def dream(self, base: DreamConfig | None = None) -> DreamConfig | None:
+        """A DreamGym row's DreamConfig: `base` (None: the defaults) with `dream_guard`; None for the defaults."""
+        return dataclasses.replace(base or DreamConfig(), guard=self.dream_guard) if self.dream_guard.on else base
 
 
 @dataclass
@@ -530,7 +556,7 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     r.sft(epochs=q.sft_epochs, lr=q.sft_lr, batch_size=q.sft_batch_size, stop_at=q.sft_stop_at,
           check_every=q.sft_check_every)
     rl: dict[str, Any] = dict(algo="grpo", tasks_per_iteration=q.tasks_per_iteration, group_size=q.group_size, lr=q.lr)
-    r.run_method("DreamGym GRPO", mode="dream", em=em, dream_iterations=q.dream_iterations, **rl)
+    r.run_method("DreamGym GRPO", mode="dream", em=em, dream=q.dream(), dream_iterations=q.dream_iterations, **rl)
     r.run_method("DreamGym-S2R GRPO", mode="s2r", from_method="DreamGym GRPO", budget=q.budget,
                  real_iterations=q.real_iterations, **rl)
     r.run_method("GRPO real", mode="real", budget=q.budget, real_iterations=q.real_iterations, **rl)
@@ -669,21 +695,3 @@ def quickstart_main(argv: list[str] | None = None) -> int:
     except (DataError, SeedRunError) as e:  # a damaged file in the run folder (named with its line), a seed's run
         return fail("quickstart", e)
     return 0
-
-
-def add_seeds_options(parser: argparse.ArgumentParser) -> None:
-    """`--seeds` and `--workers`, the command-line form of the `seeds` and `workers` fields (quickstart, table)."""
-    parser.add_argument("--seeds", default=None,
-                        help="comma-separated seeds: every row once per seed, in run_dir/seed-<s>/, and the report "
-                             "over seeds in run_dir (the `seeds` field)")
-    parser.add_argument("--workers", default=None, help="seeds run at a time, each in its own process (`workers`)")
-
-
-def seeds_overrides(args: argparse.Namespace) -> list[str]:
-    """`--seeds` / `--workers` as overrides of the config's fields, so their values are checked like any other."""
-    out = []
-    if args.seeds is not None:
-        out.append(f"seeds=[{args.seeds}]")
-    if args.workers is not None:
-        out.append(f"workers={args.workers}")
-    return out

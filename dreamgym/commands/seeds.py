@@ -3,17 +3,19 @@ the recipe in `<run_dir>/seed-<s>/` (its own report.md and summary.json, exactly
 `workers` of them at a time, each in its own process; then the report over seeds at `<run_dir>/report.md` and
 `<run_dir>/summary.json`.
 
-Owns: `check_seeds` (the seeds and workers rules, at start-up), `run_seeds` (the per-seed runs, in processes),
-`aggregate_seeds` (per row: success over every seed's episodes, the IQM over seeds with its stratified bootstrap
-interval, paired comparisons with the reference rows on the same test episodes and the probability of improvement
-over them), `render_seeds_report`,
-`row_findings` (the sentences under a table, derived from its figures) and `write_seeds_report`.
+Owns: the `--seeds` / `--workers` options (`add_seeds_options`, `seeds_overrides`: the command-line form of the
+`seeds` and `workers` fields), `check_seeds` (the seeds and workers rules, at start-up), `run_seeds` (the per-seed
+runs, in processes), `aggregate_seeds` (per row: success over every seed's episodes, the IQM over seeds with its
+stratified bootstrap interval, paired comparisons with the reference rows on the same test episodes and the
+probability of improvement over them), `render_seeds_report`, `row_findings` (the sentences under a table, derived
+from its figures) and `write_seeds_report`.
 Must not know: how a row is trained (a seed's run is the recipe's own function, given), trainers, environments.
 The statistics are `dreamgym.rl.compare`'s.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import multiprocessing
@@ -288,3 +290,21 @@ def write_seeds_report(run_dir: str | Path, title: str, env: str, per_seed: dict
          "over_seeds": agg, "seed_dirs": {str(s): str(seed_dir(run_dir, s)) for s in seeds},
          "workers": workers, "aggregate_time_s": time.time() - t0}, indent=1))
     return report
+
+
+def add_seeds_options(parser: argparse.ArgumentParser) -> None:
+    """`--seeds` and `--workers`, the command-line form of the `seeds` and `workers` fields (quickstart, table)."""
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds: every row once per seed, in run_dir/seed-<s>/, and the report "
+                             "over seeds in run_dir (the `seeds` field)")
+    parser.add_argument("--workers", default=None, help="seeds run at a time, each in its own process (`workers`)")
+
+
+def seeds_overrides(args: argparse.Namespace) -> list[str]:
+    """`--seeds` / `--workers` as overrides of the config's fields, so their values are checked like any other."""
+    out = []
+    if args.seeds is not None:
+        out.append(f"seeds=[{args.seeds}]")
+    if args.workers is not None:
+        out.append(f"workers={args.workers}")
+    return out

@@ -12,7 +12,8 @@ real tasks):
 SFT; DPO; GRPO real and PPO real with a real-step budget B; DreamGym GRPO and PPO (0 real steps beyond the
 offline data); DreamGym-S2R GRPO and PPO (the dream policy continued in the real environment with B/16 real
 steps); ablations of DreamGym GRPO: no replay (retrieval off at inference, the same experience model), no
-reasoning (an experience model trained and run without traces), no curriculum (task generation off).
+reasoning (an experience model trained and run without traces), no curriculum (task generation off). With
+`dream_guard` on, every DreamGym row's dream is guarded (`dreamgym.dream.guard`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dreamgym.config import CommandParser, ConfigError, default_of, describe, fa
 from dreamgym.curriculum.generator import CurriculumConfig
 from dreamgym.dream.world import DreamConfig
 from dreamgym.utils.paths import atomic_write_text
-from dreamgym.commands.recipe import Recipe, RecipeConfig, add_seeds_options, seeds_overrides
-from dreamgym.commands.seeds import SeedRunError, run_seeds, write_seeds_report
+from dreamgym.commands.recipe import Recipe, RecipeConfig
+from dreamgym.commands.seeds import SeedRunError, add_seeds_options, run_seeds, seeds_overrides, write_seeds_report
 
 S2R_SHARE = 16
 """The S2R rows of the table get B / S2R_SHARE real steps (B: `budget`)."""
@@ -115,7 +116,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
             r.run_method(f"{A} real", algo=algo, mode="real", budget=t.budget, real_iterations=t.real_iterations,
                          **common)
         if f"DreamGym {A}" in rows or f"DreamGym-S2R {A}" in rows:
-            r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream_iterations=t.dream_iterations, **common)
+            r.run_method(f"DreamGym {A}", algo=algo, mode="dream", em=em, dream=t.dream(),
+                         dream_iterations=t.dream_iterations, **common)
         if f"DreamGym-S2R {A}" in rows:
             r.run_method(f"DreamGym-S2R {A}", algo=algo, mode="s2r", from_method=f"DreamGym {A}", budget=s2r_budget,
                          real_iterations=t.s2r_iterations, **common)
@@ -130,8 +132,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
             DreamConfig())
     for name, (em_dir, dcfg) in ablations.items():
         if name in rows:
-            r.run_method(name, algo="grpo", mode="dream", em=em_dir, dream=dcfg, dream_iterations=t.dream_iterations,
-                         **common)
+            r.run_method(name, algo="grpo", mode="dream", em=em_dir, dream=t.dream(dcfg),
+                         dream_iterations=t.dream_iterations, **common)
     wall = time.time() - t0
     curves = r.run / "learning_curves.png"
     plot_curves(r.results, curves, f"{t.env}: success on held-out real tasks")

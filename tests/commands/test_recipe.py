@@ -254,3 +254,55 @@ def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_
     assert "vs SFT: only it / only SFT (p); P(it > SFT) [95% CI]" in report and "IQM % [95% CI]" in report
     assert "- DreamGym GRPO: above SFT in " in report and "the SFT start is per seed" in report
     assert report.rstrip().splitlines()[-1].startswith("Machine (seed 0's run): ")
+
+
+def test_a_guarded_dream_row_counts_its_audit_steps_as_real_and_an_unguarded_row_is_unchanged(tmp_path):
+    """A dream row with `dream_guard` on chose its policy with the audit's real steps: they are its real steps (and
+    real data), with `audit_real_steps` beside them; without the guard the audit's steps stay apart (0 real steps),
+    the record holds no `audit_real_steps`, and the row's settings hash is the one it had before the guard existed."""
+    from em_helpers import trained_dial_model
+    from model_fixtures import warm_model_dir
+
+    from dreamgym.commands.recipe import QuickstartConfig, dream_settings
+    from dreamgym.dream import audit
+    from dreamgym.dream.guard import AuditGuardConfig
+    from dreamgym.dream.world import DreamConfig
+
+    r = Recipe("dial", tmp_path, eval_tasks=2, eval_seeds=[0], progress=False, threads=1)
+    r.collect_offline(10, "oracle:0.5,random:0.5", "oracle")
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "final").symlink_to(warm_model_dir())  # the start every RL row begins from
+    em = trained_dial_model()
+    never = AuditGuardConfig(max_false_success_rate=1.0, min_wins=1)  # on, but a rate above 1 cannot happen
+    rows = {}
+    for name, guard in (("off", AuditGuardConfig()), ("on", never)):
+        q = QuickstartConfig(dream_guard=guard)
+        rows[name] = r.run_method(name, algo="grpo", mode="dream", em=em, dream=q.dream(), dream_iterations=1,
+                                  tasks_per_iteration=2, group_size=2)
+    audited = {name: audit.real_steps(tmp_path / name / audit.AUDIT_FILE) for name in rows}
+    assert audited["on"] > 0 and audited["off"] > 0  # both audited; only the guarded row counts them
+    assert rows["on"]["real_steps"] == rows["on"]["audit_real_steps"] == audited["on"]
+    assert rows["on"]["real_data"] == r.real_offline + audited["on"]
+    assert rows["off"]["real_steps"] == 0 and rows["off"]["real_data"] == r.real_offline
+    assert "audit_real_steps" not in rows["off"]
+    # the hash: the guard-off row's dream settings are today's (no DreamConfig: None; an ablation's without the
+    # guard's key), the guarded one's hold the guard
+    assert QuickstartConfig().dream() is None and r.fingerprints["off"] != r.fingerprints["on"]
+    ablation = DreamConfig(em_overrides=["use_retrieval=false"])
+    assert QuickstartConfig().dream(ablation) is ablation
+    assert dream_settings(ablation) == {k: v for k, v in dataclasses.asdict(ablation).items() if k != "guard"}
+    assert dream_settings(QuickstartConfig(dream_guard=never).dream(ablation))["guard"] == dataclasses.asdict(never)
+
+
+def test_the_guard_is_set_from_the_recipe_command_line_and_checked_by_name():
+    from dreamgym.commands.recipe import QuickstartConfig
+    from dreamgym.commands.table import TableConfig
+    from dreamgym.config import ConfigError, describe, load_config
+
+    for cls in (QuickstartConfig, TableConfig):
+        cfg = load_config(cls, None, ["dream_guard.max_false_success_rate=0.5"])
+        assert cfg.dream().guard.max_false_success_rate == 0.5 and cfg.dream().audit_episodes > 0
+        with pytest.raises(ConfigError) as e:
+            load_config(cls, None, ["dream_guard.window=0"])
+        assert e.value.field == "dream_guard.window"
+        assert "dream_guard.max_false_success_rate" in describe(cls)
