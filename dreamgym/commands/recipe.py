@@ -238,7 +238,7 @@ class Recipe:
             sft_cfg = dataclasses.replace(sft_cfg, stop_at=stop_at, check_every=check_every or sft_cfg.check_every)
         cfg = dataclasses.replace(self.base, algo="sft", sft=sft_cfg,
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
-        if self.resume_row("SFT", self.fingerprint(config=to_dict(cfg))):
+        if self.resume_row("SFT", self.fingerprint(config=row_config(cfg))):
             done()
             return out
         trained = (out / "trainer_state.json").is_file()  # an earlier run of this recipe saved it: evaluated only
@@ -280,7 +280,7 @@ class Recipe:
         cfg = dataclasses.replace(self.base, algo="dpo", init=str(self.run / "sft" / "final"),
                                   dpo=dataclasses.replace(self.base.dpo, epochs=epochs),
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
-        if self.resume_row("DPO", self.fingerprint(config=to_dict(cfg), start=self.fingerprints.get("SFT"))):
+        if self.resume_row("DPO", self.fingerprint(config=row_config(cfg), start=self.fingerprints.get("SFT"))):
             done()
             return
         self._fresh_folder(self.run / "dpo")
@@ -329,7 +329,7 @@ class Recipe:
         # The row's figures follow from these and from the rows it starts from (their own hashes): with all of them
         # unchanged, a finished row on disk is this row.
         fingerprint = self.fingerprint(
-            config=to_dict(cfg), mode=mode, dream_iterations=dream_iterations, real_iterations=real_iterations,
+            config=row_config(cfg), mode=mode, dream_iterations=dream_iterations, real_iterations=real_iterations,
             eval_every=eval_every, em=self.em_settings.get(str(em)) if em is not None else None,
             dream=dream_settings(dream),
             start=self.fingerprints.get(from_method or "SFT"))
@@ -405,6 +405,13 @@ class Recipe:
              "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos,
              "machine": machine}, indent=1))
         return report
+
+
+def row_config(cfg: TrainConfig) -> dict[str, Any]:
+    """A row's `dreamgym train` config as its fingerprint holds it: its dream section as `dream_settings` holds it."""
+    d = to_dict(cfg)
+    d["dream"] = dream_settings(cfg.dream)
+    return d
 
 
 def dream_settings(dream: DreamConfig | None) -> dict[str, Any] | None:

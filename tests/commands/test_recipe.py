@@ -256,6 +256,21 @@ def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_
     assert report.rstrip().splitlines()[-1].startswith("Machine (seed 0's run): ")
 
 
+def test_an_off_guard_leaves_every_rows_hashed_config_as_before_the_guard():
+    """The SFT, DPO and real rows hash the whole `dreamgym train` config, dream section included: an off guard must
+    not enter it (run folders from before the guard read their rows back), an on guard must."""
+    from dreamgym.commands.recipe import row_config
+    from dreamgym.commands.train import TrainConfig
+    from dreamgym.dream.guard import AuditGuardConfig
+
+    off = row_config(TrainConfig())
+    assert "guard" not in off["dream"] and off["dream"]["audit_episodes"] == 4
+    cfg = TrainConfig()
+    on = dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, guard=AuditGuardConfig(
+        max_false_success_rate=0.5)))
+    assert row_config(on)["dream"]["guard"]["max_false_success_rate"] == 0.5
+
+
 def test_a_guarded_dream_row_counts_its_audit_steps_as_real_and_an_unguarded_row_is_unchanged(tmp_path):
     """A dream row with `dream_guard` on chose its policy with the audit's real steps: they are its real steps (and
     real data), with `audit_real_steps` beside them; without the guard the audit's steps stay apart (0 real steps),
