@@ -306,6 +306,10 @@ def test_import_dreamgym_registers_the_gym_ids_of_entry_point_families_by_one_ru
 # What a registered id needs to run, where that is more than this package: a check is skipped only for want of it.
 _NEEDS = {"dreamgym/ALFWorld-v0": "alfworld", "dreamgym/TextWorld-v0": "textworld", "dreamgym/MiniWoB-v0": "chromium",
           "dreamgym/WebArenaLite-v0": "the WebArena sites"}
+# Arguments to `gymnasium.make` beyond the id's defaults, where those defaults cost time the check does not need:
+# TextWorld's default pool is 20 generated games (~2 s each on a fresh cache) while check_env plays one; its first
+# two are the ones the other TextWorld tests generate too.
+_MAKE_KWARGS = {"dreamgym/TextWorld-v0": {"n": 2}}
 
 
 @pytest.mark.parametrize("env_id", sorted(i for i in gymnasium.registry if i.startswith("dreamgym/")))
@@ -322,7 +326,7 @@ def test_every_registered_id_passes_gymnasiums_check_env(env_id):
         pytest.importorskip(need)
     from gymnasium.utils.env_checker import check_env
 
-    env = gymnasium.make(env_id)
+    env = gymnasium.make(env_id, **_MAKE_KWARGS.get(env_id, {}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env.unwrapped)  # raises AssertionError naming the broken rule

@@ -27,18 +27,20 @@ def _stable(metrics):
 
 @pytest.mark.slow
 def test_grpo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_report):
-    """From a partially competent SFT start, six GRPO iterations raise the sampled policy's success
-    significantly (two-proportion z-test over 216 + 216 evaluation episodes)."""
+    """From a partially competent SFT start, two GRPO iterations raise the sampled policy's success
+    significantly (two-proportion z-test over 216 + 216 evaluation episodes). Two, not six: success measured 0.30
+    -> 0.63 after two (z=6.9) and 0.77 after six (z=9.8), so two already show learning far past p < 0.01, in a
+    third of the time; with the learning rate at 0 (a trainer that does not update) the same test fails."""
     t0 = time.perf_counter()
     be = warm_backend
     tasks = dial.make_tasks("train")
     before = dial_eval(be, 101)
     cfg, common = GRPOConfig(epochs=2, minibatches=2), dial_common(lr=2e-4, group_size=8, tasks_per_iteration=8)
     tr = GRPOTrainer(be, cfg, common)
-    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 2)], RunState(RealStepBudget(None)),
                 LoopSettings(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
-    assert len(end.history) == 6
+    assert len(end.history) == 2
     for m in end.history:
         assert m["losses/samples"] > 0 and m["losses/optimizer_steps"] == 4 and m["rollout/real_steps_used"] > 0
     after = dial_eval(be, 202)

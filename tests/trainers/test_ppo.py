@@ -17,8 +17,10 @@ from dreamgym.trainers.ppo import PPOConfig, PPOTrainer
 
 @pytest.mark.slow
 def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_report):
-    """From a partially competent SFT start, six PPO iterations raise the sampled policy's success
-    significantly (two-proportion z-test over 216 + 216 evaluation episodes)."""
+    """From a partially competent SFT start, two PPO iterations raise the sampled policy's success
+    significantly (two-proportion z-test over 216 + 216 evaluation episodes). Two, not six: success measured 0.33
+    -> 0.57 after two (z=5.0) and 0.59 after six (z=5.4), the same margin in a third of the time; with the learning
+    rate at 0 (a trainer that does not update) the same test fails."""
     t0 = time.perf_counter()
     be = warm_backend
     tasks = dial.make_tasks("train")
@@ -26,11 +28,11 @@ def test_ppo_raises_dial_success(warm_backend, dial_common, dial_eval, learning_
     cfg = PPOConfig(epochs=2, minibatches=2, gamma=1.0, lam=0.95)
     common = dial_common(lr=2e-4, tasks_per_iteration=12, group_size=4)
     tr = PPOTrainer(be, cfg, common)
-    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 6)], RunState(RealStepBudget(None)),
+    end = run_phases(tr, [Phase(RealWorld(family("dial"), 0, tasks), 2)], RunState(RealStepBudget(None)),
                 LoopSettings(common, progress=False))
     n_episodes = sum(int(m["rollout/episodes"]) for m in end.history)
     gaps = [abs(m["losses/value_mean"] - m["losses/return_mean"]) for m in end.history]
-    assert len(end.history) == 6
+    assert len(end.history) == 2
     for m in end.history:
         assert m["losses/optimizer_steps"] == 4 and m["losses/samples"] > 0
     after = dial_eval(be, 404)
