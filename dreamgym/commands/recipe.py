@@ -280,7 +280,8 @@ class Recipe:
         cfg = dataclasses.replace(self.base, algo="dpo", init=str(self.run / "sft" / "final"),
                                   dpo=dataclasses.replace(self.base.dpo, epochs=epochs),
                                   optim=dataclasses.replace(self.base.optim, lr=lr))
-        if self.resume_row("DPO", self.fingerprint(config=row_config(cfg), start=self.fingerprints.get("SFT"))):
+        if self.resume_row("DPO", self.fingerprint(config=row_config(cfg, from_row=True),
+                                                   start=self.fingerprints.get("SFT"))):
             done()
             return
         self._fresh_folder(self.run / "dpo")
@@ -329,7 +330,8 @@ class Recipe:
         # The row's figures follow from these and from the rows it starts from (their own hashes): with all of them
         # unchanged, a finished row on disk is this row.
         fingerprint = self.fingerprint(
-            config=row_config(cfg), mode=mode, dream_iterations=dream_iterations, real_iterations=real_iterations,
+            config=row_config(cfg, from_row=True), mode=mode, dream_iterations=dream_iterations,
+            real_iterations=real_iterations,
             eval_every=eval_every, em=self.em_settings.get(str(em)) if em is not None else None,
             dream=dream_settings(dream),
             start=self.fingerprints.get(from_method or "SFT"))
@@ -407,10 +409,14 @@ class Recipe:
         return report
 
 
-def row_config(cfg: TrainConfig) -> dict[str, Any]:
-    """A row's `dreamgym train` config as its fingerprint holds it: its dream section as `dream_settings` holds it."""
+def row_config(cfg: TrainConfig, from_row: bool = False) -> dict[str, Any]:
+    """A row's `dreamgym train` config as its fingerprint holds it: its dream section as `dream_settings` holds it;
+    for a row that starts from another row's policy (`from_row`), no `init`: that is a path inside the run folder,
+    and the starting row's own hash stands for it, so a run folder moved or copied elsewhere reads its rows back."""
     d = to_dict(cfg)
     d["dream"] = dream_settings(cfg.dream)
+    if from_row:
+        d.pop("init", None)
     return d
 
 

@@ -271,6 +271,17 @@ def test_an_off_guard_leaves_every_rows_hashed_config_as_before_the_guard():
     assert row_config(on)["dream"]["guard"]["max_false_success_rate"] == 0.5
 
 
+def test_a_row_that_starts_from_another_hashes_no_path_so_a_moved_run_folder_reads_it_back():
+    """An RL or DPO row's `init` is a path inside the run folder (the row it starts from, whose own hash the row's
+    holds): it stays out of the hashed config; the SFT row's `init` (the base model the user chose) stays in."""
+    from dreamgym.commands.recipe import row_config
+    from dreamgym.commands.train import TrainConfig
+
+    here, moved = TrainConfig(init="runs/a/seed-1/sft/final"), TrainConfig(init="/elsewhere/seed-1/sft/final")
+    assert row_config(here, from_row=True) == row_config(moved, from_row=True)
+    assert row_config(here) != row_config(moved)
+
+
 def test_a_guarded_dream_row_counts_its_audit_steps_as_real_and_an_unguarded_row_is_unchanged(tmp_path):
     """A dream row with `dream_guard` on chose its policy with the audit's real steps: they are its real steps (and
     real data), with `audit_real_steps` beside them; without the guard the audit's steps stay apart (0 real steps),
