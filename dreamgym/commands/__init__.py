@@ -7,5 +7,6 @@ arguments, its report), built on the packages below it; nothing in the library i
 - `recipe`: several rows on one environment, the quickstart, the results table's rendering;
 - `table`: `dreamgym table`, the paper's Table 1 shape with ablations and learning curves;
 - `seeds`: a recipe over several seeds (`--seeds`, `--workers`) and its report over seeds;
+- `row_hash`: what a recipe row's figures depend on, hashed (a finished row with an equal hash is read back);
 - `docs_ref`: docs/reference/ written from the code.
 """

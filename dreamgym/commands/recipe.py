@@ -7,9 +7,8 @@ or S2R; each finished row kept in `<row>/result.json` with its episodes and a ha
 instead of run again), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`,
 `quickstart` and `quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO
 at the same budget; with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which also owns the
-`--seeds` / `--workers` options), a row's dream settings as its hash holds them (`dream_settings`: a guard-off dream
-hashes as before the audit guard; a row with `dream_guard` on counts its audit's real steps as its own), and the
-recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
+`--seeds` / `--workers` options; what a row's hash holds is `dreamgym.commands.row_hash`'s; a row with `dream_guard`
+on counts its audit's real steps as its own), and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
 quickstart's table is derived. Configs are built typed (`dataclasses.replace`); only a user's own
 `train_overrides`/`em_overrides` are text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shutil
 import time
@@ -48,6 +46,7 @@ from dreamgym.utils.paths import atomic_write_text, crash_point
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.commands.seeds import (SeedRunError, add_seeds_options, check_seeds, row_findings, run_seeds,
                                      seeds_overrides, write_seeds_report)
+from dreamgym.commands.row_hash import dream_settings, row_config, row_hash
 from dreamgym.commands.train import TrainConfig
 from dreamgym.trainers.common import ModelConfig, TrainerConfig
 
@@ -188,13 +187,11 @@ class Recipe:
         return self.run / self._slug(name) / "result.json"
 
     def fingerprint(self, **settings: Any) -> str:
-        """A hash of what a row's figures depend on: its own `settings`, the evaluation (tasks, seeds, sampling), the
-        thread count (float rounding moves results, docs/log/01-quickstart.md) and the offline data's settings."""
+        """The hash of what a row's figures depend on (`dreamgym.commands.row_hash`): its own `settings` and this
+        recipe's evaluation, threads and offline data."""
         evaluation = {"tasks": [t.id for t in self.test_tasks], "seeds": self.eval_seeds,
                       "config": to_dict(self.evaluate.config)}
-        text = json.dumps({"row": settings, "evaluation": evaluation, "threads": self.threads,
-                           "data": self.data_settings}, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return row_hash(settings, evaluation, self.threads, self.data_settings)
 
     def resume_row(self, name: str, fingerprint: str) -> bool:
         """Row `name` read back from disk when it finished before with these settings (True). Otherwise False, and the
@@ -407,26 +404,6 @@ class Recipe:
              "offline_real_transitions": self.real_offline, "demo_transitions": self.real_demos,
              "machine": machine}, indent=1))
         return report
-
-
-def row_config(cfg: TrainConfig, from_row: bool = False) -> dict[str, Any]:
-    """A row's `dreamgym train` config as its fingerprint holds it: its dream section as `dream_settings` holds it;
-    for a row that starts from another row's policy (`from_row`), no `init`: that is a path inside the run folder,
-    and the starting row's own hash stands for it, so a run folder moved or copied elsewhere reads its rows back."""
-    d = to_dict(cfg)
-    d["dream"] = dream_settings(cfg.dream)
-    if from_row:
-        d.pop("init", None)
-    return d
-
-
-def dream_settings(dream: DreamConfig | None) -> dict[str, Any] | None:
-    """A row's dream settings as its fingerprint holds them, the guard left out while it is off (so the rows of run
-    folders from before the guard read back)."""
-    if dream is None:
-        return None
-    d = dataclasses.asdict(dream)
-    return d if dream.guard.on else {k: v for k, v in d.items() if k != "guard"}
 
 
 # ------------------------------------------------------------------------------------------------ quickstart

@@ -259,7 +259,7 @@ def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_
 def test_an_off_guard_leaves_every_rows_hashed_config_as_before_the_guard():
     """The SFT, DPO and real rows hash the whole `dreamgym train` config, dream section included: an off guard must
     not enter it (run folders from before the guard read their rows back), an on guard must."""
-    from dreamgym.commands.recipe import row_config
+    from dreamgym.commands.row_hash import row_config
     from dreamgym.commands.train import TrainConfig
     from dreamgym.dream.guard import AuditGuardConfig
 
@@ -274,7 +274,7 @@ def test_an_off_guard_leaves_every_rows_hashed_config_as_before_the_guard():
 def test_a_row_that_starts_from_another_hashes_no_path_so_a_moved_run_folder_reads_it_back():
     """An RL or DPO row's `init` is a path inside the run folder (the row it starts from, whose own hash the row's
     holds): it stays out of the hashed config; the SFT row's `init` (the base model the user chose) stays in."""
-    from dreamgym.commands.recipe import row_config
+    from dreamgym.commands.row_hash import row_config
     from dreamgym.commands.train import TrainConfig
 
     here, moved = TrainConfig(init="runs/a/seed-1/sft/final"), TrainConfig(init="/elsewhere/seed-1/sft/final")
@@ -289,7 +289,8 @@ def test_a_guarded_dream_row_counts_its_audit_steps_as_real_and_an_unguarded_row
     from em_helpers import trained_dial_model
     from model_fixtures import warm_model_dir
 
-    from dreamgym.commands.recipe import QuickstartConfig, dream_settings
+    from dreamgym.commands.recipe import QuickstartConfig
+    from dreamgym.commands.row_hash import dream_settings
     from dreamgym.dream import audit
     from dreamgym.dream.guard import AuditGuardConfig
     from dreamgym.dream.world import DreamConfig
