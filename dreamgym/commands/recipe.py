@@ -1,18 +1,18 @@
 """Recipes: the comparisons DreamGym is judged by, each artefact built once and reused from disk, and the
 quickstart that runs the whole recipe on one environment.
 
-Owns: `ENV_DEFAULTS` (each environment's small-scale settings, typed; `env_train_config`), `Recipe` (offline real
-data, experience models, the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream
-or S2R; each finished row kept in `<row>/result.json` with its episodes and a hash of its settings, and read back
-instead of run again), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`,
-`quickstart` and `quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO
-at the same budget; with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which also owns the
-`--seeds` / `--workers` options; what a row's hash holds is `dreamgym.commands.row_hash`'s; a row with `dream_guard`
-on counts its audit's real steps as its own), and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
+Owns: `ENV_DEFAULTS` (each environment's small-scale settings, typed; `env_train_config`), `Recipe` (offline real data,
+experience models, the SFT/DPO baselines and `run_method`, which trains and evaluates one RL row: real, dream or S2R;
+each finished row kept in `<row>/result.json` with its episodes and a hash of its settings, and read back instead of run
+again), the results table (`render_table`, report.md, summary.json), `QuickstartConfig`, `quickstart` and
+`quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget;
+with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which also owns the `--seeds` / `--workers`
+options; what a row's hash holds is `dreamgym.commands.row_hash`'s; a row with `dream_guard` on counts its audit's real
+steps as its own), and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
 quickstart's table is derived. Configs are built typed (`dataclasses.replace`); only a user's own
-`train_overrides`/`em_overrides` are text.
-Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
-`dreamgym.rl.loop.run_phases`), concrete environments (families are reached through `dreamgym.envs.family`).
+`train_overrides`/`em_overrides` are text. Must not know: trainers' internals, how the loop runs (a row is a config and
+a list of phases for `dreamgym.rl.loop.run_phases`), concrete environments (families are reached through
+`dreamgym.envs.family`).
 """
 
 from __future__ import annotations
