@@ -10,9 +10,9 @@ with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which 
 options; what a row's hash holds is `dreamgym.commands.row_hash`'s; a row with `dream_guard` on counts its audit's real
 steps as its own), and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
 quickstart's table is derived. Configs are built typed (`dataclasses.replace`); only a user's own
-`train_overrides`/`em_overrides` are text. Must not know: trainers' internals, how the loop runs (a row is a config and
-a list of phases for `dreamgym.rl.loop.run_phases`), concrete environments (families are reached through
-`dreamgym.envs.family`).
+`train_overrides`/`em_overrides` are text.
+Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
+`dreamgym.rl.loop.run_phases`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
 
 from __future__ import annotations
