@@ -22,6 +22,8 @@ from dreamgym.config import ranged
 
 @dataclass
 class AuditGuardConfig:
+    """`dream.guard.*`: when the audit guard stops a dream and rolls its policy back (off by default)."""
+
     max_false_success_rate: float | None = ranged(None, ge=0, le=1)
     """Stop the dream when the audit's false successes exceed this share of its dreamt wins over the last `window`
     audited iterations, and roll the policy back to the one that played the iteration before them (None: off)."""
