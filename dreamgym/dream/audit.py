@@ -150,16 +150,11 @@ def write_rows(path: Path, iteration: int, rows: Sequence[Mapping[str, Any]]) ->
     of this or a later iteration (a resumed run redoes them). A line of the file that does not parse is kept as it
     is: the audit never loses what an earlier run wrote."""
     kept: list[str] = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                old = json.loads(line)
-            except ValueError:
-                old = None
-            if isinstance(old, dict) and isinstance(old.get("iteration"), int) and old["iteration"] >= iteration:
-                continue
-            if line.strip():
-                kept.append(line)
+    for line, old in _lines(path):
+        if isinstance(old, dict) and isinstance(old.get("iteration"), int) and old["iteration"] >= iteration:
+            continue
+        if line.strip():
+            kept.append(line)
     kept += [json.dumps(dict(r), ensure_ascii=False) for r in rows]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
@@ -167,13 +162,18 @@ def write_rows(path: Path, iteration: int, rows: Sequence[Mapping[str, Any]]) ->
 def real_steps(path: Path) -> int:
     """The real steps of every audited episode in the audit file at `path` (0 when there is none); a line that does
     not parse is not counted."""
-    total = 0
+    return sum(row["real_steps"] for _, row in _lines(path)
+               if isinstance(row, dict) and isinstance(row.get("real_steps"), int))
+
+
+def _lines(path: Path) -> list[tuple[str, Any]]:
+    """Each line of the audit file at `path` (none when it does not exist) with its JSON value, None where it does
+    not parse."""
+    out: list[tuple[str, Any]] = []
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                row = json.loads(line)
+                out.append((line, json.loads(line)))
             except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("real_steps"), int):
-                total += row["real_steps"]
-    return total
+                out.append((line, None))
+    return out
