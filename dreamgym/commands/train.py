@@ -379,16 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         if logger is not None:
             logger.close()
         close_backend(backend)
-    distributed.barrier("finishing")
-    if not main_rank:
-        distributed.shutdown()
-        return 0
-    summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
-               "real_steps_used": state.budget.used, "iterations": iteration(),
-               "optimizer_steps": trainer.global_step, "final": after.to_dict(),
-               "start": before.to_dict() if before is not None else None, "machine": machine_info()}
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start", "machine")}))
+    if main_rank:
+        summary = {"algo": cfg.algo, "env": cfg.env, "run_dir": str(run_dir), "wall_time_s": time.time() - t0,
+                   "real_steps_used": state.budget.used, "iterations": iteration(),
+                   "optimizer_steps": trainer.global_step, "final": after.to_dict(),
+                   "start": before.to_dict() if before is not None else None, "machine": machine_info()}
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start", "machine")}))
     distributed.shutdown()
     return 0
 

@@ -188,6 +188,10 @@ def barrier(what: str = "waiting for the other ranks") -> None:
 
 
 def shutdown() -> None:
-    """Leave the process group (at the end of a run)."""
+    """Leave the process group at the end of a run, every rank at the same point: a barrier, then the group's
+    destruction. A rank that left while another was still writing (rank 0 hosts the rendezvous store) or that
+    exited with the group alive (gloo's worker threads torn down with the interpreter) ended now and then in
+    SIGABRT, "terminate called without an active exception", after its work was done."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        barrier("finishing")
         torch.distributed.destroy_process_group()
