@@ -2,7 +2,8 @@
 which stay as anchors, deriving one from a recorded pair of states and applying one to a state.
 
 Owns: the edit's text form (below), `derive_edit` (difflib's line diff written in that form), `parse_edit` (lenient),
-`apply_edit` and `EditError` (an edit that cannot apply), `clip_edit`, and the regexes of an edit's body for structured
+`apply_edit` and `EditError` (an edit that cannot apply), `repeated_insertions` (a decoding loop's trace), `clip_edit`,
+and the regexes of an edit's body for structured
 decoding: the generic one (`EDIT_BODY`, `bounded_edit_body`) and the one of a given state (`state_edit_body`,
 `bounded_state_edit_body`), whose `-` and `=` lines can only name that state's lines.
 Must not know: the answer's tags, prompts, configs, models, any environment family (a state here is lines of text).
@@ -35,11 +36,12 @@ else (when no exact match remains after the cursor) by its words alone, so a re-
 
 A state's own grammar (`state_edit_body`): decoded under the generic body, a model can write `- <any text>`, and a
 trained one did so in 66 of 100 held-out MiniWoB++ edits (docs/results/miniwob.md). Under the state's body each `-` and
-`=` line is one of the state's lines verbatim (an alternation of them, `nameable_lines`), so a reference to a line the
-state lacks cannot be written. What the alternation does not enforce is the cursor: it names a line the state holds,
-not one at or after the cursor, so `apply_edit` still checks that (an out-of-order or twice-removed line stays an
-`EditError`). Its cost is the regex's size, about the state's: a state whose alternation exceeds `MAX_NAMED_CHARS`
-gets the generic body (`nameable_lines` returns None; the caller counts it).
+`=` line is one of the state's lines verbatim, named in the state's order, each at most once (one optional group per
+line, `nameable_lines`), so a reference to a line the state lacks, or to one the cursor has passed, cannot be written,
+and every edit decoded under it applies. Its cost is the regex's size, about the state's: a state whose lines exceed
+`MAX_NAMED_CHARS` gets the generic body (`nameable_lines` returns None; the caller counts it). Servers get a bounded
+body whose named lines come in any order (`bounded_state_edit_body`): there `apply_edit` still catches an edit naming
+a line the cursor has passed (`EditError`).
 """
 
 from __future__ import annotations
@@ -142,6 +144,14 @@ def derive_edit(before: str, after: str) -> list[EditOp]:
     return ops
 
 
+def repeated_insertions(ops: Sequence[EditOp]) -> list[int]:
+    """The positions of the `+` operations that insert the same line as the operation right before them. A small
+    model's greedy decoding loops there (one `+` line twenty times over, docs/results/miniwob.md); a recorded page
+    seldom needs it (none of 7,343 MiniWoB++ steps). The answer format drops them from a model's edit and never
+    trains on an edit holding one (`dreamgym.experience.format`); `apply_edit` itself applies every operation."""
+    return [i for i in range(1, len(ops)) if ops[i][0] == "+" and ops[i] == ops[i - 1]]
+
+
 def format_edit(ops: list[EditOp]) -> str:
     """The edit's text: one line per operation, each ended by a newline ("" for the empty edit)."""
     return "".join(f"{op} {line}\n" for op, line in ops)
@@ -208,36 +218,50 @@ def literal_regex(text: str) -> str:
 
 
 def nameable_lines(state: str) -> list[str] | None:
-    """The lines of `state` (`state_lines`) an edit's `-` and `=` lines may name under `state_edit_body`: each
-    distinct line once, in order, none holding "<" (no field holds one, so such a line cannot be written in either
-    form). None when their alternation would exceed `MAX_NAMED_CHARS` (the caller falls back to the generic body)."""
-    lines = [line for line in dict.fromkeys(state_lines(state)) if "<" not in line]
+    """The lines of `state` (`state_lines`) an edit's `-` and `=` lines may name under `state_edit_body`, in the
+    state's order, a line that occurs twice once per occurrence, none holding "<" (no field holds one, so such a
+    line cannot be written in either form). None when their regex would exceed `MAX_NAMED_CHARS` (the caller falls
+    back to the generic body)."""
+    lines = [line for line in state_lines(state) if "<" not in line]
     if sum(len(literal_regex(line)) + 1 for line in lines) > MAX_NAMED_CHARS:
         return None
     return lines
 
 
-def _edit_line(named: Sequence[str], plus: str) -> str:
-    """One line of an edit of a state whose nameable lines are `named`: `- ` or `= ` and one of them, or `+ ` and
-    `plus` (the pattern of an inserted line's text)."""
-    add = rf"\+ {plus}"
-    if not named:  # nothing to remove or keep (an empty state): insertions only
-        return f"(?:{add})"
-    return f"(?:[-=] (?:{'|'.join(map(literal_regex, named))})|{add})"
+_INSERTED = r"\+ [^<\n]*"
 
 
 def state_edit_body(named: Sequence[str]) -> str:
-    """`EDIT_BODY` of a state whose nameable lines are `named` (`nameable_lines`): a `-` or `=` line is one of them
-    verbatim, a `+` line free text without "<". The last line may end without its newline (a field budget closes
-    the body there, but only where a line is whole: a budget's reserve must hold the longest named line, see
-    `dreamgym.experience.format.output_constraint`)."""
-    line = _edit_line(named, r"[^<\n]*")
-    return rf"(?:{line}\n)*{line}?"
+    """`EDIT_BODY` of a state whose nameable lines are `named` (`nameable_lines`, in the state's order): each `-`
+    or `=` line is one of them verbatim and comes after the one named before it in the state, each line named at
+    most once, so every edit written under it applies (the cursor only moves forward: `apply_edit` finds each named
+    line at or after it); a `+` line is free text without "<", any number of them between two named lines. Every
+    named line ends with its line break; the body may end with an inserted line without one (a field budget closes
+    the body there, never inside a named line: a budget's reserve holds the longest named line, see
+    `dreamgym.experience.format.output_constraint`). Its length is about the state's, one group per line.
+
+    The order is what the earlier body, an alternation of the state's lines at every line, left out: decoded under
+    it, the MiniWoB++ edit model's answers that failed on held-out pages all named a line again after the cursor had
+    passed it (`= X` / `+ Y` twenty times over; docs/results/miniwob.md)."""
+    gap = rf"(?:{_INSERTED}\n)*"
+    slots = "".join(rf"(?:[-=] {literal_regex(line)}\n{gap})?" for line in named)
+    return rf"{gap}{slots}(?:{_INSERTED})?"
+
+
+def _edit_line(named: Sequence[str], plus: str) -> str:
+    """One line of an edit of a state whose nameable lines are `named`, in any order (the servers' bounded body):
+    `- ` or `= ` and one of them, or `+ ` and `plus` (the pattern of an inserted line's text)."""
+    add = rf"\+ {plus}"
+    if not named:  # nothing to remove or keep (an empty state): insertions only
+        return f"(?:{add})"
+    return f"(?:[-=] (?:{'|'.join(map(literal_regex, dict.fromkeys(named)))})|{add})"
 
 
 def bounded_state_edit_body(named: Sequence[str], line_chars: int, lines: int) -> str:
-    """`state_edit_body` bounded for servers: at most `lines` lines ended by a line break and one without, an
-    inserted line of at most `line_chars` characters. A match holds at most `bounded_state_edit_chars(...)`."""
+    """The servers' body of a state's edit, bounded: at most `lines` lines ended by a line break and one without, an
+    inserted line of at most `line_chars` characters, a named line one of `named` in any order (bounding each of
+    `state_edit_body`'s gaps would multiply the regex a server compiles by the state's lines; an edit naming a line
+    out of order is caught when it applies). A match holds at most `bounded_state_edit_chars(...)`."""
     line = _edit_line(named, rf"[^<\n]{{0,{line_chars}}}")
     return rf"(?:{line}\n){{0,{lines}}}{line}?"
 

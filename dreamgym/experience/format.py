@@ -88,7 +88,8 @@ from dataclasses import dataclass, field
 from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.edits import (EDIT_BODY, EditError, EditOp, apply_edit, bounded_edit_body, bounded_edit_chars,
                                        bounded_state_edit_body, bounded_state_edit_chars, clip_edit, derive_edit,
-                                       format_edit, nameable_lines, parse_edit, state_edit_body)
+                                       format_edit, nameable_lines, parse_edit, repeated_insertions,
+                                       state_edit_body)
 from dreamgym.experience.hooks import family_hooks
 from dreamgym.llm.base import ChatRequest, FieldBudget, OutputConstraint
 from dreamgym.types import Task, Transition
@@ -151,12 +152,16 @@ def written_state(tr: Transition, cfg: ExperienceModelConfig) -> str:
 def written_edit(tr: Transition, cfg: ExperienceModelConfig) -> str | None:
     """The text of the edit the model writes for `tr` under `state_format: edit` (`dreamgym.experience.edits`): the
     change from its state to its next state, both as the model writes states (`written_state`). None where the model
-    writes the whole next state instead: under `state_format: whole`, after `[reset]`, and where the edit would be no
-    shorter than the state (a new page)."""
+    writes the whole next state instead: under `state_format: whole`, after `[reset]`, where the edit would be no
+    shorter than the state (a new page), and where it would insert one line twice in a row (`repeated_insertions`,
+    which `answer_state` drops from a model's edit)."""
     if cfg.state_format != "edit" or not tr.state.strip():
         return None
     after = written_state(tr, cfg)
-    edit = format_edit(derive_edit(_written(tr.state, tr.task.env, cfg), after))
+    ops = derive_edit(_written(tr.state, tr.task.env, cfg), after)
+    if repeated_insertions(ops):  # `answer_state` would drop the repeat: such a change is written whole
+        return None
+    edit = format_edit(ops)
     return edit if len(edit) < len(after.strip()) else None
 
 
@@ -286,16 +291,16 @@ def output_regex(cfg: ExperienceModelConfig, named: Sequence[str] | None = None)
     """The strict output format (module docstring) as a regex: what structured decoding lets the model write. The
     reward is one the config trains on (0 or 1 with `binary_reward`), the answer ends at `STOP`. Under
     `state_format: edit`, `named` (`edit_named_lines`) makes the edit's body the query state's own
-    (`dreamgym.experience.edits.state_edit_body`: its `-` and `=` lines name only those lines); None: the generic
-    body, any text after `-` and `=`."""
+    (`dreamgym.experience.edits.state_edit_body`: its `-` and `=` lines name only those lines, in their order);
+    None: the generic body, any text after `-` and `=`."""
     return _answer_regex(cfg, _FIELD, _STATE, EDIT_BODY if named is None else state_edit_body(named))
 
 
 def edit_named_lines(query: Transition, cfg: ExperienceModelConfig, env: str | None = None) -> list[str] | None:
     """The lines an edit answering `query` may name with `-` and `=` under structured decoding: the lines of the
-    query's state as the model writes states (the state `answer_state` applies the edit to), each once
+    query's state as the model writes states (the state `answer_state` applies the edit to), in order
     (`dreamgym.experience.edits.nameable_lines`); none for `[reset]` (the empty state). None where the edit's body is
-    the generic one: under `state_format: whole` (no edit is written), and for a state whose alternation of lines
+    the generic one: under `state_format: whole` (no edit is written), and for a state whose named lines' regex
     would be longer than `edits.MAX_NAMED_CHARS` (the caller counts that fallback)."""
     if cfg.state_format != "edit":
         return None
@@ -320,14 +325,14 @@ def output_constraint(cfg: ExperienceModelConfig, named: Sequence[str] | None = 
     tail fits. Each token writes at least one byte, so a tail of n bytes fits in n tokens whatever the tokenizer.
     Servers get the budgets as character bounds (`server_regex`).
 
-    With `named` (an edit of the query's state) the edit can close only where a line is whole, so a budget that
-    falls inside a `-` or `=` line lets the line finish first: its reserve also holds the longest named line (and
-    its operation), which closes the `<state>` alternative that much earlier too. The trace's reserve is unchanged:
-    an edit opened with no more room than that closes at once, empty (the state as it is), which applies."""
+    With `named` (an edit of the query's state) the edit can close only after a named line's line break, so a budget
+    that falls inside a `-` or `=` line lets the line finish first: its reserve also holds the longest named line (with
+    its operation and line break), which closes the `<state>` alternative that much earlier too. The trace's reserve is
+    unchanged: an edit opened with no more room than that closes at once, empty (the state as it is), which applies."""
     reward = "1" if cfg.binary_reward else _LONGEST_REWARD
     # `</state>` is the longer closer: an edit's tail fits in the same reserve.
     tail = len(f"</state>\n<reward>{reward}</reward>\n<done>false{STOP}".encode())
-    line = 2 + max((len(x.encode()) for x in named), default=0) if named else 0
+    line = 3 + max((len(x.encode()) for x in named), default=0) if named else 0
     state_opening = len(b"</think>\n<state>\n") + 1  # and one character of state
     state = FieldBudget(after=3 if cfg.use_reasoning else 1, reserve=tail + line)
     budgets = (FieldBudget(after=1, max_tokens=cfg.max_think_tokens, reserve=tail + state_opening), state) \
@@ -471,7 +476,8 @@ def answer_state(parsed: ParsedOutput, query: Transition, cfg: ExperienceModelCo
     if parsed.edit is None:
         return completed_state(parsed.next_state, query, cfg, env)
     base = _written(query.state, env or query.task.env, cfg) if query.state.strip() else ""
-    written = apply_edit(base, parsed.edit)
+    repeats = set(repeated_insertions(parsed.edit))  # a decoding loop's copies (training targets hold none)
+    written = apply_edit(base, [op for i, op in enumerate(parsed.edit) if i not in repeats])
     if not written.strip():
         raise EditError("the edit leaves an empty state")
     return completed_state(written, query, cfg, env)

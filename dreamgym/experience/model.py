@@ -16,7 +16,9 @@ contradictions. Under `state_format: edit` each request carries its own constrai
 `SamplingParams` per request): the edit's `-` and `=` lines can name only lines of that query's state
 (`format.edit_named_lines`), so an edit naming a line the state lacks cannot be written; one that names the state's
 lines out of the cursor's order still can, and is caught when it applies. A state too long for that regex is decoded
-under the generic edit body, counted in `stats["edit_constraint_fallbacks"]` (per request sent).
+under the generic edit body, counted in `stats["edit_constraint_fallbacks"]` (per request sent). A `+` line that
+repeats the one right before it (a greedy decoding loop, `edits.repeated_insertions`) is dropped where the edit applies,
+counted in `stats["repeated_insertions"]`.
 
 Malformed outputs: an output that does not parse, an edit that cannot apply to the query's state (it removes or
 keeps a line the state does not hold; also counted in `stats["inapplicable_edits"]`), or an output whose next state
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING
 from dreamgym.experience.checkpoint import (checkpoint_model_config, load_checkpoint_model, load_checkpoint_tokenizer,
                                             read_checkpoint_meta)
 from dreamgym.experience.config import ExperienceModelConfig
-from dreamgym.experience.edits import EditError
+from dreamgym.experience.edits import EditError, repeated_insertions
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, STOP, Prediction, answer_state, build_request,
                                         edit_named_lines, output_constraint, parse_completion, query_for)
 from dreamgym.experience.shortcuts import FamilyShortcuts, OutcomeResolver
@@ -224,6 +226,8 @@ class ExperienceModel:
                 parsed, err = parse_completion(text)
                 state = ""
                 if parsed is not None:
+                    if parsed.edit:
+                        self.stats["repeated_insertions"] += len(repeated_insertions(parsed.edit))
                     try:
                         state = answer_state(parsed, queries[i], self.config, self.env)
                     except EditError as e:  # a line edit naming a line the state does not hold: malformed

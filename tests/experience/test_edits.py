@@ -18,7 +18,7 @@ from dreamgym.experience.config import ExperienceModelConfig
 from dreamgym.experience.data import em_transitions
 from dreamgym.experience.edits import (EDIT_BODY, MAX_NAMED_CHARS, EditError, apply_edit, bounded_state_edit_body,
                                        bounded_state_edit_chars, clip_edit, derive_edit, format_edit, nameable_lines,
-                                       parse_edit, state_edit_body, state_lines)
+                                       parse_edit, repeated_insertions, state_edit_body, state_lines)
 from dreamgym.experience.format import (FAILURE_STATE, RESET_ACTION, answer_state, build_request, edit_named_lines,
                                         format_completion, format_edit_completion, output_constraint, output_regex,
                                         parse_completion, render_example, target_completion, written_edit)
@@ -112,20 +112,27 @@ def test_an_edit_naming_a_line_the_state_does_not_hold_cannot_apply():
         apply_edit(page, [("-", "[15] textbox 'x'")])
 
 
-def test_a_states_own_edit_body_names_only_its_lines_each_once_verbatim():
-    """The per-request grammar (`state_edit_body`): `-` and `=` name a line of the state, whole and verbatim; `+`
-    writes any line without "<". The generic body (`EDIT_BODY`, the only one before) admits any text after `-`."""
+def test_a_states_own_edit_body_names_its_lines_verbatim_in_order_each_once():
+    """The per-request grammar (`state_edit_body`): `-` and `=` name a line of the state, whole and verbatim, after
+    the line named before it, each occurrence at most once; `+` writes any line without "<". So every edit decoded
+    under it applies. The generic body (`EDIT_BODY`, the only one before) admits any text after `-`."""
     page = "[goal] Click (a)+?\n[15] textbox '', clickable\n  StaticText 'x'\n  StaticText 'x'\n[16] link '<b>'"
     named = nameable_lines(page)
-    assert named == ["[goal] Click (a)+?", "[15] textbox '', clickable", "  StaticText 'x'"]  # once, no "<"
+    assert named == ["[goal] Click (a)+?", "[15] textbox '', clickable", "  StaticText 'x'", "  StaticText 'x'"]
     body = state_edit_body(named)
-    for edit in ("- [goal] Click (a)+?\n", "= [15] textbox '', clickable\n+ [15] new\n- [15] textbox '', clickable",
+    for edit in ("- [goal] Click (a)+?\n", "- [15] textbox '', clickable\n+ [15] new\n+ two", "+ top\n= [goal] Click (a)+?\n",
                  "-   StaticText 'x'\n-   StaticText 'x'\n", "+ anything at all\n", ""):
         assert re.fullmatch(body, edit), edit
+        assert apply_edit(page, parse_edit(edit)[0]) is not None  # applies
     for edit in ("- [17] link 'not here'\n",  # a line the page lacks: what 66 of 100 held-out edits did
                  "- [15] textbox ''\n",  # a prefix of a line is not the line
                  "- [goal] Click a\n",  # metacharacters are literal
-                 "= [15] textbox '', clickable, focused\n", "-  StaticText 'x'\n", "- [16] link '<b>'\n"):
+                 "= [15] textbox '', clickable, focused\n", "-  StaticText 'x'\n", "- [16] link '<b>'\n",
+                 # a line the cursor has passed: what every failed held-out answer of the step-700 model did
+                 "= [15] textbox '', clickable\n+ [15] new\n- [15] textbox '', clickable\n",
+                 "- [15] textbox '', clickable\n- [goal] Click (a)+?\n",
+                 "-   StaticText 'x'\n" * 3,  # twice on the page, so at most twice
+                 "- [goal] Click (a)+?"):  # a named line ends with its line break
         assert not re.fullmatch(body, edit), edit
     assert re.fullmatch(EDIT_BODY, "- [17] link 'not here'\n")
     assert re.fullmatch(state_edit_body([]), "+ a\n+ b") and re.fullmatch(state_edit_body([]), "")
@@ -254,6 +261,22 @@ def test_a_budget_closes_an_edit_mid_line_token_by_token():
 
 def _answer_edit(edit: str) -> str:
     return format_edit_completion(edit, 0.0, False, "The dial moves.")
+
+
+def test_an_insertion_repeated_in_a_loop_is_dropped_counted_and_never_a_training_target():
+    """A greedy decoding loop (`+ X` many times over) applies as one insertion of X and is counted; a recorded change
+    that inserts a line twice in a row is trained on as the whole state, so the rule never drops a real line."""
+    loop = _answer_edit("- [dial] 3\n" + "+ [dial] 4\n" * 6 + "+ [dial] 4 \n")  # a re-spaced copy is a new line
+    m = ExperienceModel(FakeLLM([loop]), config=dataclasses.replace(EDIT, retries=0, k=0), env="dial")
+    (p,) = m.predict([dial_query(3, "turn up")])
+    assert not p.failed and p.next_state.startswith("[dial] 4\n[dial] 4 \n[button] turn up")
+    assert m.stats["repeated_insertions"] == 5 and m.stats["malformed"] == 0
+    assert repeated_insertions([("+", "a"), ("=", "a"), ("+", "a"), ("+", "a"), ("-", "b"), ("-", "b")]) == [3]
+    twice = "[page] p\n[1] item 'x'\n[1] item 'x'\n[2] button 'OK'"
+    tr = Transition(task=dial_query(3, "x").task, history=[], state="[page] p\n[2] button 'OK'", action="add",
+                    next_state=twice, reward=0.0, done=False)
+    assert repeated_insertions(derive_edit(tr.state, twice)) and written_edit(tr, EDIT) is None
+    assert "<state>" in target_completion(tr, EDIT)
 
 
 def test_an_inapplicable_edit_is_retried_then_becomes_the_failure_state_and_is_counted():
