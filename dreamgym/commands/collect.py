@@ -222,6 +222,13 @@ def _play(spec: EpisodeSpec) -> tuple[EpisodeSpec, Trajectory | None, str | None
     return spec, traj, None
 
 
+def _worker_start() -> None:
+    """A collection worker's start: its environments are closed when it exits."""
+    import atexit
+
+    atexit.register(_close_envs)
+
+
 def _close_envs() -> None:
     for env in _ENV_CACHE.values():
         try:
@@ -381,7 +388,7 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
                 import multiprocessing as mp
 
                 # spawn: workers start clean (no copied locks or threads from the progress bar).
-                pool = mp.get_context("spawn").Pool(workers)
+                pool = mp.get_context("spawn").Pool(workers, initializer=_worker_start)
                 results = pool.imap(_play, todo, chunksize=max(1, min(16, len(todo) // (workers * 8))))
             else:
                 results = map(_play, todo)
@@ -391,8 +398,15 @@ def collect(env_name: str, mix: dict[str, float], episodes: int, out_path: str |
                 tally.add(spec, traj, failure)
                 s = tally.summary()
                 bar.update(job, advance=1, success=f"{s['success_rate']:.0%}", failed=s["failed"])
-        finally:
             if pool is not None:
+                # Workers that exit on their own close their environments (their browsers and Playwright drivers)
+                # at exit; a terminated one leaves its driver writing to a closed pipe (a Node EPIPE trace per
+                # worker after a successful run).
+                pool.close()
+                pool.join()
+                pool = None
+        finally:
+            if pool is not None:  # interrupted or failed: stop the workers now
                 pool.terminate()
                 pool.join()
             _close_envs()
