@@ -4,7 +4,8 @@ Owns: extracting a page's observation with BrowserGym's own code (element markin
 tree, the DOM snapshot's visibility and clickability) and flattening it with BrowserGym's
 `flatten_axtree_to_str`, the pruning on top (hidden and non-visible nodes, inline text boxes, a page's URL
 reduced to what tells pages apart), the state's layout (`[goal]`, `[page]`, the tree, `[error]`), and parsing a
-state back into its elements (`elements`) and the admissible actions they offer (`admissible_from_state`).
+state back into its elements (`elements`), what a form field shows (`field_value`, `checked`) and the admissible
+actions they offer (`admissible_from_state`).
 Must not know: Chromium processes, which benchmark a page belongs to, DreamGym's environment contract.
 
 A state reads:
@@ -21,6 +22,7 @@ only after an action that failed.
 
 from __future__ import annotations
 
+import ast
 import re
 import time
 from dataclasses import dataclass
@@ -37,6 +39,10 @@ _CLICK_ROLES = frozenset({"button", "link", "checkbox", "radio", "tab", "menuite
 _FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
 _SELECT_ROLES = frozenset({"combobox", "listbox"})
 _QUOTED_RE = re.compile(r'"([^"]+)"')
+# BrowserGym prints a field's value right after its name, as Python's repr: single quotes, or double quotes when
+# the value holds a single quote.
+_VALUE_RE = re.compile(r"""\s*value=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+_CHECKED_RE = re.compile(r"\bchecked='(true|false)'")
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,24 @@ def parse_state(state: str) -> tuple[str, str, list[Element], str]:
 
 def elements(state: str) -> list[Element]:
     return parse_state(state)[2]
+
+
+def field_value(e: Element) -> str:
+    """The value a form field shows (a text field's text, a select list's chosen option; a password field shows
+    one bullet per character), "" when the tree prints none."""
+    m = _VALUE_RE.match(e.attrs)
+    if not m:
+        return ""
+    try:
+        return str(ast.literal_eval(m.group(1)))
+    except (ValueError, SyntaxError):
+        return ""
+
+
+def checked(e: Element) -> bool | None:
+    """Whether a checkbox or radio button is checked; None when the tree does not say (another role, 'mixed')."""
+    m = _CHECKED_RE.search(e.attrs)
+    return None if m is None else m.group(1) == "true"
 
 
 def goal_values(goal: str) -> list[str]:

@@ -19,10 +19,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dreamgym.envs.web.axtree import Element, admissible_from_state, goal_values, parse_state
+from dreamgym.envs.web.axtree import Element, admissible_from_state, checked, field_value, goal_values, parse_state
 from dreamgym.types import Task
 
-_ORDINALS = {"1st": 0, "2nd": 1, "3rd": 2, "4th": 3, "5th": 4, "first": 0, "second": 1, "third": 2}
+ORDINALS = {"1st": 0, "2nd": 1, "3rd": 2, "4th": 3, "5th": 4, "first": 0, "second": 1, "third": 2}
+"""The position a goal's ordinal names ("Focus into the 2nd input textbox."), counted from 0."""
 _SUBMIT_NAMES = ("submit", "login", "ok", "search")
 
 
@@ -53,15 +54,6 @@ def _submit(els: list[Element]) -> Element | None:
         if e.bid and e.role == "button" and e.name.lower() in _SUBMIT_NAMES:
             return e
     return None
-
-
-def _value(e: Element) -> str:
-    m = re.search(r"value='((?:[^'\\]|\\.)*)'", e.attrs)
-    return m.group(1) if m else ""
-
-
-def _checked(e: Element) -> bool:
-    return "checked='true'" in e.attrs
 
 
 def _click(e: Element | None) -> str | None:
@@ -146,7 +138,7 @@ def _checkboxes(goal: str, els: list[Element], clicked: list[str]) -> str | None
     m = re.match(r"Select (.*) and click Submit", goal)
     wanted = set() if not m or m.group(1) == "nothing" else {w.strip() for w in m.group(1).split(",")}
     for e in els:
-        if e.bid and e.role == "checkbox" and (e.name in wanted) != _checked(e):
+        if e.bid and e.role == "checkbox" and (e.name in wanted) != bool(checked(e)):
             return _click(e)
     return _click(_submit(els))
 
@@ -154,7 +146,7 @@ def _checkboxes(goal: str, els: list[Element], clicked: list[str]) -> str | None
 def _option(goal: str, els: list[Element], clicked: list[str]) -> str | None:
     m = re.match(r"Select (.*) and click Submit", goal)
     target = _by_name(els, m.group(1), ("radio",)) if m else None
-    if target is not None and not _checked(target):
+    if target is not None and not checked(target):
         return _click(target)
     return _click(_submit(els))
 
@@ -166,7 +158,7 @@ def _fill_then_submit(values_of: Callable[[str, list[str]], list[str]]) -> Rule:
         for box, value in zip(_textboxes(els), values_of(goal, goal_values(goal))):
             fill = f"fill({box.bid!r}, {value!r})"
             # A password field does not show its value in the tree: a fill already made counts as done.
-            if _value(box) != value and fill not in clicked:
+            if field_value(box) != value and fill not in clicked:
                 return fill
         return _click(_submit(els))
 
@@ -192,7 +184,7 @@ def _after_popup(rule: Rule) -> Rule:
 
 def _focus(goal: str, els: list[Element], clicked: list[str]) -> str | None:
     m = re.search(r"the (\w+) input", goal)
-    i = _ORDINALS.get(m.group(1), 0) if m else 0
+    i = ORDINALS.get(m.group(1), 0) if m else 0
     boxes = _textboxes(els)
     return _click(boxes[i]) if i < len(boxes) else None
 
@@ -200,7 +192,7 @@ def _focus(goal: str, els: list[Element], clicked: list[str]) -> str | None:
 def _choose_list(goal: str, els: list[Element], clicked: list[str]) -> str | None:
     m = re.match(r"Select (.*) from the list", goal)
     combo = next((e for e in els if e.bid and e.role == "combobox"), None)
-    if m and combo is not None and _value(combo) != m.group(1):
+    if m and combo is not None and field_value(combo) != m.group(1):
         return f"select_option({combo.bid!r}, {m.group(1)!r})"
     return _click(_submit(els))
 

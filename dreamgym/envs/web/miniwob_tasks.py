@@ -139,9 +139,15 @@ class MiniWoBSource:
 
     def validate(self, page: Any, task: Task, outcome: Outcome) -> tuple[float, bool, dict[str, Any]]:
         raw, done, reason = page.evaluate("() => [WOB_RAW_REWARD_GLOBAL, WOB_DONE_GLOBAL, WOB_REWARD_REASON]")
-        # BrowserGym's 1-if-positive scored a soft task's partial credit (click-checkboxes-soft: 0.333) as a win.
-        return max(0.0, float(raw or 0.0)), bool(done), {"miniwob_raw_reward": float(raw or 0.0),
-                                                       "miniwob_reason": None if reason is None else str(reason)}
+        return family_reward(float(raw or 0.0)), bool(done), {"miniwob_raw_reward": float(raw or 0.0),
+                                                             "miniwob_reason": None if reason is None else str(reason)}
+
+
+def family_reward(raw: float) -> float:
+    """The family's reward for MiniWoB's raw reward (what the page passes to `core.endEpisode`, in [-1, 1]): the raw
+    reward, a failure's negative one as 0. Partial credit is kept: BrowserGym's 1-if-positive scored a soft task's
+    partial credit (click-checkboxes-soft: 0.333) as a win."""
+    return max(0.0, raw)
 
 
 # Seeds the page's Math.random, starts an episode with a timer that never runs out, reads the utterance, then
