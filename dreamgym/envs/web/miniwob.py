@@ -1,13 +1,14 @@
 """MiniWoB++: the web environment family that runs everywhere (local task pages, Debian's Chromium).
 
 Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `noop_state`, `task_kind`. No `corpus_text`: the tiny preset's tokenizer is trained on
-every family's corpus, and one that needs a browser would make that shared tokenizer differ between machines with
-and without Chromium (its byte-level BPE reads web states without it).
+`parse_goal`, `explain`, `noop_state`, `grounded_outcome`, `task_kind`. No `corpus_text`: the tiny preset's
+tokenizer is trained on every family's corpus, and one that needs a browser would make that shared tokenizer differ
+between machines with and without Chromium (its byte-level BPE reads web states without it).
 Must not know: models, torch, trainers.
 
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
-actions), `miniwob_policies` (oracle / noisy / random), `explain` (reasoning traces), `browser` (the pool).
+actions), `miniwob_policies` (oracle / noisy / random), `miniwob_outcomes` (the reward rule on states), `explain`
+(reasoning traces), `browser` (the pool).
 `make_env` takes `browsers` (the size of the process-wide pool its environments share, default 2), `pool` (a
 `BrowserPool` of your own), `max_steps` (10) and `n_seeds` (the size of the split's pool, see `tasks`). The split
 chooses the tasks: the 18 of the default set, the extended set (`train:extended`: 8 more tasks the oracle solves),
@@ -24,6 +25,7 @@ from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
 from dreamgym.envs.web.explain import noop_state as _noop_state
+from dreamgym.envs.web.miniwob_outcomes import outcome as _outcome
 from dreamgym.envs.web.miniwob_policies import POLICIES
 from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
@@ -36,7 +38,7 @@ EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
 
 __all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
            "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "task_kind", "GOAL_FORMS"]
+           "grounded_outcome", "task_kind", "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"Click the button\.", ("click-test",)),
@@ -106,6 +108,12 @@ def noop_state(state: str, action: str) -> str:
     return _noop_state(state, action, MiniWoBSource.subsets)
 
 
+def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+    """The task page's own reward and end for `action` on `state` (`miniwob_outcomes`): on the 15 train tasks, a
+    click that ends the episode is scored as the page scores it (the goal's button, link or tab; the form the
+    Submit sends), other steps go on; None where the page shown does not decide (a password's characters, an
+    element the tree does not place, any other task). `next_state` is not read: in a dream the model wrote it."""
+    return _outcome(task, parse_goal(task.instruction), state, action)
 
 
 def task_kind(task: Task) -> str:
