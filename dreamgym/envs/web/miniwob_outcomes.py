@@ -18,7 +18,8 @@ was taken on does not decide, the answer is None (the model's answer stands):
 - click-test-2's button ONE: TWO, placed at random after it, can cover it (the click then times out, nothing ends);
 - enter-password and login-user, submitted with passwords of the right length: a password field shows bullets;
 - focus-text and focus-text-2: a `fill` or `select_option` (Playwright may focus the field first; unverified);
-- a state whose goal line is not the task's instruction, or whose page already shows the next episode's START.
+- a state whose goal line is not the task's instruction, or whose page already shows the next episode's START, or
+  a box the score reads named otherwise than its label (pages an experience model wrote, never a real one).
 A reward is the family's (`miniwob_tasks.family_reward`: MiniWoB's raw reward, a failure's -1 as 0), click-checkboxes'
 partial credit included.
 """
@@ -70,6 +71,16 @@ def _only_text(els: list[Element], e: Element) -> str | None:
     """The text of an element whose one child is a text line (a MiniWoB link is a `<span>` around one word)."""
     held = _below(els, e)
     return held[0].name if len(held) == 1 and held[0].role == "StaticText" and held[0].bid is None else None
+
+
+def _label(els: list[Element], b: Element) -> str | None:
+    """The text of the label a checkbox or radio button sits in, as MiniWoB builds them (`LabelText` holding the box
+    and then its text); None for a box not laid out so."""
+    i = els.index(b)
+    text = els[i + 1] if i + 1 < len(els) else None
+    if i == 0 or els[i - 1].role != "LabelText" or text is None or text.role != "StaticText" or text.bid is not None:
+        return None
+    return text.name
 
 
 def _wrong_length(field: Element, password: str) -> bool | None:
@@ -127,14 +138,18 @@ def _click_checkboxes(values: list[str], els: list[Element], e: Element) -> Outc
     if (not boxes or None in states or len(set(names)) < len(names) or not set(wanted) <= set(names)
             or (values[0] == "nothing" and "nothing" in names)):
         return None  # a box whose state is not shown, or a goal that does not name the boxes one by one
+    if any(_label(els, b) != b.name for b in boxes):
+        return None  # a box named otherwise than its label reads: a dreamt page (the audit found such), not a real one
     # The page's score: +1 for each box as asked, -1 for each other, over the number of boxes (partial credit).
     score = sum(1.0 if state == (name in wanted) else -1.0 for name, state in zip(names, states))
     return family_reward(score / len(boxes)), True
 
 
 def _click_option(values: list[str], els: list[Element], e: Element) -> Outcome | None:
-    named = [b for b in els if b.bid and b.role == "radio" and b.name == values[0]]
-    state = checked(named[0]) if len(named) == 1 else None
+    # The page reads only the goal's button (by position); the goal names it, and its label reads the same.
+    radios = [b for b in els if b.bid and b.role == "radio"]
+    named = [b for b in radios if b.name == values[0] or _label(els, b) == values[0]]
+    state = checked(named[0]) if len(named) == 1 and named[0].name == _label(els, named[0]) else None
     return None if e.name != "Submit" or state is None else _won(state)
 
 

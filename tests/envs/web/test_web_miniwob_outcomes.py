@@ -123,6 +123,19 @@ def test_click_checkboxes_is_scored_as_the_page_scores_it_partial_credit_include
     assert grounded_outcome(task, CHECKBOXES, "click('27')", "") == (0.0, False)
     assert grounded_outcome(task, CHECKBOXES, "click('26')", "") == (0.0, False)
     assert grounded_outcome(task, CHECKBOXES.replace(", checked='false'", "", 1), "click('30')", "") is None
+    # A page the real one cannot be: a box renamed, its label not (the dream wrote such pages, its audit found).
+    assert grounded_outcome(task, CHECKBOXES.replace("checkbox '2i'", "checkbox 'zz'"), "click('30')", "") is None
+
+
+def test_click_option_reads_the_goal_s_button_only(episodes):
+    task, st = _recorded(episodes, "click-option", "click('33')")
+    assert grounded_outcome(task, st.state, st.action, "") == (1.0, True) == (st.reward, st.terminated)
+    unchecked = st.state.replace("'hv', clickable, focused, checked='true'", "'hv', clickable, checked='false'")
+    assert unchecked != st.state and grounded_outcome(task, unchecked, st.action, "") == (0.0, True)
+    # Another button renamed (a dreamt page) does not change what the page reads; the goal's renamed does.
+    assert grounded_outcome(task, st.state.replace("radio 'DW'", "radio 'Zq'"), st.action, "") == (1.0, True)
+    assert grounded_outcome(task, st.state.replace("radio 'hv'", "radio 'Zq'"), st.action, "") is None
+    assert grounded_outcome(task, st.state, "click('24')", "") == (0.0, False)
 
 
 def _recorded(episodes, sub: str, action: str):
