@@ -16,6 +16,8 @@ Owns, one concept per module (each imports only the ones listed before it):
 - `model`: `ExperienceModel`, batched prediction with retrieval, retries and the failure state;
 - `data`: experience-model transitions, the seed replay buffer, tokenized training examples;
 - `train`: `TrainEMConfig`, the SFT loop (`train_em`) and the `dreamgym train-em` command;
+- `consistency`: the checks that call a predicted next state a self-contradiction (a generic one, and one per family
+  that has its own: the only place the package reads the dial's, WebShop's and ALFWorld's state formats);
 - `fidelity`: how faithful a trained model is on held-out real transitions (`dreamgym eval-em`) and the gate that
   says whether it is fit to dream in.
 

@@ -1,10 +1,9 @@
 """Fidelity of the experience model on held-out real trajectories, and the `dreamgym eval-em` command.
 
 Owns: the fidelity metrics (teacher-forced next-state token F1 and exact match, reward accuracy, done
-accuracy; free-running false-success and self-contradiction rates), the consistency checks that define a
-self-contradiction (a generic one and one per environment family), and the report (table + JSON).
-Must not know: torch, trainers, how the experience model is trained. It knows the abstract-state formats of
-the families it has checks for (dial, webshop, alfworld) and nothing else about them.
+accuracy; free-running false-success and self-contradiction rates; the contradictions are
+`dreamgym.experience.consistency`'s), the fidelity gate, and the report (table + JSON).
+Must not know: torch, trainers, how the experience model is trained, any family's state format.
 
 Metrics (the paper's theory, arXiv:2511.03773: reward accuracy and domain-consistent transitions are what matter):
 - teacher-forced: each held-out transition is predicted from its real state, real history and action;
@@ -41,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
 import time
 from collections import Counter
@@ -60,10 +58,10 @@ from dreamgym.experience import (
     read_checkpoint_meta,
 )
 from dreamgym.experience.checkpoint import usable_checkpoint
+from dreamgym.experience.consistency import checkers_for
 from dreamgym.experience.train import HeldOutConfig
 from dreamgym.utils.filecheck import output_path
 from dreamgym.utils.paths import atomic_write_text
-from dreamgym.envs.family import is_admissible
 from dreamgym.types import Trajectory, Transition
 
 # ---------------------------------------------------------------------------------------------- text metrics
@@ -88,115 +86,6 @@ def exact_match(pred: str, gold: str) -> bool:
     return _tokens(pred) == _tokens(gold)
 
 
-# -------------------------------------------------------------------------------------- consistency checks
-
-Checker = Callable[[list[tuple[str, str]], str, str, str], list[str]]
-"""(episode so far as (state, action) pairs, state, action, next_state) -> contradictions found (reasons)."""
-
-
-def check_generic(family_mod: Any) -> Checker:
-    """The state changed although the action was not one the state offered."""
-
-    def check(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-        try:
-            adm = family_mod.admissible_from_state(state)
-        except Exception:  # noqa: BLE001 - a state the family cannot parse offers nothing we can check
-            return []
-        if adm and not is_admissible(action, adm) and not exact_match(state, nxt):
-            return [f"state changed after unavailable action {action!r}"]
-        return []
-
-    return check
-
-
-def check_dial(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-    """Dial: the value moves by exactly one on a turn (within 0..9) and never without one."""
-    from dreamgym.envs.dial import DIAL_MAX, DIAL_MIN, parse_state
-
-    a, b = parse_state(state), parse_state(nxt)
-    if b is None:
-        return ["next state has no dial value"]
-    if a is None:
-        return []
-    act = " ".join(action.lower().split())
-    if act == "turn up":
-        want = min(DIAL_MAX, a + 1)
-    elif act == "turn down":
-        want = max(DIAL_MIN, a - 1)
-    else:
-        want = a
-    return [] if b == want else [f"dial {a} -> {b} after {action!r} (expected {want})"]
-
-
-def check_webshop(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-    """WebShop: arriving at an item page shows a product that was listed in a results page earlier in the
-    episode (and the one that was clicked); a sub-page (description/features/reviews) belongs to the item
-    it was opened from."""
-    from dreamgym.envs.webshop.pages import SUB_PAGE_KINDS, parse_abstract
-
-    cur, new = parse_abstract(state), parse_abstract(nxt)
-    bad = []
-    if new["page"] == "item" and not (cur["page"] in ("item", *SUB_PAGE_KINDS)
-                                      and cur["asin"] == new["asin"]):
-        listed = {ln["asin"] for s, _ in past + [(state, action)] for ln in parse_abstract(s)["links"]}
-        if new["asin"] not in listed:
-            bad.append(f"item page {new['asin']} whose product was not in the results")
-        m = re.fullmatch(r"\s*click\[\s*(\S+)\s*\]\s*", action, re.I)
-        if m and m.group(1).upper() in {a.upper() for a in listed} and m.group(1).upper() != new["asin"].upper():
-            bad.append(f"clicked {m.group(1)} but the item page shows {new['asin']}")
-    if new["page"] in SUB_PAGE_KINDS and cur["asin"] and new["asin"] != cur["asin"]:
-        bad.append(f"{new['page']} of {new['asin']} opened from the page of {cur['asin']}")
-    return bad
-
-
-def check_alfworld(past: list[tuple[str, str]], state: str, action: str, nxt: str) -> list[str]:
-    """ALFWorld: the known contents of a receptacle and the inventory change only through take/put.
-
-    For a receptacle known before and after the step, the contents must be unchanged, or (take X from R)
-    lose exactly X, or (put X in/on R) gain exactly X; a known receptacle must not vanish from the agent's
-    knowledge; the inventory changes only on take (to the taken object) or put (to nothing)."""
-    from dreamgym.envs.alfworld.state import parse_state
-
-    a, b = parse_state(state), parse_state(nxt)
-    act = " ".join(action.lower().split())
-    take = re.fullmatch(r"take (.+?) from (.+)", act)
-    put = re.fullmatch(r"(?:put|move) (.+?) (?:in/on|in|on|to) (.+)", act)
-    bad = []
-    for r, before in a.known.items():
-        if r not in b.known:
-            bad.append(f"{r} vanished from the known contents")
-            continue
-        x, y = set(before), set(b.known[r])
-        if x == y or (take and take.group(2) == r and y == x - {take.group(1)}) or \
-                (put and put.group(2) == r and y == x | {put.group(1)}):
-            continue
-        gone, new = sorted(x - y), sorted(y - x)
-        bad.append(f"{r}: {('+' + ','.join(new)) if new else ''}{(' -' + ','.join(gone)) if gone else ''} "
-                   f"after {action!r}")
-    if a.inventory != b.inventory:
-        ok = (take and b.inventory == take.group(1) and a.inventory is None) or \
-             (put and a.inventory == put.group(1) and b.inventory is None)
-        if not ok:
-            bad.append(f"inventory {a.inventory or 'nothing'} -> {b.inventory or 'nothing'} after {action!r}")
-    return bad
-
-
-FAMILY_CHECKS: dict[str, Checker] = {"dial": check_dial, "webshop": check_webshop, "alfworld": check_alfworld}
-
-
-def checkers_for(env: str) -> list[Checker]:
-    from dreamgym.envs import family
-
-    out: list[Checker] = []
-    try:
-        out.append(check_generic(family(env)))
-    except Exception:  # noqa: BLE001 - an uninstalled family still gets its own check below
-        pass
-    if env in FAMILY_CHECKS:
-        out.append(FAMILY_CHECKS[env])
-    return out
-
-
 # -------------------------------------------------------------------------------------------------- eval
 
 
@@ -218,8 +107,21 @@ def action_kind(action: str) -> str:
     return head.strip().lower() or "(empty)"
 
 
-def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_size: int = 32) -> dict[str, Any]:
-    """One-step predictions from real inputs (see the module docstring)."""
+def outcome_figures(preds: list[Prediction], steps: list[Transition]) -> dict[str, float | None]:
+    """Reward-1 recall and precision and done accuracy of `preds` against the real `steps` (None: nothing to
+    measure, no real or no predicted reward 1, no step)."""
+    pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
+    said = [(p, t) for p, t in zip(preds, steps) if p.reward >= 1.0]
+    return {"reward1_recall": sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None,
+            "reward1_precision": sum(t.reward >= 1.0 for _, t in said) / len(said) if said else None,
+            "done_acc": sum(p.done == t.done for p, t in zip(preds, steps)) / len(steps) if steps else None}
+
+
+def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_size: int = 32,
+                   left_to_model: Callable[[Transition], bool] | None = None) -> dict[str, Any]:
+    """One-step predictions from real inputs (see the module docstring). With `left_to_model` (a step whose reward
+    and end the dream takes from the model, not from the family's rule) also `outcome_figures` over those steps
+    alone, under "model_outcomes" (with their count, "model_outcome_steps")."""
     steps = [t for t in transitions if t.action != RESET_ACTION]
     resets = [t for t in transitions if t.action == RESET_ACTION]
     preds = _batched(model, steps, batch_size)
@@ -248,10 +150,11 @@ def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_
                             "state_em": sum(em[i] for i in ix) / len(ix),
                             "reward_acc": sum(rew[i] for i in ix) / len(ix)}
                         for k, ix in sorted(kinds.items(), key=lambda kv: -len(kv[1]))}
-    pos = [(p, t) for p, t in zip(preds, steps) if t.reward >= 1.0]
-    res["reward1_recall"] = sum(p.reward >= 1.0 for p, _ in pos) / len(pos) if pos else None
-    said = [(p, t) for p, t in zip(preds, steps) if p.reward >= 1.0]
-    res["reward1_precision"] = sum(t.reward >= 1.0 for _, t in said) / len(said) if said else None
+    res.update({k: v for k, v in outcome_figures(preds, steps).items() if k != "done_acc"})
+    if left_to_model is not None:
+        mine = [(p, t) for p, t in zip(preds, steps) if left_to_model(t)]
+        res["model_outcome_steps"] = len(mine)
+        res["model_outcomes"] = outcome_figures([p for p, _ in mine], [t for _, t in mine])
     res["reward1_by_task"] = reward1_by_task(steps, preds)
     res.update(distinct_next_states(steps, preds))
     res["init_n"], res["init_failures"] = len(resets), 0
@@ -617,6 +520,22 @@ def outcomes_from_model(env: str | None, reward_from: str) -> bool:
     return not family(env).hooks.grounds_outcomes
 
 
+def _left_to_model(env: str) -> Callable[[Transition], bool]:
+    """Whether the dream takes a real step's reward and end from the model: the family's rule (`grounded_outcome`)
+    does not decide it, or cannot read it (the synthetic environment then keeps the model's answer too)."""
+    from dreamgym.envs import family
+
+    hooks = family(env).hooks
+
+    def left(t: Transition) -> bool:
+        try:
+            return hooks.grounded_outcome(t.task, t.state, t.action, t.next_state) is None
+        except Exception:  # noqa: BLE001 - as the synthetic environment: an unreadable state is the model's
+            return True
+
+    return left
+
+
 def gate(figures: dict[str, Any], cfg: HeldOutConfig, model_outcomes: bool = True) -> tuple[list[str], list[str]]:
     """The reasons a model is not fit to dream in (each figure under its threshold), and the gated figures the
     held-out steps could not measure (no real or predicted reward 1, no steps). `model_outcomes=False` (the dream
@@ -639,12 +558,20 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     """`dreamgym train-em`'s held-out fidelity report (`dreamgym.experience.train.HeldOutReport`): the teacher-forced
     figures on `steps`, the gate's verdict (`fit`, `reasons`, `unmeasured`), the figures to log under
     `em/heldout/` (`metrics`) and, when the model is not fit, the warning block to print (`warning`)."""
-    tf = teacher_forced(model, steps, cfg.batch_size)
+    own = outcomes_from_model(model.env, cfg.reward_from)
+    left = None if own or not model.env else _left_to_model(model.env)
+    tf = teacher_forced(model, steps, cfg.batch_size, left_to_model=left)
     real = tf["distinct_next_states_real"]
     tf["distinct_share"] = (tf["distinct_next_states"] / real) if real and tf["distinct_next_states"] is not None \
         else None
-    own = outcomes_from_model(model.env, cfg.reward_from)
-    reasons, unmeasured = gate(tf, cfg, model_outcomes=own)
+    # A family's rule may leave steps undecided (MiniWoB++: a Submit of a password of the right length); the dream
+    # takes their reward and end from the model, so the gate judges the model's outcomes on those steps alone.
+    partial = not own and tf["model_outcome_steps"] > 0
+    reasons, unmeasured = gate({**tf, **tf["model_outcomes"]} if partial else tf, cfg, model_outcomes=own or partial)
+    if partial:
+        where = f" (on the {tf['model_outcome_steps']} held-out steps the {model.env} family's rule leaves open)"
+        labels = tuple(label for key, label in GATED if key in OUTCOME_FIGURES)
+        reasons = [r + where if r.startswith(labels) else r for r in reasons]
     if not steps:
         reasons = ["no held-out step to score"]
     keys = ("n", "format_validity", "state_f1", "state_em", "copy_state_f1", "copy_state_em", "reward1_recall",
@@ -652,10 +579,14 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     report: dict[str, Any] = {**{k: tf[k] for k in keys}, "by_action": tf["by_action"],
                               "reward1_by_task": tf["reward1_by_task"], "fit": not reasons,
                               "reasons": reasons, "unmeasured": unmeasured,
-                              "not_gated": [] if own else [label for key, label in GATED if key in OUTCOME_FIGURES],
-                              "not_gated_reason": None if own else (
+                              "not_gated": [] if own or partial else [label for key, label in GATED
+                                                                      if key in OUTCOME_FIGURES],
+                              "not_gated_reason": None if own or partial else (
                                   f"the dream takes reward and end from the {model.env} family's grounded_outcome, "
                                   "not from the model (heldout.reward_from)")}
+    if not own:
+        report["model_outcome_steps"] = tf["model_outcome_steps"]
+        report["model_outcomes"] = tf["model_outcomes"]
     report["reward1_worst"] = worst_reward1_tasks(tf["reward1_by_task"])  # train-em's closing lines print it
     report["metrics"] = {**{k: tf[k] for k in keys}, "fit": not reasons}
     if reasons:

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -9,8 +10,8 @@ from dreamgym.experience import ExperienceModel, ExperienceModelConfig, em_trans
 from dreamgym.experience.format import format_completion
 from dreamgym.experience.format import RESET_ACTION
 from dreamgym.experience.train import HeldOutConfig
-from dreamgym.experience.fidelity import (action_kind, check_alfworld, check_dial, check_generic, check_webshop, checkers_for,
-                               evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
+from dreamgym.experience.consistency import check_alfworld, check_dial, check_generic, check_webshop, checkers_for
+from dreamgym.experience.fidelity import (action_kind, evaluate, exact_match, format_table, free_running, heldout_report, main, teacher_forced,
                                reward1_by_task, token_f1, worst_reward1_tasks)
 from dreamgym.llm.fake import FakeLLM
 from em_helpers import dial_sim, dial_trajectories, trained_dial_model
@@ -322,6 +323,34 @@ def test_the_gate_leaves_out_reward_and_end_where_the_dream_takes_them_from_the_
     assert "grounded_outcome" in grounded["not_gated_reason"]
     judged = heldout_report(model, steps, HeldOutConfig(reward_from="model"))
     assert any(r.startswith("reward-1 recall 0.000") for r in judged["reasons"]) and not judged["not_gated"]
+
+
+def test_where_the_family_s_rule_leaves_steps_open_the_gate_judges_the_model_s_outcomes_on_those_alone():
+    """MiniWoB++'s rule decides most steps but not all (a Submit of a password of the right length): the dream takes
+    those steps' reward and end from the model, so a model that ends every step with a win is judged on the open
+    steps alone (its done accuracy there is under the threshold), and the report says how many they are."""
+    from dreamgym.data import load_trajectories
+    from dreamgym.envs import family
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "web" / "miniwob_episodes.jsonl"
+    steps = [t for t in em_transitions(load_trajectories(fixture), history=3) if t.action != RESET_ACTION]
+    rule = family("miniwob").hooks.grounded_outcome
+    open_steps = [t for t in steps if rule(t.task, t.state, t.action, t.next_state) is None]
+    assert 0 < len(open_steps) < len(steps) and any(t.reward < 1.0 for t in open_steps)
+
+    def always_wins(req):
+        return format_completion("[goal] x\n[page] y", 1.0, True, "It wins.")
+
+    model = ExperienceModel(FakeLLM(always_wins), config=ExperienceModelConfig(k=0), env="miniwob")
+    report = heldout_report(model, steps, HeldOutConfig())
+    assert report["model_outcome_steps"] == len(open_steps) and not report["not_gated"]
+    wins = sum(t.reward >= 1.0 for t in open_steps) / len(open_steps)
+    assert report["model_outcomes"]["reward1_precision"] == pytest.approx(wins)
+    done = sum(t.done for t in open_steps) / len(open_steps)
+    assert report["model_outcomes"]["done_acc"] == pytest.approx(done) and done < HeldOutConfig().min_done_acc
+    assert any(r.startswith(f"done accuracy {done:.3f}") and f"on the {len(open_steps)} held-out steps" in r
+               for r in report["reasons"]), report["reasons"]
+    assert report["reward1_precision"] == pytest.approx(sum(t.reward >= 1.0 for t in steps) / len(steps))
 
 
 def test_eval_em_on_a_server_without_structured_output_says_its_figures_do_not_compare(tmp_path, capsys):
