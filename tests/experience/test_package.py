@@ -7,7 +7,7 @@ from pathlib import Path
 import dreamgym.experience
 
 ORDER = ["config", "edits", "hooks", "format", "reasoning", "checkpoint", "shortcuts", "model", "data", "train",
-         "fidelity"]
+         "consistency", "fidelity"]
 
 
 def _package_imports(path: Path) -> set[str]:
