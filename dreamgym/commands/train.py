@@ -386,8 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                    "start": before.to_dict() if before is not None else None, "machine": machine_info()}
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
         print(json.dumps({k: v for k, v in summary.items() if k not in ("final", "start", "machine")}))
-    distributed.shutdown()
-    return 0
+    return distributed.leave(0)
 
 
 if __name__ == "__main__":

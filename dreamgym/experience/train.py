@@ -669,12 +669,10 @@ def main(argv: list[str] | None = None, heldout_report: HeldOutReport | None = N
         summary = train_em(cfg, progress=print, heldout_report=heldout_report)
     except (FileNotFoundError, ValueError, PresetError, CheckpointError) as e:
         return fail("train-em", e)
-    main_rank = distributed.is_main()
-    distributed.shutdown()  # after rank 0's last write (train_em returns on the other ranks before it)
-    if not main_rank:
-        return 0
+    if not distributed.is_main():
+        return distributed.leave(0)  # after rank 0's last write (train_em returns on the other ranks before it)
     print(closing_lines(summary, cfg.resolved_out()))
     warning = summary.get("heldout", {}).get("warning")
     if warning:  # last, where it is seen: the run succeeded, but its model should not be dreamt in
         print(warning, file=sys.stderr, flush=True)
-    return 0
+    return distributed.leave(0)

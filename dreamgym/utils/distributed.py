@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -185,6 +186,21 @@ def share_rows(n: int) -> tuple[int, int]:
 def barrier(what: str = "waiting for the other ranks") -> None:
     if active():
         guard(what, torch.distributed.barrier)
+
+
+def leave(code: int) -> int:
+    """End a command: `code` as it is in one process; under a launcher with several ranks, every rank meets at a
+    barrier (after rank 0's last write) and the process then exits at once with `code` (`os._exit`, streams
+    flushed), without tearing down the process group. Its teardown at exit ended a rank now and then in SIGABRT,
+    "terminate called without an active exception", after the work was done (a two-rank PPO run under torchrun, an
+    FSDP SFT run under accelerate), failing the whole job; the barrier already says every rank finished."""
+    if not active() or world() == 1:
+        shutdown()
+        return code
+    barrier("finishing")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def shutdown() -> None:
