@@ -6,6 +6,10 @@ independent intervals carry, so it detects a smaller gain than "non-overlapping 
 reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
+    python experiments/paired_eval.py runs/sft/eval.jsonl runs/dream/eval.jsonl
+
+A run's `eval.jsonl` (`dreamgym train`) stands for its last evaluation, the policy it ended with; its rows carry
+their episodes since 2026-12-07 (older rows have none and are refused, naming the file).
 
 Episodes ended by an environment failure (`failed`) are left out, as `dreamgym eval` leaves them out of n. The
 pairing and the tests are `dreamgym.rl.compare`'s, which the reports over seeds (`--seeds`) use too.
@@ -19,8 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 
+from dreamgym.data import iter_jsonl_records
 from dreamgym.rl.compare import Outcomes, compare_paired, outcomes
 from dreamgym.rl.evaluate import two_proportion_z_test, wilson_interval
+
+
+def episodes_of(path: str) -> list[dict]:
+    """The episode records of an `eval --json` file, or of the last evaluation in a run's eval.jsonl."""
+    if path.endswith(".jsonl"):
+        rows = [rec for _, rec in iter_jsonl_records(path, skip_torn_tail=True)]
+        if not rows:
+            raise SystemExit(f"{path}: no evaluation in it")
+        if "episodes" not in rows[-1]:
+            raise SystemExit(f"{path}: its last evaluation ({rows[-1].get('tag')!r}) has no per-episode records "
+                             "(written before eval.jsonl kept them); evaluate the policy with `dreamgym eval --json`")
+        return rows[-1]["episodes"]
+    return json.load(open(path, encoding="utf-8"))["episodes"]
 
 
 def main() -> None:
@@ -33,7 +51,7 @@ def main() -> None:
         played: Outcomes = {}
         for path in paths.split(","):
             try:
-                more = outcomes(json.load(open(path, encoding="utf-8"))["episodes"], where=path)
+                more = outcomes(episodes_of(path), where=path)
             except ValueError as e:
                 raise SystemExit(str(e)) from None
             if set(more) & set(played):

@@ -254,7 +254,8 @@ class Recipe:
                 assert isinstance(trainer, SFTTrainer)  # an SFTConfig builds one; its stop record is SFT's own
                 trainer.fit(demos, progress=self.progress)
                 stop = {"step": trainer.global_step, "replay_success": trainer.replay_success(demos),
-                        "criterion_met": bool(trainer.stopped_at)}
+                        "criterion_met": bool(trainer.stopped_at),
+                        **({"kept_best": trainer.kept_best} if trainer.kept_best else {})}
                 trainer.save(out)
                 atomic_write_text(self.run / "sft" / "stop.json", json.dumps(stop))
                 lg.close()
@@ -587,9 +588,12 @@ def sft_start_note(stop: dict[str, Any], q: QuickstartConfig) -> str:
         return (f"The SFT start stopped at step {stop['step']}, the first check (every {q.sft_check_every} steps) at "
                 f"which the policy replayed its demonstrations with probability {stop['replay_success']:.3f} >= "
                 f"sft_stop_at={q.sft_stop_at}.")
+    kept = stop.get("kept_best")
+    weights = (f" It ends with the weights of its best check, step {int(kept['step'])} (the last weights replayed "
+               f"them with probability {kept['last_replay_success']:.3f})." if kept else "")
     return (f"The SFT start ran to its cap ({stop['step']} steps, sft_epochs={q.sft_epochs}) and replays its "
             f"demonstrations with probability {stop['replay_success']:.3f}, short of sft_stop_at={q.sft_stop_at}: "
-            f"a weaker start than the defaults intend, from which RL may not move.")
+            f"a weaker start than the defaults intend, from which RL may not move.{weights}")
 
 
 @dataclass(frozen=True)

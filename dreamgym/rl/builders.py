@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dreamgym.data import iter_jsonl_records
 from dreamgym.envs.family import EnvFamily
 from dreamgym.episode import Episode
-from dreamgym.rl.evaluate import EvalConfig, EvalResult, evaluate_policy, load_policy
+from dreamgym.rl.evaluate import EvalConfig, EvalResult, episode_rows, evaluate_policy, load_policy
 from dreamgym.utils.jsonl import JsonlAppender
 from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.rl.rollout import PolicyBackend
@@ -139,7 +139,9 @@ def build_offline_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerCo
 class Evaluation:
     """One evaluation protocol, fixed for a whole run so that its evaluations compare: a policy plays `tasks` of
     `split` once per seed in `seeds`, sampled as `config` says. With `log` (a run's eval.jsonl) each evaluation
-    is appended there under its tag and printed; with `logger` its numbers also go to the metrics as eval/*."""
+    is appended there under its tag, with one record per episode (`episode_rows`, so two runs' evaluations pair
+    episode by episode: `experiments/paired_eval.py`), and printed; with `logger` its numbers also go to the
+    metrics as eval/*."""
 
     family: EnvFamily
     split: str
@@ -153,7 +155,7 @@ class Evaluation:
         res = evaluate_policy(backend, lambda: self.family.make_env(self.split), self.tasks, self.seeds, self.config)
         if self.log is not None:
             with JsonlAppender(self.log, ensure_ascii=True) as out:  # sets aside a row a kill left torn
-                out.append({"tag": tag, "step": step, **res.to_dict()})
+                out.append({"tag": tag, "step": step, **res.to_dict(), "episodes": episode_rows(res.episodes)})
         if self.logger is not None:
             self.logger.log(step, res.to_dict(), prefix="eval/")
         if self.log is not None:

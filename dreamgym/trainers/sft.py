@@ -4,14 +4,17 @@ Owns: `SFTConfig`, turning a `Trajectory` into per-turn (prompt ids, target ids)
 format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`),
 and `SFTTrainer` — token-level cross-entropy on the assistant tokens only, one optimiser step per batch of turns
 (the fit loop, shuffled and resumable mid-epoch, is `dreamgym.trainers.offline`'s, shared with DPO), optionally
-stopped by a measured criterion (`replay_success`).
+stopped by a measured criterion (`replay_success`), and, when that criterion is never met, ending with the weights
+of the check that met it most nearly (`keep_best`).
 Must not know: concrete environments (a family's `admissible_from_state` may be passed in as a function),
 presets, how the trajectories were collected.
 
 State: the weights, the optimiser and the fit loop's epoch and batch position (`dreamgym.trainers.offline`);
-`stop_at` is checked again after a resume (the step and value it stopped at are not kept).
-Not in the paper: the stop at a replay criterion (docs/decisions.md, "Quickstart SFT stops at a measured
-criterion").
+`stop_at` is checked again after a resume (the step and value it stopped at are not kept); the best check's step,
+value and weights are kept (the weights not under FSDP, where each rank holds a shard: there a resumed fit tracks the
+best from the resume on).
+Not in the paper: the stop at a replay criterion and the best check kept (docs/decisions.md, "Quickstart SFT stops
+at a measured criterion").
 
 Example for step i of a trajectory: the prompt is `build_messages(task, [(s_j, a_j) for j < i], s_i,
 admissible(s_i))` rendered by the backend's chat template with the generation prompt; the target is
@@ -28,8 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from dreamgym.agent import AgentConfig, build_messages, format_response
 from dreamgym.config import ranged
+from dreamgym.utils import fsdp
 from dreamgym.utils.metric_names import EVAL
 from dreamgym.utils.metrics import MetricsLogger
 from dreamgym.trainers.common import TrainerConfig, set_lr, supervised_step
@@ -58,6 +64,9 @@ class SFTConfig:
     (0: never; `epochs` and `max_steps` still cap the run)."""
     check_every: int = ranged(20, ge=1)
     """Optimiser steps between two checks of `stop_at`."""
+    keep_best: bool = True
+    """With `stop_at` never reached by the end of the fit: end with the weights of the check with the highest
+    `replay_success` when it beats the last weights'."""
 
 
 @dataclass
@@ -95,6 +104,9 @@ class SFTTrainer(FitTrainer[Example]):
         self.admissible_fn = admissible_fn
         self.stopped_at: dict[str, float] = {}  # {"step", "replay_success"} when `stop_at` ended the run
         self._demos: list[Trajectory] = []  # the demonstrations `stop_at` is measured on
+        self.best: dict[str, float] = {}  # {"step", "replay_success"} of the best check so far (`keep_best`)
+        self._best_weights: list[torch.Tensor] | None = None  # a CPU copy of self.params at that check
+        self.kept_best: dict[str, float] = {}  # best + "last_replay_success" when the fit ended on the best weights
         self._build_optimizer()
 
     def examples(self, trajectories: Sequence[Trajectory]) -> tuple[list[Example], dict[str, float]]:
@@ -150,10 +162,47 @@ class SFTTrainer(FitTrainer[Example]):
         replay = self.replay_success(self._demos)
         if self.logger is not None:
             self.logger.log(self.global_step, {"replay_success": replay}, prefix=EVAL)
+        if self.config.keep_best and replay > self.best.get("replay_success", -1.0):
+            self.best = {"step": float(self.global_step), "replay_success": replay}
+            self._best_weights = [p.detach().to("cpu", copy=True) for p in self.params]
         if replay < self.config.stop_at:
             return None
         self.stopped_at = {"step": float(self.global_step), "replay_success": replay}
         return {"replay_success": replay}
+
+    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
+            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+        """`FitTrainer.fit`; then, when the fit has ended (its epochs or `max_steps` done, not paused by `on_step`)
+        without reaching `stop_at`, `keep_best`: the best check's weights replace the last ones if they replay the
+        demonstrations more often (a constant learning rate keeps moving a fit past its best; recorded in
+        `kept_best` and in the figures returned)."""
+        out = super().fit(trajectories, epochs=epochs, progress=progress, on_step=on_step)
+        ended = self.iteration >= (self.config.epochs if epochs is None else epochs) or \
+            0 < self.config.max_steps <= self.global_step
+        if not ended or self.stopped_at or self._best_weights is None:
+            return out
+        last = self.replay_success(self._demos)
+        if self.best["replay_success"] <= last:
+            return out
+        with torch.no_grad():
+            for p, w in zip(self.params, self._best_weights):
+                p.copy_(w.to(p.device))
+        self.kept_best = {**self.best, "last_replay_success": last}
+        if self.logger is not None:
+            self.logger.log(self.global_step, {"replay_success": self.best["replay_success"]}, prefix=EVAL)
+        return {**out, "kept_best_step": self.best["step"], "replay_success": self.best["replay_success"]}
+
+    # -- checkpoints: the best check travels with the fit's position
+    def _extra_state(self) -> dict[str, Any]:
+        sharded = fsdp.is_sharded(self.model)
+        return {**super()._extra_state(), "best": self.best,
+                "best_weights": None if sharded else self._best_weights}
+
+    def _load_extra_state(self, extra: dict[str, Any], run: dict[str, Any]) -> None:
+        super()._load_extra_state(extra, run)
+        if extra.get("best_weights") is not None:
+            self.best = dict(extra.get("best", {}))
+            self._best_weights = list(extra["best_weights"])
 
     def train_step(self, batch: Sequence[Example]) -> dict[str, float]:
         """One optimiser step on `batch`: token-level mean cross-entropy over the target tokens."""

@@ -104,6 +104,9 @@ def test_the_quickstart_report_says_where_sft_stopped_and_whether_the_criterion_
     assert "step 985" in met and "0.201 >= sft_stop_at=0.2" in met and "every 5 steps" in met
     short = sft_start_note({"step": 2368, "replay_success": 0.12, "criterion_met": False}, q)
     assert "cap (2368 steps, sft_epochs=64)" in short and "short of sft_stop_at=0.2" in short
+    kept = sft_start_note({"step": 2240, "replay_success": 0.141, "criterion_met": False,
+                           "kept_best": {"step": 1280.0, "replay_success": 0.141, "last_replay_success": 0.054}}, q)
+    assert "probability 0.141" in kept and "best check, step 1280" in kept and "0.054" in kept
 
 
 def test_the_recorded_quickstart_figures_are_the_ones_its_results_page_shows():

@@ -52,7 +52,12 @@ def test_train_sft_then_grpo_with_resume_then_eval(tmp_path, capsys):
     # The evaluation at the last iteration is the final one: not run twice.
     evals = [json.loads(line) for line in (grpo_dir / "eval.jsonl").open()]
     assert [e["tag"] for e in evals] == ["final", "it3"] and summary["final"] == {
-        k: v for k, v in evals[-1].items() if k not in ("tag", "step")}
+        k: v for k, v in evals[-1].items() if k not in ("tag", "step", "episodes")}
+    # Each evaluation keeps its episodes, so two runs pair episode by episode (experiments/paired_eval.py).
+    for e in evals:
+        assert len(e["episodes"]) == e["n"] + e["n_failed"]
+        assert sum(r["won"] for r in e["episodes"]) == e["n_success"]
+        assert {(r["task"], r["seed"]) for r in e["episodes"]} == {(r["task"], r["seed"]) for r in evals[0]["episodes"]}
     rows = [r for r in read_metrics(grpo_dir / "metrics.jsonl") if "rollout/success_rate" in r]
     assert [r["step"] for r in rows] == [1, 2, 3] and all("rollout/real_steps_used" in r for r in rows)
     assert _names(grpo_dir) >= {"rollout/episodes", "rollout/iteration", "losses/loss", "losses/groups",

@@ -114,3 +114,47 @@ def test_sft_stops_at_the_first_check_where_it_replays_its_demonstrations(tiny_p
     capped = fresh(dataclasses.replace(cfg, max_steps=step - 3))
     capped.fit(data)
     assert capped.global_step == step - 3 and not capped.stopped_at and capped.replay_success(data) < 0.005
+
+
+def test_sft_that_never_reaches_stop_at_ends_on_its_best_check_even_across_a_resume(tiny_preset, dial_common,
+                                                                                     tmp_path):
+    """`keep_best`: a fit that ends without reaching `stop_at` returns the weights of its best check when its last
+    weights replay the demonstrations less often (here they are scrambled after the last step, as a fit moving past
+    its best would leave them); the best check's weights survive a pause, save and resume in between."""
+    from dreamgym.llm.hf import HFBackend
+
+    model, tok = tiny_preset
+    data = demos(n=6)
+    cfg = SFTConfig(epochs=80, batch_size=64, stop_at=0.99, check_every=3, max_steps=12)
+
+    def fresh(c=cfg):
+        return SFTTrainer(HFBackend(copy.deepcopy(model), tok), c, dial_common(lr=3e-3))
+
+    def scramble(tr):
+        def on_step(step):
+            if step == 12:
+                with torch.no_grad():
+                    for p in tr.params:
+                        p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+            return False
+        return on_step
+
+    first = fresh()
+    first.fit(data, on_step=lambda step: step == 7)  # paused after step 7: checks 3 and 6 were made
+    first.save(tmp_path / "ckpt")
+    tr = fresh()
+    tr.load(tmp_path / "ckpt")
+    tr.fit(data, on_step=scramble(tr))
+    assert tr.global_step == 12 and not tr.stopped_at
+    best = tr.kept_best
+    assert best["step"] in (3.0, 6.0, 9.0) and best["last_replay_success"] < best["replay_success"]
+    assert tr.replay_success(data) == best["replay_success"]
+    # The kept weights are the ones an unscrambled fit capped at that step ends with.
+    capped = fresh(dataclasses.replace(cfg, max_steps=int(best["step"])))
+    capped.fit(data)
+    for a, b in zip(tr.params, capped.params):
+        torch.testing.assert_close(a, b)
+    # Without it the fit ends on its last weights.
+    off = fresh(dataclasses.replace(cfg, keep_best=False))
+    off.fit(data, on_step=scramble(off))
+    assert not off.kept_best and off.replay_success(data) == best["last_replay_success"]

@@ -155,8 +155,8 @@ def test_two_ranks_run_grpo_as_one_process_then_survive_a_killed_rank(tmp_path, 
     assert sum(r["losses/optimizer_steps"] for r in rows[0]) > 0  # the update ran
     # The evaluation, split between the ranks, plays the same episodes as one process.
     evals = [[json.loads(line) for line in (tmp_path / g / "eval.jsonl").open()] for g in ("g1", "g2")]
-    assert [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[0]] == \
-        [(e["tag"], e["n"], e["n_success"], e["mean_steps"]) for e in evals[1]]
+    assert [(e["tag"], e["n"], e["n_success"], e["mean_steps"], e["episodes"]) for e in evals[0]] == \
+        [(e["tag"], e["n"], e["n_success"], e["mean_steps"], e["episodes"]) for e in evals[1]]
     _assert_same_update(_weights(tmp_path / "g1" / "final" / "model"), _weights(tmp_path / "g2" / "final" / "model"),
                         start)
 
