@@ -17,6 +17,10 @@ environment's split): `train:extended` / `test:extended` are the default split p
 ships (`shipped_tasks`), `train:NAME,NAME,...` the tasks named; "train" gives each of them seeds 0..19, "test" the
 held-out seeds (for `all` and names no task is held out: the names are the set). A name the package does not ship
 is refused with the list (`UnknownTaskError`, a ValueError, so commands refuse it before the first episode).
+A suffix `@N` sets the seeds per task (`test@10`: 10 held-out seeds, 10,000-10,009, so the 5 of `test` and 5 more;
+`train:extended@5`). A task is one page: its seed fixes the page, and an episode's own seed does not change it
+(`WebEnv`), so evaluating a task at several episode seeds replays the same page (greedy: the same episode); more
+held-out pages come from more seeds per task.
 """
 
 from __future__ import annotations
@@ -109,7 +113,13 @@ def choose(chosen: str) -> tuple[str, ...]:
 def split_specs(split: str, n_seeds: int | None = None) -> list[tuple[str, int]]:
     """(task name, seed) pairs of a split: "train" (20 seeds per train task by default), "test" (5 held-out seeds
     of every train and test-only task); "train:extended" and "test:extended" the same with `EXTRA_TRAIN_TASKS`
-    added to both; "train:CHOICE" and "test:CHOICE" the same seeds of the tasks `choose` finds in CHOICE."""
+    added to both; "train:CHOICE" and "test:CHOICE" the same seeds of the tasks `choose` finds in CHOICE; a suffix
+    "@N" gives N seeds per task (`n_seeds`, when given, wins)."""
+    split, at, count = split.partition("@")
+    if at:
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"miniwob: the seeds per task after '@' must be a whole number >= 1, not {count!r}")
+        n_seeds = int(count) if n_seeds is None else n_seeds
     base, sep, chosen = split.partition(":")
     if base not in ("train", "test"):
         raise ValueError(f"miniwob has the splits 'train' and 'test' (optionally 'train:all', "
@@ -228,7 +238,7 @@ def _tasks(split: str, n_seeds: int | None) -> tuple[Task, ...]:
 
     specs = split_specs(split, n_seeds)
     texts = utterances(specs, shared_pool(DEFAULT_BROWSERS).worker())
-    base = split.partition(":")[0]  # a task's split is "train" or "test", whichever set chose it
+    base = split.partition("@")[0].partition(":")[0]  # a task's split is "train" or "test", whichever set chose it
     return tuple(Task(id=f"miniwob-{sub}-{seed}", env=NAME, instruction=texts[(sub, seed)],
                       goal={"subdomain": sub, "seed": seed}, split=base) for sub, seed in specs)
 

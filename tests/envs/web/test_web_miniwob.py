@@ -258,3 +258,18 @@ def test_a_soft_scored_task_keeps_its_partial_credit_and_is_won_only_at_full_cre
     env.close()
     assert term and 0.0 < info["miniwob_raw_reward"] < 1.0
     assert reward == pytest.approx(info["miniwob_raw_reward"]) and not info["won"]
+
+
+def test_a_split_suffix_sets_the_seeds_per_task_and_keeps_the_default_pages_first():
+    """`test@10`: each test task at 10 held-out seeds (its pages are what differs; an episode's own seed does not
+    change a page), the 5 of `test` among them; a bad count is refused naming it."""
+    from dreamgym.envs.web.miniwob_tasks import TEST_SEED_BASE, split_specs
+
+    five, ten = split_specs("test"), split_specs("test@10")
+    assert len(ten) == 2 * len(five) and set(five) < set(ten) and len(set(ten)) == len(ten)
+    assert {s for _, s in ten} == set(range(TEST_SEED_BASE, TEST_SEED_BASE + 10))
+    assert split_specs("train:extended@2") == [(t, s) for t, _ in split_specs("train:extended")[::20] for s in (0, 1)]
+    assert split_specs("test@10", n_seeds=3) == split_specs("test", n_seeds=3)
+    for bad in ("test@", "test@0", "test@ten"):
+        with pytest.raises(ValueError, match="seeds per task"):
+            split_specs(bad)
