@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,9 @@ class EvalResult:
     noop_step_rate: float = 0.0
     """Share of environment steps that did nothing (`info["invalid_action"]`): the rollout metric of the same name,
     so a policy's no-op rate in the real game can be set beside its rate in the dream."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """The `n_failed` episodes by end reason (`dreamgym.episode.FAILURE_ENDS`: a step that timed out, a reset that
+    failed, ...)."""
     episodes: list[Episode] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,8 +81,12 @@ class EvalResult:
     def __str__(self) -> str:
         return (f"success {self.success_rate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (n={self.n}, "
                 f"{self.n_success} won), mean reward {self.mean_reward:.3f}, mean steps {self.mean_steps:.2f}, "
-                f"env failures {self.n_failed}, invalid actions {self.invalid_action_rate:.3f}, "
+                f"env failures {self.n_failed}{self._failure_reasons()}, "
+                f"invalid actions {self.invalid_action_rate:.3f}, "
                 f"grounded actions {self.grounded_action_rate:.3f}, no-op steps {self.noop_step_rate:.3f}")
+
+    def _failure_reasons(self) -> str:
+        return f" ({', '.join(f'{k} {v}' for k, v in sorted(self.failures.items()))})" if self.failures else ""
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -153,14 +161,19 @@ def summarize(episodes: Sequence[Episode]) -> EvalResult:
                       mean_steps=sum(sum(t.stepped for t in e.turns) for e in ok) / n if n else 0.0,
                       n=n, n_success=k, n_failed=len(episodes) - n,
                       invalid_action_rate=m["invalid_action_rate"], grounded_action_rate=m["grounded_action_rate"],
-                      noop_step_rate=m["noop_step_rate"], episodes=list(episodes))
+                      noop_step_rate=m["noop_step_rate"],
+                      failures=dict(Counter(e.end_reason or "no_turn" for e in episodes if not e.trainable)),
+                      episodes=list(episodes))
 
 
 def episode_rows(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
-    """One record per episode (task id, seed, won, reward, steps, whether an environment failure ended it), so two
-    policies evaluated on the same tasks and seeds can be compared pair by pair (`dreamgym.rl.compare`)."""
+    """One record per episode (task id, seed, won, reward, steps, whether an environment failure ended it and, if
+    so, its end reason and error), so two policies evaluated on the same tasks and seeds can be compared pair by pair
+    (`dreamgym.rl.compare`) and a failed episode says why."""
     return [{"task": e.task.id, "seed": e.seed, "won": bool(e.won), "reward": float(e.reward),
-             "steps": len(e.turns), "failed": not e.trainable} for e in episodes]
+             "steps": len(e.turns), "failed": not e.trainable,
+             **({"end_reason": e.end_reason, "error": (e.error or "")[:300]} if not e.trainable else {})}
+            for e in episodes]
 
 
 # --------------------------------------------------------------------------------------------- loading policies

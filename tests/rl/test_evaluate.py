@@ -8,7 +8,7 @@ import pytest
 
 from dreamgym.agent import AgentConfig
 from dreamgym.envs.dial import DialEnv, expert_action, make_tasks
-from dreamgym.rl.evaluate import (EvalConfig, evaluate_policy, paired_mean_difference, paired_sign_test,
+from dreamgym.rl.evaluate import (EvalConfig, episode_rows, evaluate_policy, paired_mean_difference, paired_sign_test,
                                two_proportion_z_test, wilson_interval)
 from dreamgym.llm.base import Completion
 from dreamgym.rl.rollout import RolloutConfig
@@ -87,6 +87,11 @@ def test_evaluate_policy_counts_and_excludes_env_failures():
     n9 = sum(t.goal["target"] == 9 for t in tasks)
     res = evaluate_policy(ExpertBackend(tok), Crash, tasks, [0, 1], EvalConfig(agent=AgentConfig(history=1)))
     assert res.n_failed == 2 * n9 and res.n == 2 * (len(tasks) - n9)
+    # each failure says why: counted by end reason in the result and its line, kept with its error per episode
+    assert res.failures == {"env_error": 2 * n9} and f"env failures {2 * n9} (env_error {2 * n9})" in str(res)
+    failed = [r for r in episode_rows(res.episodes) if r["failed"]]
+    assert len(failed) == 2 * n9 and all(r["end_reason"] == "env_error" and "boom" in r["error"] for r in failed)
+    assert all("end_reason" not in r for r in episode_rows(res.episodes) if not r["failed"])
     assert res.n_success == res.n - 2 * n4 and res.success_rate == pytest.approx(res.n_success / res.n)
     assert res.ci_low < res.success_rate < res.ci_high and res.mean_reward == pytest.approx(res.success_rate)
     assert res.invalid_action_rate > 0 and res.mean_steps > 1
