@@ -60,6 +60,11 @@ class FitTrainer(BaseTrainer, Generic[ItemT]):
         """Checked after every step: None to go on, or the figures to end the fit with."""
         return None
 
+    def _ended(self, figures: dict[str, float]) -> dict[str, float]:
+        """Called when the fit has run all its epochs or `_max_steps` (not when `on_step` paused it or `_stop_after`
+        ended it); returns the figures `fit` returns."""
+        return figures
+
     # -- the loop
     def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
             on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
@@ -86,7 +91,7 @@ class FitTrainer(BaseTrainer, Generic[ItemT]):
                 sums: dict[str, float] = {}
                 while self.batch_pos < n_batches:
                     if 0 < self._max_steps() <= self.global_step:
-                        return {**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}}
+                        return self._ended({**counts, **{k: v / max(1, self.batch_pos) for k, v in sums.items()}})
                     st = self._step(items, order[self.batch_pos * size:(self.batch_pos + 1) * size])
                     self.batch_pos += 1
                     for k, v in st.items():
@@ -106,7 +111,7 @@ class FitTrainer(BaseTrainer, Generic[ItemT]):
         finally:
             if bar is not None:
                 bar[0].stop()
-        return last
+        return self._ended(last)
 
     # -- checkpoints: the epoch is the fit's run state, the batch position its own
     def save(self, directory: str | Path, run: Mapping[str, Any] | None = None) -> Path:

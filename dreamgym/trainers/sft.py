@@ -105,6 +105,7 @@ class SFTTrainer(FitTrainer[Example]):
         self.stopped_at: dict[str, float] = {}  # {"step", "replay_success"} when `stop_at` ended the run
         self._demos: list[Trajectory] = []  # the demonstrations `stop_at` is measured on
         self.best: dict[str, float] = {}  # {"step", "replay_success"} of the best check so far (`keep_best`)
+        self._last_check: tuple[int, float] = (-1, 0.0)  # (step, replay_success) of the latest check
         self._best_weights: list[torch.Tensor] | None = None  # a CPU copy of self.params at that check
         self.kept_best: dict[str, float] = {}  # best + "last_replay_success" when the fit ended on the best weights
         self._build_optimizer()
@@ -160,6 +161,7 @@ class SFTTrainer(FitTrainer[Example]):
         if not self.config.stop_at or self.global_step % self.config.check_every:
             return None
         replay = self.replay_success(self._demos)
+        self._last_check = (self.global_step, replay)
         if self.logger is not None:
             self.logger.log(self.global_step, {"replay_success": replay}, prefix=EVAL)
         if self.config.keep_best and replay > self.best.get("replay_success", -1.0):
@@ -170,18 +172,15 @@ class SFTTrainer(FitTrainer[Example]):
         self.stopped_at = {"step": float(self.global_step), "replay_success": replay}
         return {"replay_success": replay}
 
-    def fit(self, trajectories: Sequence[Trajectory], *, epochs: int | None = None, progress: bool = False,
-            on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
-        """`FitTrainer.fit`; then, when the fit has ended (its epochs or `max_steps` done, not paused by `on_step`)
-        without reaching `stop_at`, `keep_best`: the best check's weights replace the last ones if they replay the
-        demonstrations more often (a constant learning rate keeps moving a fit past its best; recorded in
-        `kept_best` and in the figures returned)."""
-        out = super().fit(trajectories, epochs=epochs, progress=progress, on_step=on_step)
-        ended = self.iteration >= (self.config.epochs if epochs is None else epochs) or \
-            0 < self.config.max_steps <= self.global_step
-        if not ended or self.stopped_at or self._best_weights is None:
+    def _ended(self, out: dict[str, float]) -> dict[str, float]:
+        """`keep_best`: a fit that ran to its end without reaching `stop_at` ends on the best check's weights if
+        they replay the demonstrations more often than the last ones (a constant learning rate keeps moving a fit
+        past its best; recorded in `kept_best` and in the figures returned)."""
+        if self._best_weights is None:
             return out
-        last = self.replay_success(self._demos)
+        step, last = self._last_check
+        if step != self.global_step:  # the last step was no check
+            last = self.replay_success(self._demos)
         if self.best["replay_success"] <= last:
             return out
         with torch.no_grad():
