@@ -33,7 +33,7 @@ from dreamgym.checks import (POLICY_MIX, env_family, family_choices, model_sourc
                              trajectory_file)
 from dreamgym.config import CommandParser, ConfigError, checked, describe, fail, load_config, ranged, renamed, to_dict
 from dreamgym.dream.world import DreamConfig, DreamWorld
-from dreamgym.curriculum.pools import task_pool
+from dreamgym.curriculum.pools import check_strata, task_pool
 from dreamgym.rl.modes import online_phases
 from dreamgym.envs.family import EnvFamily
 from dreamgym.rl.evaluate import EvalConfig
@@ -220,8 +220,9 @@ def _train_online(trainer: OnlineTrainer, state: RunState, fam: EnvFamily, pool:
             trainer.save(run_dir / tag, state.state_dict())
         evaluation(trainer.backend, tag, step)
 
-    world = DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed) if cfg.mode != "real" else None
-    phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool,
+    world = (DreamWorld(cfg.env, cfg.dream, run_dir, cfg.seed, strata=cfg.task_strata) if cfg.mode != "real"
+             else None)
+    phases = online_phases(cfg.mode, fam, cfg.env, cfg.seed, world=world, pool=pool, strata=cfg.task_strata,
                            real_iterations=cfg.iterations if cfg.mode == "real" else cfg.dream.s2r_iterations,
                            dream_iterations=cfg.dream.iterations, tasks_per_iteration=cfg.tasks_per_iteration)
     settings = LoopSettings(cfg, save_every=cfg.save_every, eval_every=cfg.eval_every, run_dir=run_dir,
@@ -293,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         # A real_task_pool that played no train task fails here, at start-up.
         pool = task_pool(fam.tasks("train"), cfg.real_task_pool, name="real_task_pool", env=cfg.env) \
             if cfg.mode == "real" and cfg.algo in ONLINE_ALGOS else []
+        if cfg.task_strata and cfg.algo in ONLINE_ALGOS:  # a field the train tasks lack fails now, not at iteration 1
+            check_strata(pool or fam.tasks("train"), cfg.task_strata)
         # Several processes (torchrun): every rank runs this same command; see dreamgym/utils/distributed.py.
         distributed.init()
         threads = resolve_threads(cfg.threads)  # a bad OMP_NUM_THREADS is refused here, in one line

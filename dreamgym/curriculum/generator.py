@@ -210,11 +210,12 @@ class Curriculum:
         self._known = {t.instruction.strip().lower() for t in self.base}
 
     # -- sampling ---------------------------------------------------------------------------------------
-    def sample(self, n: int) -> list[Task]:
-        """n tasks; at most ⌊λ·n⌋ generated ones (λ = config.max_share); base tasks drawn by `draw_tasks`."""
+    def sample(self, n: int, draw_base: Callable[[int], list[Task]] | None = None) -> list[Task]:
+        """n tasks; at most ⌊λ·n⌋ generated ones (λ = config.max_share); base tasks drawn by `draw_base` (k -> k base
+        tasks: the run's stratified draw), else by `draw_tasks` from this curriculum's own stream."""
         n_gen = min(len(self.generated), int(self.config.max_share * n)) if self.config.enabled else 0
         picked = self.rng.sample(self.generated, n_gen) if n_gen else []
-        picked += draw_tasks(self.rng, self.base, n - n_gen)
+        picked += draw_base(n - n_gen) if draw_base is not None else draw_tasks(self.rng, self.base, n - n_gen)
         self.rng.shuffle(picked)
         return picked
 

@@ -34,7 +34,7 @@ from dreamgym.data import write_jsonl
 from dreamgym.episode import Episode
 from dreamgym.envs.family import EnvFamily
 from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_overrides
-from dreamgym.curriculum.pools import VARIANCE_LOG, task_pool
+from dreamgym.curriculum.pools import VARIANCE_LOG, check_strata, iteration_tasks, task_pool
 from dreamgym.utils.paths import atomic_write_text
 from dreamgym.utils.seeds import AUDIT_BASIS, mix_seed
 from dreamgym.types import Task
@@ -120,7 +120,8 @@ class DreamWorld:
     name = "dream"
     real = False
 
-    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None):
+    def __init__(self, env_name: str, dream: DreamConfig, run_dir: Path, seed: int, device: str | None = None,
+                 strata: str = ""):
         from dreamgym.envs import family
         from dreamgym.experience import ExperienceModel, checkpoint_buffer
 
@@ -147,6 +148,9 @@ class DreamWorld:
                                                            timeout_field="dream.em_timeout_s")
         self.base_tasks = task_pool(self.family.tasks("train"), dream.task_pool, name="dream.task_pool", env=env_name,
                                     buffer=self.buffer)
+        self.strata = strata  # the run's `task_strata`: base tasks drawn evenly over its values
+        if strata:
+            check_strata(self.base_tasks, strata)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / VARIANCE_LOG if main else None)
@@ -190,7 +194,10 @@ class DreamWorld:
 
     def tasks(self, iteration: int, n: int) -> list[Task]:
         """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants."""
-        return self.curriculum.sample(n)
+        if not self.strata:
+            return self.curriculum.sample(n)
+        return self.curriculum.sample(n, lambda k: iteration_tasks(self.base_tasks, k, self.seed, iteration,
+                                                                   self.strata))
 
     def envs(self, policy_version: str) -> Callable[[], SyntheticEnv]:
         from dreamgym.dream.synthetic_env import SyntheticEnv

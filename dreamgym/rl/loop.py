@@ -152,15 +152,15 @@ class RealWorld:
     real = True
     keeps_policies = 0
 
-    def __init__(self, family: EnvFamily, seed: int, pool: Sequence[Task] | None = None):
-        self.family, self.seed = family, seed
+    def __init__(self, family: EnvFamily, seed: int, pool: Sequence[Task] | None = None, strata: str = ""):
+        self.family, self.seed, self.strata = family, seed, strata
         self.pool: list[Task] = list(family.tasks("train") if pool is None else pool)
 
     def start(self, iteration: int) -> None:
         pass
 
     def tasks(self, iteration: int, n: int) -> list[Task]:
-        return iteration_tasks(self.pool, n, self.seed, iteration)
+        return iteration_tasks(self.pool, n, self.seed, iteration, self.strata)
 
     def envs(self, policy_version: str) -> Callable[[], TextEnv]:
         return lambda: self.family.make_env("train")

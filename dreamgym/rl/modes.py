@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dreamgym.curriculum.pools import task_pool
+from dreamgym.curriculum.pools import check_strata, task_pool
 from dreamgym.dream.world import DreamWorld
 from dreamgym.envs.family import EnvFamily
 from dreamgym.rl.loop import Phase, RealWorld
@@ -35,19 +35,23 @@ class SimToRealWorld(RealWorld):
     curriculum log at `dream_dir` when the phase starts (all train tasks when fewer than `min_pool`). A group whose
     rewards are all equal has zero GRPO advantage, so a small real budget spent on it trains nothing."""
 
-    def __init__(self, family: EnvFamily, seed: int, dream_dir: Path, *, env: str, min_pool: int):
-        super().__init__(family, seed, [])
+    def __init__(self, family: EnvFamily, seed: int, dream_dir: Path, *, env: str, min_pool: int, strata: str = ""):
+        super().__init__(family, seed, [], strata)
         self.dream_dir, self.env, self.min_pool = Path(dream_dir), env, min_pool
 
     def start(self, iteration: int) -> None:
         distributed.barrier("rank 0 finishing the dream's log")  # the other ranks read what rank 0 wrote
         self.pool = task_pool(self.family.tasks("train"), self.dream_dir, name="s2r", env=self.env,
                               fall_back_below=self.min_pool)
+        if self.strata:
+            check_strata(self.pool, self.strata)
 
 
-def real_phases(family: EnvFamily, seed: int, iterations: int, pool: Sequence[Task] | None = None) -> list[Phase]:
-    """Real RL: `iterations` in the real environment, drawing from `pool` (default: all train tasks)."""
-    return [Phase(RealWorld(family, seed, pool), iterations, "it")]
+def real_phases(family: EnvFamily, seed: int, iterations: int, pool: Sequence[Task] | None = None,
+                strata: str = "") -> list[Phase]:
+    """Real RL: `iterations` in the real environment, drawing from `pool` (default: all train tasks), evenly over
+    goal field `strata` when given."""
+    return [Phase(RealWorld(family, seed, pool, strata), iterations, "it")]
 
 
 def dream_phases(world: DreamWorld, iterations: int) -> list[Phase]:
@@ -56,7 +60,8 @@ def dream_phases(world: DreamWorld, iterations: int) -> list[Phase]:
 
 
 def sim_to_real_phases(family: EnvFamily, env: str, seed: int, *, world: DreamWorld | None, dream_iterations: int,
-                       real_iterations: int, min_pool: int, dream_log: Path | None = None) -> list[Phase]:
+                       real_iterations: int, min_pool: int, dream_log: Path | None = None,
+                       strata: str = "") -> list[Phase]:
     """DreamGym-S2R: the dream of `world`, then at most `real_iterations` in the real environment on the train tasks
     the dream left with mixed outcomes (`SimToRealWorld`). Without a `world`, only that real phase, after the dream
     whose run folder is `dream_log` (an S2R row of the recipe continuing a dream row)."""
@@ -64,21 +69,23 @@ def sim_to_real_phases(family: EnvFamily, env: str, seed: int, *, world: DreamWo
     if log is None:
         raise ValueError("the real phase of S2R needs the dream's run folder")
     dream = [] if world is None else dream_phases(world, dream_iterations)
-    return [*dream, Phase(SimToRealWorld(family, seed, log, env=env, min_pool=min_pool), real_iterations, "s2r-it")]
+    return [*dream, Phase(SimToRealWorld(family, seed, log, env=env, min_pool=min_pool, strata=strata),
+                          real_iterations, "s2r-it")]
 
 
 def online_phases(mode: str, family: EnvFamily, env: str, seed: int, *, world: DreamWorld | None,
                   real_iterations: int, dream_iterations: int, tasks_per_iteration: int,
-                  pool: Sequence[Task] | None = None, dream_log: Path | None = None) -> list[Phase]:
+                  pool: Sequence[Task] | None = None, dream_log: Path | None = None, strata: str = "") -> list[Phase]:
     """The phases of an online run in `mode` (one of `MODES`): `real_phases`, `dream_phases` (needs a `world`) or
     `sim_to_real_phases` (its real phase falls back to all train tasks below one iteration's worth)."""
     if mode == "real":
-        return real_phases(family, seed, real_iterations, pool)
+        return real_phases(family, seed, real_iterations, pool, strata)
     if mode == "dream":
         if world is None:
             raise ValueError("a dream phase needs a DreamWorld")
         return dream_phases(world, dream_iterations)
     if mode == "s2r":
         return sim_to_real_phases(family, env, seed, world=world, dream_iterations=dream_iterations,
-                                  real_iterations=real_iterations, min_pool=tasks_per_iteration, dream_log=dream_log)
+                                  real_iterations=real_iterations, min_pool=tasks_per_iteration, dream_log=dream_log,
+                                  strata=strata)
     raise ValueError(f"mode {mode!r} is not real, dream or s2r")

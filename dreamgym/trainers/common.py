@@ -150,6 +150,9 @@ class TrainerConfig:
     """Hard cap on real-environment steps over the whole run (None = unlimited): the run loop's budget."""
     tasks_per_iteration: int = ranged(8, ge=1)
     """GRPO/PPO: tasks the run loop draws per iteration."""
+    task_strata: str = ""
+    """GRPO/PPO: draw each iteration's train tasks evenly over the values of this goal field (MiniWoB++:
+    `subdomain`, ALFWorld: `task_type`), every value once before any twice across the run; empty: a uniform draw."""
     group_size: int = ranged(8, ge=1)
     """GRPO/PPO: episodes the run loop plays of each task per iteration, all from one environment seed (GRPO's group
     G, within which advantages are normalised); tasks_per_iteration x group_size episodes per iteration."""

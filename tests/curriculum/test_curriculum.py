@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from dreamgym.curriculum.pools import informative_task_ids
+from dreamgym.config import ConfigError
+from dreamgym.curriculum.pools import check_strata, informative_task_ids, iteration_tasks, stratified_tasks
 from dreamgym.curriculum.generator import (Curriculum, CurriculumConfig, cluster_groups, reward_variance,
                                  solved_task_steps, writing_examples)
 from dreamgym.envs.dial import make_tasks, parse_goal
@@ -53,6 +54,38 @@ def test_base_tasks_are_drawn_without_replacement_like_real_iterations():
         assert sorted(t.id for t in cur.sample(16)) == sorted(t.id for t in base)
     many = cur.sample(40)
     assert len(many) == 40 and {t.id for t in many} <= {t.id for t in base}
+
+
+def test_a_stratified_draw_deals_every_stratum_once_before_any_twice_and_every_task_of_one_before_a_repeat():
+    """The dial's 72 train tasks over their 10 targets (7-8 each), 3 an iteration: across iterations the targets come
+    in rounds (each once before any twice), a target's tasks come in passes (each once before any twice), and the
+    draw is a function of (pool, n, seed, iteration): a resumed run draws what the first one would have."""
+    pool = make_tasks("train")
+    target = {t.id: t.goal["target"] for t in pool}
+    sizes = {v: list(target.values()).count(v) for v in set(target.values())}
+    assert len(sizes) == 10 and set(sizes.values()) == {7, 8}
+    draws = [stratified_tasks(pool, 3, 5, it, "target") for it in range(80)]  # 240 draws: 24 of each target
+    flat = [target[t.id] for d in draws for t in d]
+    for r in range(0, len(flat), 10):  # every round of 10 draws holds the 10 targets once
+        assert sorted(flat[r:r + 10]) == sorted(sizes)
+    per_target: dict[int, list[str]] = {}
+    for t in (t for d in draws for t in d):
+        per_target.setdefault(target[t.id], []).append(t.id)
+    for v, ids in per_target.items():  # a target's draws in passes of its size: each pass all of its tasks
+        m = sizes[v]
+        assert len(ids) == 24
+        for p in range(0, 24 - m + 1, m):
+            assert len(set(ids[p:p + m])) == m
+    assert stratified_tasks(pool, 3, 5, 7, "target") == draws[7]
+    assert iteration_tasks(pool, 3, 5, 7, "target") == draws[7]
+    assert stratified_tasks(pool, 3, 6, 7, "target") != draws[7]  # another seed, another draw
+    assert iteration_tasks(pool, 3, 5, 7) != draws[7]  # without strata: the uniform draw
+
+
+def test_a_stratum_field_the_tasks_lack_fails_naming_the_config_field():
+    check_strata(make_tasks("train"), "target")
+    with pytest.raises(ConfigError, match="task_strata: .*no goal field 'family'.*start, target"):
+        check_strata(make_tasks("train"), "family")
 
 
 def test_curriculum_disabled_and_uninformative_groups_generate_nothing():

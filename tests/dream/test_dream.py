@@ -90,3 +90,19 @@ def test_the_curriculum_reads_every_episode_of_a_task_whatever_the_algorithm(tmp
     world.curriculum.variance_log.clear()
     world.curriculum_step(1, _played(a, 0, [1.0]) + _played(b, 1, [0.0]))
     assert [(row["n"], row["variance"]) for row in world.curriculum.variance_log] == [(2, 0.25), (2, 0.25)]
+
+
+def test_a_stratified_dream_draws_its_base_tasks_like_the_real_run(tmp_path):
+    """`task_strata`: the dream's base tasks of an iteration are the stratified draw of its pool for that iteration,
+    the draw real RL and S2R's real phase make; a field the pool lacks fails when the world is built."""
+    from dreamgym.config import ConfigError
+    from dreamgym.curriculum.pools import stratified_tasks
+
+    cfg = DreamConfig(em=str(trained_dial_model()), curriculum=CurriculumConfig(enabled=False))
+    world = DreamWorld("dial", cfg, tmp_path, seed=4, device="cpu", strata="target")
+    for it in (0, 3):
+        # the curriculum shuffles its batch (generated variants among base tasks): the same tasks, in its order
+        assert sorted(t.id for t in world.tasks(it, 5)) == sorted(t.id for t in stratified_tasks(world.base_tasks, 5,
+                                                                                                   4, it, "target"))
+    with pytest.raises(ConfigError, match="task_strata"):
+        DreamWorld("dial", cfg, tmp_path / "b", seed=4, device="cpu", strata="family")

@@ -18,7 +18,7 @@ from dreamgym.envs.dial import DialEnv
 from dreamgym.episode import RolloutConfig
 from dreamgym.data import iter_jsonl_records
 from dreamgym.rl.evaluate import EvalConfig
-from dreamgym.curriculum.pools import VARIANCE_LOG, iteration_tasks, task_pool
+from dreamgym.curriculum.pools import VARIANCE_LOG, iteration_tasks, stratified_tasks, task_pool
 from dreamgym.rl.builders import Evaluation
 from dreamgym.utils.metrics import MetricsLogger, read_metrics
 from dreamgym.trainers.common import TrainerConfig
@@ -132,6 +132,17 @@ def test_a_run_of_its_own_counts_from_zero_so_a_resumed_one_continues_its_period
     assert row["rollout/real_steps_used"] == 6 and row["losses/update_time_s"] >= 0
     assert {k.split("/")[0] for k in row} == {"rollout", "losses"}, sorted(row)
     assert state.budget.used == 18
+
+
+def test_a_stratified_real_world_plays_the_stratified_draw_of_each_iteration(tmp_path, tokenizer):
+    """`task_strata=target`: a real run resumed at iteration 2 plays, each iteration, the tasks the stratified draw
+    gives that iteration number (the loop passes the field through the world, not a uniform sample)."""
+    fam, trainer = family("dial"), StandIn(tokenizer)
+    pool = fam.tasks("train")
+    run_phases(trainer, [Phase(RealWorld(fam, 7, pool, "target"), 4)], RunState(RealStepBudget(None), iteration=2),
+               settings(4, run_dir=tmp_path))
+    assert trainer.played == [[t.id for t in stratified_tasks(pool, 4, 7, it, "target")] for it in (2, 3)]
+    assert trainer.played != [[t.id for t in iteration_tasks(pool, 4, 7, it)] for it in (2, 3)]
 
 
 def test_a_phase_that_continues_another_counts_from_its_start(tokenizer):
