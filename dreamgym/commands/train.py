@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer: Trainer
         fit: Callable[[], object]
         if cfg.algo in ONLINE_ALGOS:
-            online = build_online_trainer(backend, cfg, cfg.online_config())
+            online = build_online_trainer(backend, cfg, cfg.online_config(), admissible_fn=fam.admissible_from_state)
             trainer, fit = online, lambda: _train_online(online, state, fam, pool, cfg, run_dir, logger, evaluation,
                                                          progress)
             run_state: Callable[[], dict[str, Any]] = state.state_dict

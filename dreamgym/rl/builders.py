@@ -110,15 +110,24 @@ def close_backend(backend: object) -> None:
 
 
 def build_online_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig,
-                         algo: GRPOConfig | PPOConfig) -> OnlineTrainer:
+                         algo: GRPOConfig | PPOConfig, *,
+                         admissible_fn: Callable[[str], list[str]] | None = None) -> OnlineTrainer:
     """A GRPO or PPO trainer (by the type of `algo`, its own settings) over `backend` with the shared settings
-    `cfg`."""
+    `cfg`; with `algo.anchor` on, its demonstrations read and tokenised (`admissible_fn` lists the actions a stored
+    state offers, for their prompts)."""
+    from dreamgym.data import load_trajectories
+    from dreamgym.trainers.anchor import anchor_rows
     from dreamgym.trainers.grpo import GRPOConfig, GRPOTrainer
     from dreamgym.trainers.ppo import PPOTrainer
 
-    if isinstance(algo, GRPOConfig):
-        return GRPOTrainer(backend, algo, cfg)
-    return PPOTrainer(backend, algo, cfg)
+    trainer: GRPOTrainer | PPOTrainer = GRPOTrainer(backend, algo, cfg) if isinstance(algo, GRPOConfig) \
+        else PPOTrainer(backend, algo, cfg)
+    if algo.anchor.on:
+        trainer.anchor_rows = anchor_rows(load_trajectories(algo.anchor.data), backend, cfg.agent,
+                                          only_won=algo.anchor.only_won, admissible_fn=admissible_fn)
+        print(f"anchor: {len(trainer.anchor_rows)} demonstration turns from {algo.anchor.data}, "
+              f"{algo.anchor.batch_size} a step at weight {algo.anchor.coef:g}")
+    return trainer
 
 
 def build_offline_trainer(backend: HFBackend | HTTPPolicyBackend, cfg: TrainerConfig, algo: SFTConfig | DPOConfig, *,

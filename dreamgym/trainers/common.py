@@ -439,6 +439,36 @@ def policy_forward(model: nn.Module, packed: Packed, *, entropy: bool = False, e
     return ForwardOut(logp=logp, entropy=ent, state_hidden=sh)
 
 
+def supervised_backward(model: nn.Module, rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int,
+                        device: torch.device, micro_batch_tokens: int, *, scale: float = 1.0,
+                        entropy: bool = False) -> tuple[float, float, float]:
+    """Back-propagate `scale` x the token-level mean cross-entropy over the completion tokens of `rows` ((prompt ids,
+    completion ids) pairs) into the gradients, without stepping: `supervised_step`'s loss, and the SFT anchor of
+    an online update (`dreamgym.trainers.anchor`). Micro-batches and ranks as `supervised_step` says. Returns the
+    whole step's (mean loss, mean entropy or 0, padded tokens), summed over ranks."""
+    from dreamgym.trainers import algos
+
+    rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
+    n_trained = sum(len(c) for _, c in rows)
+    loss_sum, ent_sum, n_tok = 0.0, 0.0, 0.0
+    # A sharded model pads its share with zero-weighted repeats: every rank runs the same forwards and backwards.
+    for chunk, real in distributed.share(micro_batches([len(p) + len(c) for p, c in rows], micro_batch_tokens),
+                                         lockstep=fsdp.is_sharded(model)):
+        packed = pack([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], pad_id, device)
+        out = policy_forward(model, packed, entropy=entropy)
+        loss = -algos.masked_mean(out.logp, packed.loss_mask)
+        share = packed.n_trained / n_trained if real else 0.0
+        (loss * (share * scale)).backward()
+        if not real:
+            continue
+        loss_sum += float(loss.detach()) * share
+        if out.entropy is not None:
+            ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
+        n_tok += packed.n_tokens
+    loss_sum, ent_sum, n_tok = distributed.sum_floats([loss_sum, ent_sum, n_tok])
+    return loss_sum, ent_sum, n_tok
+
+
 def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter],
                     cfg: OptimConfig, rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int,
                     device: torch.device, *, entropy: bool = False) -> dict[str, float]:
@@ -451,28 +481,10 @@ def supervised_step(model: nn.Module, optimizer: torch.optim.Optimizer, params: 
     (`set_lr`) and the model's train/eval mode. Returns loss, grad_norm, tokens_per_s (and entropy, a detached
     metric, when asked). With several processes every rank passes the same `rows` and back-propagates its share of
     the micro-batches (`distributed.mine`); the figures returned are the whole step's."""
-    from dreamgym.trainers import algos
-
     t0 = time.perf_counter()
-    rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
-    n_trained = sum(len(c) for _, c in rows)
-    loss_sum, ent_sum, n_tok = 0.0, 0.0, 0.0
-    # A sharded model pads its share with zero-weighted repeats: every rank runs the same forwards and backwards.
-    for chunk, real in distributed.share(micro_batches([len(p) + len(c) for p, c in rows], cfg.micro_batch_tokens),
-                                         lockstep=fsdp.is_sharded(model)):
-        packed = pack([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], pad_id, device)
-        out = policy_forward(model, packed, entropy=entropy)
-        loss = -algos.masked_mean(out.logp, packed.loss_mask)
-        share = packed.n_trained / n_trained if real else 0.0
-        (loss * share).backward()
-        if not real:
-            continue
-        loss_sum += float(loss.detach()) * share
-        if out.entropy is not None:
-            ent_sum += float(algos.masked_mean(out.entropy, packed.loss_mask)) * share
-        n_tok += packed.n_tokens
+    loss_sum, ent_sum, n_tok = supervised_backward(model, rows, pad_id, device, cfg.micro_batch_tokens,
+                                                   entropy=entropy)
     norm = clip_and_step(optimizer, params, cfg)
-    loss_sum, ent_sum, n_tok = distributed.sum_floats([loss_sum, ent_sum, n_tok])
     dt = time.perf_counter() - t0
     stats = {"loss": loss_sum, "grad_norm": norm, "tokens_per_s": n_tok / dt if dt > 0 else 0.0}
     if entropy:

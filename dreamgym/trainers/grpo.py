@@ -31,12 +31,13 @@ the outcome reward of the paper where an environment pays partial credit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
 from dreamgym.trainers import algos
+from dreamgym.trainers.anchor import AnchorConfig
 from dreamgym.config import ranged
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import TrainerConfig, pack, per_token, policy_forward
@@ -68,6 +69,8 @@ class GRPOConfig:
     min_groups: int = ranged(0, ge=0)
     """Update only once this many groups with unequal rewards were collected, keeping the samples until then
     (DAPO's dynamic sampling over iterations; kept samples are not checkpointed). 0: update every iteration."""
+    anchor: AnchorConfig = field(default_factory=AnchorConfig)
+    """An SFT term on demonstrations in every optimiser step (`dreamgym.trainers.anchor`; off by default)."""
 
 
 @dataclass

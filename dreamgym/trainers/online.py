@@ -32,7 +32,8 @@ import torch
 
 from dreamgym.utils import distributed, fsdp
 from dreamgym.episode import Episode
-from dreamgym.trainers.common import BaseTrainer, clip_and_step, micro_batches, mix_seed, set_lr
+from dreamgym.trainers.anchor import Row, draw_rows
+from dreamgym.trainers.common import BaseTrainer, clip_and_step, micro_batches, mix_seed, set_lr, supervised_backward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,8 @@ class ClippedRatioTrainer(BaseTrainer, Generic[SampleT]):
         super().__init__(backend, common)
         self.updates = 0
         """Updates made: seeds each update's sample order (an online run makes one per iteration)."""
+        self.anchor_rows: list[Row] = []
+        """The demonstration turns of the SFT anchor (`config.anchor`; set by the builder, empty when it is off)."""
 
     def update(self, episodes: Sequence[Episode]) -> UpdateResult:
         """Learn from one iteration's episodes (those that are not `trainable` are left out)."""
@@ -111,14 +114,17 @@ class ClippedRatioTrainer(BaseTrainer, Generic[SampleT]):
     def optimize(self, samples: Sequence[SampleT]) -> dict[str, float]:
         """`epochs` x `minibatches` clipped-ratio optimiser steps on `samples`; returns the averaged statistics
         (zeros, same keys, when there is nothing to learn from)."""
+        anchor = self.config.anchor
+        anchored = ("anchor_nll",) if anchor.on else ()
         if not samples:
-            return dict.fromkeys((*self.STATS, "grad_norm", "optimizer_steps", "update_tokens", *self.EXTRA_STATS), 0.0)
+            return dict.fromkeys((*self.STATS, "grad_norm", "optimizer_steps", "update_tokens", *anchored,
+                                  *self.EXTRA_STATS), 0.0)
         cfg, opt_cfg = self.config, self.common.optim
         samples = self.with_learner_old_logprobs(samples)
         self.model.train()
         gen = torch.Generator().manual_seed(mix_seed(self.common.seed, self.updates, self.ORDER_SALT))
         sums: dict[str, float] = {}
-        weight, tokens, n_steps, norm_sum = 0.0, 0, 0, 0.0
+        weight, tokens, n_steps, norm_sum, anchor_nll = 0.0, 0, 0, 0.0, 0.0
         for _ in range(cfg.epochs):
             order = torch.randperm(len(samples), generator=gen).tolist()
             for mb in split(order, cfg.minibatches):
@@ -139,6 +145,10 @@ class ClippedRatioTrainer(BaseTrainer, Generic[SampleT]):
                     for k, v in st.items():
                         sums[k] = sums.get(k, 0.0) + v * w
                     weight += w
+                if anchor.on and self.anchor_rows:  # + coef x the demonstrations' token-mean NLL, same step
+                    rows = draw_rows(self.anchor_rows, anchor.batch_size, self.common.seed, self.global_step)
+                    anchor_nll += supervised_backward(self.model, rows, self.pad_id, self.device,
+                                                      opt_cfg.micro_batch_tokens, scale=anchor.coef)[0]
                 norm_sum += clip_and_step(self._opt, self.params, opt_cfg)
                 self.global_step += 1
                 n_steps += 1
@@ -147,6 +157,8 @@ class ClippedRatioTrainer(BaseTrainer, Generic[SampleT]):
         *totals, weight, n_tokens = distributed.sum_floats([sums.get(k, 0.0) for k in self.STATS] + [weight, tokens])
         out = {k: t / weight for k, t in zip(self.STATS, totals)}
         out.update(grad_norm=norm_sum / n_steps, optimizer_steps=float(n_steps), update_tokens=n_tokens)
+        if anchor.on:  # summed over ranks already (each step's figure is the whole step's)
+            out["anchor_nll"] = anchor_nll / n_steps
         return out | self._extra_stats(samples)
 
     def with_learner_old_logprobs(self, samples: Sequence[SampleT]) -> list[SampleT]:

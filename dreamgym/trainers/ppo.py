@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from dreamgym.trainers import algos
+from dreamgym.trainers.anchor import AnchorConfig
 from dreamgym.config import ranged
 from dreamgym.episode import Episode
 from dreamgym.trainers.common import (
@@ -72,6 +73,8 @@ class PPOConfig:
     """Value head on the policy's trunk, or on a separate copy of the initial model."""
     value_lr: float = ranged(1e-3, gt=0)
     """Learning rate of the value head (and of the separate critic)."""
+    anchor: AnchorConfig = field(default_factory=AnchorConfig)
+    """An SFT term on demonstrations in every optimiser step (`dreamgym.trainers.anchor`; off by default)."""
 
 
 @dataclass
