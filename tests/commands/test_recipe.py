@@ -317,9 +317,15 @@ def test_a_guarded_dream_row_counts_its_audit_steps_as_real_and_an_unguarded_row
     assert "audit_real_steps" not in rows["off"]
     # the hash: the guard-off row's dream settings are today's (no DreamConfig: None; an ablation's without the
     # guard's key), the guarded one's hold the guard
-    assert QuickstartConfig().dream() is None and r.fingerprints["off"] != r.fingerprints["on"]
+    off = QuickstartConfig(dream_guard=AuditGuardConfig())
+    assert off.dream() is None and r.fingerprints["off"] != r.fingerprints["on"]
     ablation = DreamConfig(em_overrides=["use_retrieval=false"])
-    assert QuickstartConfig().dream(ablation) is ablation
+    assert off.dream(ablation) is ablation
+    # the quickstart guards its dream rows by default (at 0.5), the table does not
+    from dreamgym.commands.table import TableConfig
+
+    assert QuickstartConfig().dream_guard == AuditGuardConfig(max_false_success_rate=0.5)
+    assert TableConfig().dream() is None
     assert dream_settings(ablation) == {k: v for k, v in dataclasses.asdict(ablation).items() if k != "guard"}
     assert dream_settings(QuickstartConfig(dream_guard=never).dream(ablation))["guard"] == dataclasses.asdict(never)
 
