@@ -338,7 +338,8 @@ class Recipe:
             return self.results[name]
         self._fresh_folder(method_dir)
         lg = MetricsLogger(method_dir, tensorboard=False)
-        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config())
+        trainer = build_online_trainer(build_backend(cfg, cfg.init), cfg, cfg.online_config(),
+                                       admissible_fn=self.family.admissible_from_state)
         state = RunState.new(cfg.real_step_budget)
         curve: list[tuple[int, float]] = []
 
@@ -353,8 +354,8 @@ class Recipe:
             world = None
             if mode != "real" and not from_method:
                 dcfg = dataclasses.replace(dream or DreamConfig(), em=str(em), em_data=str(self.offline_path))
-                world = DreamWorld(self.env, dcfg, method_dir, self.seed)
-            phases = online_phases(mode, self.family, self.env, self.seed, world=world,
+                world = DreamWorld(self.env, dcfg, method_dir, self.seed, strata=cfg.task_strata)
+            phases = online_phases(mode, self.family, self.env, self.seed, world=world, strata=cfg.task_strata,
                                    real_iterations=real_iterations, dream_iterations=dream_iterations,
                                    tasks_per_iteration=tasks_per_iteration,
                                    dream_log=self.run / self._slug(from_method) if from_method else None)

@@ -3,7 +3,8 @@
 Owns: `row_hash` (the hash of a row's settings with the evaluation, the thread count and the offline data's settings),
 `row_config` (a row's `dreamgym train` config as the hash holds it) and `dream_settings` (its dream settings). A row
 finished on disk with an equal hash is that row (`dreamgym.commands.recipe.Recipe.resume_row` reads it back), so what
-cannot change a row's figures stays out: an audit guard that is off (run folders from before the guard read back) and
+cannot change a row's figures stays out: an audit guard that is off (run folders from before the guard read back), the
+same for a uniform task draw (`task_strata` empty) and an SFT anchor that is off (`grpo.anchor`, `ppo.anchor`), and
 the path of the policy a row starts from inside the run folder (the starting row's own hash stands for it: a run
 folder copied or moved elsewhere reads its rows back).
 Must not know: how rows are trained or stored, environments, trainers.
@@ -34,6 +35,11 @@ def row_config(cfg: TrainConfig, from_row: bool = False) -> dict[str, Any]:
     that starts from another row's policy (`from_row`), no `init`."""
     d = to_dict(cfg)
     d["dream"] = dream_settings(cfg.dream)
+    if not cfg.task_strata:
+        d.pop("task_strata", None)
+    for algo in ("grpo", "ppo"):
+        if not d[algo]["anchor"]["coef"]:
+            d[algo].pop("anchor")
     if from_row:
         d.pop("init", None)
     return d

@@ -268,6 +268,12 @@ def test_an_off_guard_leaves_every_rows_hashed_config_as_before_the_guard():
 
     off = row_config(TrainConfig())
     assert "guard" not in off["dream"] and off["dream"]["audit_episodes"] == 4
+    # the same for the fields that came later at their defaults: a uniform draw, no SFT anchor
+    cfg = TrainConfig()
+    assert "task_strata" not in off and "anchor" not in off["grpo"] and "anchor" not in off["ppo"]
+    grpo = dataclasses.replace(cfg.grpo, anchor=dataclasses.replace(cfg.grpo.anchor, coef=0.5, data="demos.jsonl"))
+    later = row_config(dataclasses.replace(cfg, task_strata="target", grpo=grpo))
+    assert later["task_strata"] == "target" and later["grpo"]["anchor"]["coef"] == 0.5
     cfg = TrainConfig()
     on = dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, guard=AuditGuardConfig(
         max_false_success_rate=0.5)))
