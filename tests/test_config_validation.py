@@ -51,9 +51,12 @@ def is_numeric(tp: Any) -> bool:
 FIELDS = [(cls, name, f, tp) for cls in TOP_LEVEL for name, f, tp in leaf_fields(cls)]
 NAMES = {cls: {name for name, _, _ in leaf_fields(cls)} for cls in TOP_LEVEL}
 NUMERIC = [(cls, name, f, tp) for cls, name, f, tp in FIELDS if is_numeric(tp)]
-NEEDS = {(TrainEMConfig, "heldout.patience"): ["heldout.every=1"]}
+_DEMOS = str(Path(__file__).parent / "fixtures" / "web" / "miniwob_episodes.jsonl")
+NEEDS = {(TrainEMConfig, "heldout.patience"): ["heldout.every=1"],
+         (TrainConfig, "grpo.anchor.coef"): [f"grpo.anchor.data={_DEMOS}"],
+         (TrainConfig, "ppo.anchor.coef"): [f"ppo.anchor.data={_DEMOS}"]}
 """Fields with a rule across fields: the other overrides a value of theirs needs before it can load (a patience > 0
-stops early on a score that only `heldout.every` > 0 computes)."""
+stops early on a score that only `heldout.every` > 0 computes; an SFT anchor's weight needs its demonstrations)."""
 
 
 def _all_configs_reached() -> None:
