@@ -101,19 +101,18 @@ def iteration_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int, str
 
 
 def task_stratum(task: Task, key: str) -> str:
-    """The value of goal field `key` of `task` (its stratum); KeyError naming the task when it has none."""
+    """The value of goal field `key` of `task` (its stratum); a ConfigError naming `task_strata` and the task when it
+    has none, wherever the draw meets it."""
     if key not in task.goal:
-        raise KeyError(f"task {task.id} has no goal field {key!r} (its fields: {', '.join(sorted(task.goal))})")
+        raise ConfigError("task_strata", f"task {task.id} has no goal field {key!r} (its fields: "
+                          f"{', '.join(sorted(task.goal))})", "a goal field every train task has, or empty")
     return str(task.goal[key])
 
 
-def check_strata(pool: Sequence[Task], key: str, name: str = "task_strata") -> None:
-    """Start-up check: every task of `pool` has goal field `key` (ConfigError naming `name` otherwise)."""
-    try:
-        for t in pool:
-            task_stratum(t, key)
-    except KeyError as e:
-        raise ConfigError(name, str(e).strip('"'), "a goal field every train task has, or empty") from None
+def check_strata(pool: Sequence[Task], key: str) -> None:
+    """Start-up check: every task of `pool` has goal field `key` (`task_stratum`'s ConfigError otherwise)."""
+    for t in pool:
+        task_stratum(t, key)
 
 
 def stratified_tasks(pool: Sequence[Task], n: int, seed: int, iteration: int, key: str) -> list[Task]:

@@ -194,10 +194,9 @@ class DreamWorld:
 
     def tasks(self, iteration: int, n: int) -> list[Task]:
         """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants."""
-        if not self.strata:
-            return self.curriculum.sample(n)
-        return self.curriculum.sample(n, lambda k: iteration_tasks(self.base_tasks, k, self.seed, iteration,
-                                                                   self.strata))
+        stratified = (lambda k: iteration_tasks(self.base_tasks, k, self.seed, iteration, self.strata)) \
+            if self.strata else None
+        return self.curriculum.sample(n, stratified)
 
     def envs(self, policy_version: str) -> Callable[[], SyntheticEnv]:
         from dreamgym.dream.synthetic_env import SyntheticEnv

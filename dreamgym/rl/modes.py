@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dreamgym.curriculum.pools import check_strata, task_pool
+from dreamgym.curriculum.pools import task_pool
 from dreamgym.dream.world import DreamWorld
 from dreamgym.envs.family import EnvFamily
 from dreamgym.rl.loop import Phase, RealWorld
@@ -43,8 +43,6 @@ class SimToRealWorld(RealWorld):
         distributed.barrier("rank 0 finishing the dream's log")  # the other ranks read what rank 0 wrote
         self.pool = task_pool(self.family.tasks("train"), self.dream_dir, name="s2r", env=self.env,
                               fall_back_below=self.min_pool)
-        if self.strata:
-            check_strata(self.pool, self.strata)
 
 
 def real_phases(family: EnvFamily, seed: int, iterations: int, pool: Sequence[Task] | None = None,

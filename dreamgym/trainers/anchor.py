@@ -60,16 +60,14 @@ class AnchorConfig:
 def anchor_rows(trajectories: Sequence[Trajectory], backend: Any, agent: Any, *, only_won: bool = True,
                 max_seq_tokens: int = 2048,
                 admissible_fn: Callable[[str], list[str]] | None = None) -> list[Row]:
-    """Every turn of the (won, with `only_won`) `trajectories` as a row in the prompt format the policy plays with
-    (`dreamgym.trainers.sft.turn_examples`); rows longer than `max_seq_tokens` are left out. ValueError when none
-    is left: an anchor on nothing would silently be no anchor."""
-    from dreamgym.trainers.sft import turn_examples
+    """Every turn of the (won, with `only_won`) `trajectories` as a row in the prompt format the policy plays with,
+    as SFT makes its examples (`dreamgym.trainers.sft.demonstration_examples`); rows longer than `max_seq_tokens`
+    are left out. ValueError when none is left: an anchor on nothing would silently be no anchor."""
+    from dreamgym.trainers.sft import demonstration_examples
 
-    rows: list[Row] = []
-    for t in trajectories:
-        if t.steps and (t.won or not only_won):
-            rows += [(e.prompt_ids, e.target_ids) for e in turn_examples(t, backend, agent, admissible_fn)
-                     if len(e.prompt_ids) + len(e.target_ids) <= max_seq_tokens]
+    examples, _ = demonstration_examples(trajectories, backend, agent, admissible_fn, only_won=only_won,
+                                         max_seq_tokens=max_seq_tokens)
+    rows: list[Row] = [(e.prompt_ids, e.target_ids) for e in examples]
     if not rows:
         raise ValueError(f"the anchor's data holds no {'won ' if only_won else ''}turn of at most {max_seq_tokens} "
                          f"tokens ({len(trajectories)} trajectories)")

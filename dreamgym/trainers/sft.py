@@ -1,7 +1,8 @@
 """Supervised fine-tuning of the agent on demonstration trajectories (the oracle/expert data).
 
 Owns: `SFTConfig`, turning a `Trajectory` into per-turn (prompt ids, target ids) examples in exactly the
-format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`),
+format the policy is prompted with during rollouts (`dreamgym.agent.build_messages` + `format_response`;
+`demonstration_examples` for a whole file, which the online update's SFT anchor reads too),
 and `SFTTrainer` — token-level cross-entropy on the assistant tokens only, one optimiser step per batch of turns
 (the fit loop, shuffled and resumable mid-epoch, is `dreamgym.trainers.offline`'s, shared with DPO), optionally
 stopped by a measured criterion (`replay_success`), and, when that criterion is never met, ending with the weights
@@ -94,6 +95,21 @@ def turn_examples(traj: Trajectory, backend: Any, agent: AgentConfig,
     return out
 
 
+def demonstration_examples(trajectories: Sequence[Trajectory], backend: Any, agent: AgentConfig,
+                           admissible_fn: AdmissibleFn | None = None, *, only_won: bool = True,
+                           max_seq_tokens: int = 2048) -> tuple[list[Example], dict[str, float]]:
+    """`turn_examples` of every (won, with `only_won`) trajectory with steps, those longer than `max_seq_tokens` left
+    out; plus counts of what was used and skipped. SFT's data and the online update's SFT anchor
+    (`dreamgym.trainers.anchor`) alike."""
+    used = [t for t in trajectories if t.steps and (t.won or not only_won)]
+    exs: list[Example] = []
+    for t in used:
+        exs += turn_examples(t, backend, agent, admissible_fn)
+    kept = [e for e in exs if len(e.prompt_ids) + len(e.target_ids) <= max_seq_tokens]
+    return kept, {"trajectories_used": float(len(used)), "examples": float(len(kept)),
+                  "examples_too_long": float(len(exs) - len(kept))}
+
+
 class SFTTrainer(FitTrainer[Example]):
     algo = "sft"
 
@@ -112,13 +128,8 @@ class SFTTrainer(FitTrainer[Example]):
 
     def examples(self, trajectories: Sequence[Trajectory]) -> tuple[list[Example], dict[str, float]]:
         """All training examples, plus counts of what was used and skipped."""
-        used = [t for t in trajectories if t.steps and (t.won or not self.config.only_won)]
-        exs: list[Example] = []
-        for t in used:
-            exs += turn_examples(t, self.backend, self.common.agent, self.admissible_fn)
-        kept = [e for e in exs if len(e.prompt_ids) + len(e.target_ids) <= self.config.max_seq_tokens]
-        return kept, {"trajectories_used": float(len(used)), "examples": float(len(kept)),
-                      "examples_too_long": float(len(exs) - len(kept))}
+        return demonstration_examples(trajectories, self.backend, self.common.agent, self.admissible_fn,
+                                      only_won=self.config.only_won, max_seq_tokens=self.config.max_seq_tokens)
 
     def replay_success(self, trajectories: Sequence[Trajectory]) -> float:
         """The mean over `trajectories` of the probability that the policy, sampling at temperature 1 without
