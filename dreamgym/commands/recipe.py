@@ -171,6 +171,11 @@ class Recipe:
             done()
         return out
 
+    def resumed_note(self) -> str:
+        """What a report's wall time leaves out: the rows read back from an earlier run took their time there."""
+        return (f" ({', '.join(self.resumed)} read back from an earlier run: their wall times are that run's)"
+                if self.resumed else "")
+
     def record(self, name: str, res: EvalResult, *, real_steps: int, real_data: int, wall: float,
                curve: list[tuple[int, float]] | None = None, audit_real_steps: int | None = None) -> None:
         """Row `name`'s record; `audit_real_steps`: those of `real_steps` a guarded dream's audit took."""
@@ -556,10 +561,9 @@ def quickstart(q: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
                  real_iterations=q.real_iterations, **rl)
     r.run_method("GRPO real", mode="real", budget=q.budget, real_iterations=q.real_iterations, **rl)
     wall = time.time() - t0
-    resumed = (f" ({', '.join(r.resumed)} read back from an earlier run: their wall times are that run's)"
-               if r.resumed else "")
     report = r.write_report(f"DreamGym quickstart — {q.env}, tiny preset, {len(r.test_tasks)} held-out test tasks",
-                            f"\nTotal wall time: {wall:.0f} s{resumed}; offline real transitions: {r.real_offline}.\n\n"
+                            f"\nTotal wall time: {wall:.0f} s{r.resumed_note()}; offline real transitions: "
+                            f"{r.real_offline}.\n\n"
                             + sft_start_note(r.results["SFT"].get("sft_stop", {}), q) + "\n"
                             + row_findings("SFT", results=r.results) + recorded_note(q.env))
     print("\n" + report)

@@ -139,8 +139,8 @@ def run_table(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     plot_curves(r.results, curves, f"{t.env}: success on held-out real tasks")
     note = (f"\nB = {t.budget} real steps (S2R: {s2r_budget}); {len(r.test_tasks)} held-out test tasks x "
             f"{len(t.eval_seeds)} seeds at temperature {t.eval_temperature:g}; tiny preset; "
-            f"offline real transitions: {r.real_offline}; total wall time {wall:.0f} s. Learning curves: "
-            f"{curves.name}.\n")
+            f"offline real transitions: {r.real_offline}; total wall time {wall:.0f} s{r.resumed_note()}. Learning "
+            f"curves: {curves.name}.\n")
     report = r.write_report(f"DreamGym results — {t.env}", note)
     atomic_write_text(r.run / "results.md", report)
     print("\n" + report)
@@ -154,9 +154,13 @@ def run_table_seeds(t: TableConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.time()
     per_seed = run_seeds(run_table, t, seeds=t.seeds, run_dir=t.run_dir, workers=t.workers, progress=progress)
     wall = time.time() - t0
+    # A resumed table reads finished rows back: their own wall times (kept in each row's record) say what the
+    # table cost, this invocation's wall time only what was left.
+    rows_wall = sum(rec.get("wall_time_s", 0.0) for s in t.seeds for rec in per_seed[s]["results"].values())
     note = (f"\nB = {t.budget} real steps (S2R: {t.budget // S2R_SHARE}); {len(t.eval_seeds)} evaluation seeds per "
-            f"test task at temperature {t.eval_temperature:g}; tiny preset; total wall time {wall:.0f} s. Learning "
-            "curves: seed-<s>/learning_curves.png.\n")
+            f"test task at temperature {t.eval_temperature:g}; tiny preset; wall time of this run {wall:.0f} s, "
+            f"the rows' own wall times summed over the seeds {rows_wall:.0f} s. Learning curves: "
+            "seed-<s>/learning_curves.png.\n")
     report = write_seeds_report(t.run_dir, f"DreamGym results — {t.env}, seeds {', '.join(map(str, t.seeds))}",
                                 t.env, per_seed, note, workers=t.workers)
     atomic_write_text(Path(t.run_dir) / "results.md", report)

@@ -230,6 +230,11 @@ def test_an_interrupted_table_over_seeds_resumes_without_rerunning_finished_rows
     report = (run / "report.md").read_text()
     assert "| method | seed 0 | seed 1 |" in report and "| DreamGym GRPO |" in report
     assert (run / "results.md").read_text() == report
+    # The wall time says what the table cost, not only what the resumed run had left: seed 0's report names the rows
+    # it read back, and the report over seeds sums every row's own wall time.
+    assert "(SFT, GRPO real read back from an earlier run" in (run / "seed-0" / "report.md").read_text()
+    rows_wall = sum(per_seed[s][slug]["result"]["wall_time_s"] for s in (0, 1) for slug in slugs.values())
+    assert f"the rows' own wall times summed over the seeds {rows_wall:.0f} s" in report
 
 
 def test_the_quickstart_over_two_seeds_in_parallel_writes_per_seed_runs_and_the_report_over_seeds(tmp_path):
