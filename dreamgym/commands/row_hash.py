@@ -4,7 +4,8 @@ Owns: `row_hash` (the hash of a row's settings with the evaluation, the thread c
 `row_config` (a row's `dreamgym train` config as the hash holds it) and `dream_settings` (its dream settings). A row
 finished on disk with an equal hash is that row (`dreamgym.commands.recipe.Recipe.resume_row` reads it back), so what
 cannot change a row's figures stays out: an audit guard that is off (run folders from before the guard read back), the
-same for a uniform task draw (`task_strata` empty) and an SFT anchor that is off (`grpo.anchor`, `ppo.anchor`), and
+same for a uniform task draw (`task_strata` empty), an SFT anchor that is off (`grpo.anchor`, `ppo.anchor`) and the
+dream's `ground_states` at its default (no recipe family defines `ground_state`), and
 the path of the policy a row starts from inside the run folder (the starting row's own hash stands for it: a run
 folder copied or moved elsewhere reads its rows back).
 Must not know: how rows are trained or stored, environments, trainers.
@@ -46,8 +47,11 @@ def row_config(cfg: TrainConfig, from_row: bool = False) -> dict[str, Any]:
 
 
 def dream_settings(dream: DreamConfig | None) -> dict[str, Any] | None:
-    """A row's dream settings as its hash holds them, the guard left out while it is off."""
+    """A row's dream settings as its hash holds them, the guard left out while it is off and `ground_states` while
+    on."""
     if dream is None:
         return None
     d = dataclasses.asdict(dream)
+    if dream.ground_states:
+        d.pop("ground_states")
     return d if dream.guard.on else {k: v for k, v in d.items() if k != "guard"}

@@ -30,6 +30,10 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   when the written state meets the goal, a WebShop purchase scores the catalog product the item page shows.
   Why: the model credited ALFWorld wins that its own final state contradicted (docs/log/05-alfworld-first-dream.md).
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
+- Before the reward rule reads it, each answer gets the parts of the next state its action alone fixes written in
+  by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types), counted in
+  `stats["states_grounded"]`. Why: a tiny model wrote other names and bullet counts in the typed text's place, so
+  the rule scored correct forms as wrong and the dream taught the policy to stop typing (docs/results/miniwob.md).
 - Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
   seed is derived from its episode id (task, reset seed) and the action, so the members of a GRPO group, which
   share the reset seed, meet the same sampling noise when they take the same action: common random numbers, the
@@ -85,7 +89,8 @@ class SyntheticEnv(TextEnv):
     def __init__(self, model: Any, buffer: Any = None, tasks: list[Task] | None = None, *, env: str | None = None,
                  split: str = "train", max_steps: int | None = None, initial_state: str = "auto",
                  add_to_buffer: bool = True, invalid_action: str = "noop", policy_version: str = "",
-                 reward_from: str = "model", shared_noise: bool = True, batcher: SyntheticBatcher | None = None):
+                 reward_from: str = "model", shared_noise: bool = True, batcher: SyntheticBatcher | None = None,
+                 ground_states: bool = True):
         super().__init__()
         if initial_state not in ("auto", "real", "model"):
             raise ValueError(f"initial_state must be 'auto', 'real' or 'model', got {initial_state!r}")
@@ -105,6 +110,8 @@ class SyntheticEnv(TextEnv):
         self.grounded = reward_from != "model" and self.hooks.grounds_outcomes
         if reward_from == "state" and not self.grounded:
             raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
+        # The family writes into each answer what the action alone fixes (MiniWoB++: the text a fill types).
+        self.ground_states = ground_states and self.hooks.grounds_states
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
         if not self.tasks:
@@ -126,7 +133,8 @@ class SyntheticEnv(TextEnv):
         self.seed_value: int | None = None
         self._init_failed = False
         self.stats = {"resets": 0, "steps": 0, "model_steps": 0, "invalid_actions": 0, "em_failures": 0,
-                      "real_initial_states": 0, "model_initial_states": 0, "wins_overruled": 0, "wins_granted": 0}
+                      "real_initial_states": 0, "model_initial_states": 0, "wins_overruled": 0, "wins_granted": 0,
+                      "states_grounded": 0}
 
     # ------------------------------------------------------------------------------------------ reset
 
@@ -223,6 +231,16 @@ class SyntheticEnv(TextEnv):
             self.state = obs = shown
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
+    def _ground(self, before: str, action: str) -> None:
+        """The family's `ground_state` over the model's answer; an answer it cannot read stays as written."""
+        try:
+            grounded = self.hooks.ground_state(self.task, before, action, self.state)
+        except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
+            grounded = None
+        if grounded is not None and grounded != self.state:
+            self.state = grounded
+            self.stats["states_grounded"] += 1
+
     def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
         """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the
         family's rule the states decide; where it cannot (None, e.g. a task without a well-formed goal) the
@@ -290,6 +308,8 @@ class SyntheticEnv(TextEnv):
         before = self.state
         self.history.append((self.state, query.action))
         self.state = self._canonical(pred.next_state)
+        if self.ground_states:
+            self._ground(before, query.action)
         # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
         reward, terminated, model_won = self._outcome(before, query.action, float(pred.reward), bool(pred.done))
         query.next_state, query.reward, query.done, query.reasoning = self.state, reward, terminated, pred.reasoning

@@ -73,6 +73,9 @@ class DreamConfig:
     reward_from: Literal["auto", "model", "state"] = "auto"
     """A synthetic step's reward and end: 'model' (the experience model's), 'state' (the family's reward rule on the
     written states, `grounded_outcome`) or 'auto' ('state' for families that have one, else 'model')."""
+    ground_states: bool = True
+    """Write into each answer the parts of the next state its action alone fixes, with the family's `ground_state`
+    (MiniWoB++: the text a fill types); false keeps the model's answers as written."""
     shared_noise: bool = True
     """With a sampled experience model, the members of a GRPO group draw the model's sampling noise from
     (episode, action), so the same action meets the same sampled world in each (`SyntheticEnv.shared_noise`)."""
@@ -208,7 +211,7 @@ class DreamWorld:
             return SyntheticEnv(self.model, self.buffer, tasks=self.base_tasks, env=self.family_name,
                                 initial_state=self.config.initial_state,
                                 policy_version=policy_version, reward_from=self.config.reward_from,
-                                shared_noise=self.config.shared_noise)
+                                shared_noise=self.config.shared_noise, ground_states=self.config.ground_states)
         return make
 
     def after_iteration(self, iteration: int, episodes: Sequence[Episode], policy_version: str,

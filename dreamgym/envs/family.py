@@ -94,6 +94,11 @@ class FamilyHooks:
         return {"model_observation", "state_after"} <= self.defined
 
     @property
+    def grounds_states(self) -> bool:
+        """Whether the family writes the parts of a next state an action fixes, `ground_state`."""
+        return "ground_state" in self.defined
+
+    @property
     def grounds_outcomes(self) -> bool:
         """Whether the family defines its own reward rule, `grounded_outcome`."""
         return "grounded_outcome" in self.defined
@@ -139,6 +144,13 @@ class FamilyHooks:
         when it cannot decide (ALFWorld: the goal conditions on `next_state`; WebShop: the purchase score of the
         catalog product bought from `state`). [The synthetic environment takes reward and end from it instead of
         the model's: `reward_from`.] Default: None (no rule: the model's answer stands)."""
+        return None
+
+    def ground_state(self, task: Task, state: str, action: str, next_state: str) -> str | None:
+        """`next_state`, as an experience model wrote it for `action` on `state`, with the parts the action alone
+        fixes written in as the real environment shows them (MiniWoB++: the text a `fill` types into its field), or
+        None when the action fixes nothing the family can write. [The synthetic environment applies it to every
+        answer: `DreamConfig.ground_states`.] Default: None (the model's answer stands)."""
         return None
 
     def hidden_outcome_key(self, task: Task, state: str, action: str) -> str | None:

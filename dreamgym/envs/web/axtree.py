@@ -4,8 +4,8 @@ Owns: extracting a page's observation with BrowserGym's own code (element markin
 tree, the DOM snapshot's visibility and clickability) and flattening it with BrowserGym's
 `flatten_axtree_to_str`, the pruning on top (hidden and non-visible nodes, inline text boxes, a page's URL
 reduced to what tells pages apart), the state's layout (`[goal]`, `[page]`, the tree, `[error]`), and parsing a
-state back into its elements (`elements`), what a form field shows (`field_value`, `checked`) and the admissible
-actions they offer (`admissible_from_state`).
+state back into its elements (`elements`), what a form field shows (`field_value`, `checked`), the admissible
+actions they offer (`admissible_from_state`), and the field a `fill` leaves behind (`parse_fill`, `with_typed_value`).
 Must not know: Chromium processes, which benchmark a page belongs to, DreamGym's environment contract.
 
 A state reads:
@@ -168,6 +168,64 @@ def field_value(e: Element) -> str:
         return str(ast.literal_eval(m.group(1)))
     except (ValueError, SyntaxError):
         return ""
+
+
+def parse_fill(action: str) -> tuple[str, str] | None:
+    """(bid, text) of a `fill('bid', 'text')` action, None for any other text (read as a Python call with literal
+    arguments, as BrowserGym's parser reads it)."""
+    try:
+        node = ast.parse(action.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fill"
+            and len(node.args) == 2 and not node.keywords):
+        return None
+    try:
+        bid, text = (ast.literal_eval(a) for a in node.args)
+    except ValueError:
+        return None
+    return (bid, text) if isinstance(bid, str) and isinstance(text, str) else None
+
+
+def with_typed_value(state: str, bid: str, text: str) -> str | None:
+    """`state` with the text field `bid` showing `text` as a page shows it after a fill: its `value` and the
+    StaticText line under it, one bullet per character where `state` already shows the field masked (a password
+    field: the tree does not say which fields mask before they hold a value); None when `state` has no text field
+    `bid` that takes text (a disabled one: the fill fails). The rest of the line (`clickable`, `focused`) and of
+    the state is kept."""
+    lines = state.splitlines()
+    found = [(i, m) for i, line in enumerate(lines)
+             if (m := _LINE_RE.match(line)) and m.group("bid") == bid and m.group("role") in _FILL_ROLES]
+    if not found:
+        return None
+    i, m = found[0]
+    line = lines[i]
+    rest = m.group("rest") or ""
+    if "disabled=True" in rest:
+        return None
+    shown = _VALUE_RE.match(rest)
+    masked = False
+    if shown:
+        try:
+            old = str(ast.literal_eval(shown.group(1)))
+        except (ValueError, SyntaxError):
+            old = ""
+        masked = bool(old) and set(old) == {"\u2022"}
+    value = "\u2022" * len(text) if masked else text
+    tail = rest[shown.end():] if shown else rest
+    lines[i] = line[:len(line) - len(rest)] + (f" value={value!r}" if value else "") + tail
+    indent = len(m.group("indent"))
+    below = _LINE_RE.match(lines[i + 1]) if i + 1 < len(lines) else None
+    has_text = (below is not None and below.group("role") == "StaticText" and not below.group("bid")
+                and len(below.group("indent")) > indent)
+    text_line = " " * (indent + 2) + f"StaticText {value!r}"
+    if has_text and value:
+        lines[i + 1] = text_line
+    elif has_text:
+        del lines[i + 1]
+    elif value:
+        lines.insert(i + 1, text_line)
+    return "\n".join(lines)
 
 
 def checked(e: Element) -> bool | None:

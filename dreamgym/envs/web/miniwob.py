@@ -1,9 +1,9 @@
 """MiniWoB++: the web environment family that runs everywhere (local task pages, Debian's Chromium).
 
 Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `noop_state`, `grounded_outcome`, `task_kind`. No `corpus_text`: the tiny preset's
-tokenizer is trained on every family's corpus, and one that needs a browser would make that shared tokenizer differ
-between machines with and without Chromium (its byte-level BPE reads web states without it).
+`parse_goal`, `explain`, `noop_state`, `grounded_outcome`, `ground_state`, `task_kind`. No `corpus_text`: the tiny
+preset's tokenizer is trained on every family's corpus, and one that needs a browser would make that shared tokenizer
+differ between machines with and without Chromium (its byte-level BPE reads web states without it).
 Must not know: models, torch, trainers.
 
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dreamgym.envs.web.axtree import admissible_from_state
+from dreamgym.envs.web.axtree import admissible_from_state, parse_fill, with_typed_value
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
@@ -38,7 +38,7 @@ EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
 
 __all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
            "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "grounded_outcome", "task_kind", "GOAL_FORMS"]
+           "grounded_outcome", "ground_state", "task_kind", "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"Click the button\.", ("click-test",)),
@@ -114,6 +114,18 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tu
     Submit sends), other steps go on; None where the page shown does not decide (a password's characters, an
     element the tree does not place, any other task). `next_state` is not read: in a dream the model wrote it."""
     return _outcome(task, parse_goal(task.instruction), state, action)
+
+
+def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
+    """`next_state` with the field a `fill` typed into showing the typed text (bullets where the answer shows the
+    field masked), as the page shows it; None for any other action, a field the answer does not show or that is
+    disabled, or an answer whose `[error]` line says the fill failed. A tiny experience model writes names from its
+    training data in the typed text's place, and the reward rule then scores the form it sees
+    (docs/results/miniwob.md, "A start fitted to a replay criterion")."""
+    fill = parse_fill(action)
+    if fill is None or any(line.startswith("[error] ") for line in next_state.splitlines()):
+        return None
+    return with_typed_value(next_state, *fill)
 
 
 def task_kind(task: Task) -> str:
