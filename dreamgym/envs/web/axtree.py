@@ -161,7 +161,11 @@ def elements(state: str) -> list[Element]:
 def field_value(e: Element) -> str:
     """The value a form field shows (a text field's text, a select list's chosen option; a password field shows
     one bullet per character), "" when the tree prints none."""
-    m = _VALUE_RE.match(e.attrs)
+    return _shown_value(_VALUE_RE.match(e.attrs))
+
+
+def _shown_value(m: re.Match[str] | None) -> str:
+    """The value a `_VALUE_RE` match holds, "" without one or when it does not read back as a Python string."""
     if not m:
         return ""
     try:
@@ -194,24 +198,18 @@ def with_typed_value(state: str, bid: str, text: str) -> str | None:
     `bid` that takes text (a disabled one: the fill fails). The rest of the line (`clickable`, `focused`) and of
     the state is kept."""
     lines = state.splitlines()
-    found = [(i, m) for i, line in enumerate(lines)
-             if (m := _LINE_RE.match(line)) and m.group("bid") == bid and m.group("role") in _FILL_ROLES]
-    if not found:
+    found = next(((i, m) for i, line in enumerate(lines)
+                  if (m := _LINE_RE.match(line)) and m.group("bid") == bid and m.group("role") in _FILL_ROLES), None)
+    if found is None:
         return None
-    i, m = found[0]
+    i, m = found
     line = lines[i]
     rest = m.group("rest") or ""
     if "disabled=True" in rest:
         return None
     shown = _VALUE_RE.match(rest)
-    masked = False
-    if shown:
-        try:
-            old = str(ast.literal_eval(shown.group(1)))
-        except (ValueError, SyntaxError):
-            old = ""
-        masked = bool(old) and set(old) == {"\u2022"}
-    value = "\u2022" * len(text) if masked else text
+    old = _shown_value(shown)
+    value = "\u2022" * len(text) if old and set(old) == {"\u2022"} else text
     tail = rest[shown.end():] if shown else rest
     lines[i] = line[:len(line) - len(rest)] + (f" value={value!r}" if value else "") + tail
     indent = len(m.group("indent"))
