@@ -31,9 +31,10 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   Why: the model credited ALFWorld wins that its own final state contradicted (docs/log/05-alfworld-first-dream.md).
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
 - Before the reward rule reads it, each answer gets the parts of the next state its action alone fixes written in
-  by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types), counted in
-  `stats["states_grounded"]`. Why: a tiny model wrote other names and bullet counts in the typed text's place, so
-  the rule scored correct forms as wrong and the dream taught the policy to stop typing (docs/results/miniwob.md).
+  by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types, the box a
+  click checks), counted in `stats["states_grounded"]`. Why: a tiny model wrote other names and bullet counts in
+  the typed text's place, so the rule scored correct forms as wrong and the dream taught the policy to stop typing
+  (docs/results/miniwob.md).
 - Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
   seed is derived from its episode id (task, reset seed) and the action, so the members of a GRPO group, which
   share the reset seed, meet the same sampling noise when they take the same action: common random numbers, the
@@ -110,7 +111,8 @@ class SyntheticEnv(TextEnv):
         self.grounded = reward_from != "model" and self.hooks.grounds_outcomes
         if reward_from == "state" and not self.grounded:
             raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
-        # The family writes into each answer what the action alone fixes (MiniWoB++: the text a fill types).
+        # The family writes into each answer what the action alone fixes (MiniWoB++: the text a fill types, the box
+        # a click checks).
         self.ground_states = ground_states and self.hooks.grounds_states
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
@@ -249,7 +251,8 @@ class SyntheticEnv(TextEnv):
             return reward, done, None
         model_won = done and reward >= 1.0
         try:
-            grounded = self.hooks.grounded_outcome(self.task, before, action, self.state)
+            # The episode's steps before this one: `apply` has already appended (before, action).
+            grounded = self.hooks.grounded_outcome(self.task, before, action, self.state, self.history[:-1])
         except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
             grounded = None
         if grounded is None:

@@ -75,7 +75,7 @@ class DreamConfig:
     written states, `grounded_outcome`) or 'auto' ('state' for families that have one, else 'model')."""
     ground_states: bool = True
     """Write into each answer the parts of the next state its action alone fixes, with the family's `ground_state`
-    (MiniWoB++: the text a fill types); false keeps the model's answers as written."""
+    (MiniWoB++: the text a fill types, the box a click checks); false keeps the model's answers as written."""
     shared_noise: bool = True
     """With a sampled experience model, the members of a GRPO group draw the model's sampling noise from
     (episode, action), so the same action meets the same sampled world in each (`SyntheticEnv.shared_noise`)."""

@@ -306,7 +306,8 @@ def _replay(fam: EnvFamily, traj: Trajectory, limit: int, report: FamilyCheckRep
             agree("admissible", is_admissible(st.action, adm),
                   f"{at}: accepted by the environment, not in admissible_from_state ({_short(adm)})")
         if "grounded_outcome" in defined:
-            got_outcome = call("grounded_outcome", h.grounded_outcome, traj.task, st.state, st.action, st.next_state)
+            got_outcome = call("grounded_outcome", h.grounded_outcome, traj.task, st.state, st.action, st.next_state,
+                               [(s.state, s.action) for s in traj.steps[:t]])
             if got_outcome is not None:
                 reward, terminated = got_outcome
                 agree("grounded_outcome", math.isclose(reward, st.reward, abs_tol=1e-6) and terminated == st.terminated,
@@ -411,7 +412,7 @@ def _check_hooks(fam: EnvFamily, tr: Transition, need: Callable[[bool, str], Non
             got = call(hook, fn, task, s, a)
             need(got is None or isinstance(got, str), f"{hook} must return a str or None, got {type(got).__name__}")
     if "grounded_outcome" in defined:
-        got = call("grounded_outcome", h.grounded_outcome, task, s, a, nxt)
+        got = call("grounded_outcome", h.grounded_outcome, task, s, a, nxt, [])  # the hook takes the history
         need(got is None or (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (int, float))
                              and not isinstance(got[0], bool) and isinstance(got[1], bool)),
              f"grounded_outcome must return (reward, terminated) or None, got {got!r}")

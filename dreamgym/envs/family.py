@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -139,18 +139,21 @@ class FamilyHooks:
         the synthetic environment keeps the state and adds a notice to the observation."""
         return None
 
-    def grounded_outcome(self, task: Task, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+    def grounded_outcome(self, task: Task, state: str, action: str, next_state: str,
+                         history: Sequence[tuple[str, str]] = ()) -> tuple[float, bool] | None:
         """The family's own reward rule on a transition between abstract states: `(reward, terminated)`, or None
         when it cannot decide (ALFWorld: the goal conditions on `next_state`; WebShop: the purchase score of the
-        catalog product bought from `state`). [The synthetic environment takes reward and end from it instead of
-        the model's: `reward_from`.] Default: None (no rule: the model's answer stands)."""
+        catalog product bought from `state`; MiniWoB++: the form a Submit sends, a password's characters read from
+        the fills of `history`, the episode's earlier (state, action) pairs, oldest first). [The synthetic
+        environment takes reward and end from it instead of the model's: `reward_from`.] Default: None (no rule:
+        the model's answer stands)."""
         return None
 
     def ground_state(self, task: Task, state: str, action: str, next_state: str) -> str | None:
         """`next_state`, as an experience model wrote it for `action` on `state`, with the parts the action alone
-        fixes written in as the real environment shows them (MiniWoB++: the text a `fill` types into its field), or
-        None when the action fixes nothing the family can write. [The synthetic environment applies it to every
-        answer: `DreamConfig.ground_states`.] Default: None (the model's answer stands)."""
+        fixes written in as the real environment shows them (MiniWoB++: the text a `fill` types into its field, the
+        box a click checks), or None when the action fixes nothing the family can write. [The synthetic environment
+        applies it to every answer: `DreamConfig.ground_states`.] Default: None (the model's answer stands)."""
         return None
 
     def hidden_outcome_key(self, task: Task, state: str, action: str) -> str | None:

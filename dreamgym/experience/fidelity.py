@@ -529,7 +529,9 @@ def _left_to_model(env: str) -> Callable[[Transition], bool]:
 
     def left(t: Transition) -> bool:
         try:
-            return hooks.grounded_outcome(t.task, t.state, t.action, t.next_state) is None
+            # t.history is cut to the model's window: a password typed before it is left to the model, as rarely
+            # happens in a dream (which passes the whole episode).
+            return hooks.grounded_outcome(t.task, t.state, t.action, t.next_state, t.history) is None
         except Exception:  # noqa: BLE001 - as the synthetic environment: an unreadable state is the model's
             return True
 

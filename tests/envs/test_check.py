@@ -56,7 +56,7 @@ def _broken(lamps) -> dict[str, dict]:
         # also offers a lamp no room has: the environment refuses it ("Nothing happens."), the dream would not
         "offered": dict(admissible_from_state=lambda s: lamps.admissible_from_state(s) + ["toggle purple"]),
         # says every "done" ends with reward 0: the wins disagree
-        "grounded_outcome": dict(hooks=_hooks(lamps, grounded_outcome=lambda task, s, a, n: (0.0, a == "done"))),
+        "grounded_outcome": dict(hooks=_hooks(lamps, grounded_outcome=lambda task, s, a, n, history=(): (0.0, a == "done"))),
         # keeps the message: the environment shows "Nothing happens."
         "noop_state": dict(hooks=_hooks(lamps, noop_state=lambda s, a: s)),
         # writes the lamps only and carries the previous state's message over: the new message is lost

@@ -326,16 +326,17 @@ def test_the_gate_leaves_out_reward_and_end_where_the_dream_takes_them_from_the_
 
 
 def test_where_the_family_s_rule_leaves_steps_open_the_gate_judges_the_model_s_outcomes_on_those_alone():
-    """MiniWoB++'s rule decides most steps but not all (a Submit of a password of the right length): the dream takes
-    those steps' reward and end from the model, so a model that ends every step with a win is judged on the open
-    steps alone (its done accuracy there is under the threshold), and the report says how many they are."""
+    """MiniWoB++'s rule decides most steps but not all (a dialog click; a password Submit whose fills are before the
+    transitions' history window, here one step): the dream takes those steps' reward and end from the model, so a
+    model that ends every step with a win is judged on the open steps alone (its done accuracy there is under the
+    threshold), and the report says how many they are."""
     from dreamgym.data import load_trajectories
     from dreamgym.envs import family
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "web" / "miniwob_episodes.jsonl"
-    steps = [t for t in em_transitions(load_trajectories(fixture), history=3) if t.action != RESET_ACTION]
+    steps = [t for t in em_transitions(load_trajectories(fixture), history=1) if t.action != RESET_ACTION]
     rule = family("miniwob").hooks.grounded_outcome
-    open_steps = [t for t in steps if rule(t.task, t.state, t.action, t.next_state) is None]
+    open_steps = [t for t in steps if rule(t.task, t.state, t.action, t.next_state, t.history) is None]
     assert 0 < len(open_steps) < len(steps) and any(t.reward < 1.0 for t in open_steps)
 
     def always_wins(req):

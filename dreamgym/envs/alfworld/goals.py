@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from dreamgym.envs.alfworld.knowledge import TASK_TYPES, camel, can_contain, lower_set, tables, type_of
@@ -131,7 +132,8 @@ def goal_reached(task: Any, state: str) -> bool | None:
     return all(h for _, h in conditions(goal, parse_state(state)))
 
 
-def grounded_outcome(task: Any, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+def grounded_outcome(task: Any, state: str, action: str, next_state: str,
+                     history: Sequence[tuple[str, str]] = ()) -> tuple[float, bool] | None:
     """The family's success rule on abstract states (`dreamgym.envs`): reward 1 and the end of the episode exactly
     when `next_state` meets the goal, else reward 0 and the episode goes on; None without a well-formed goal."""
     reached = goal_reached(task, next_state)

@@ -226,6 +226,23 @@ def with_typed_value(state: str, bid: str, text: str) -> str | None:
     return "\n".join(lines)
 
 
+def with_checked(state: str, bid: str, value: bool) -> str | None:
+    """`state` with the checkbox or radio button `bid` shown `checked` as `value` (written at the end of its line, as
+    a page prints it, where `state` leaves it out), the rest of its line and of the state kept; None when `state`
+    has no such element `bid`, or shows it disabled (a click then does nothing)."""
+    lines = state.splitlines()
+    found = next(((i, m) for i, line in enumerate(lines) if (m := _LINE_RE.match(line)) and m.group("bid") == bid
+                  and m.group("role") in ("checkbox", "radio")), None)
+    if found is None or "disabled=True" in (found[1].group("rest") or ""):
+        return None
+    i, _ = found
+    shown = f"checked='{'true' if value else 'false'}'"
+    lines[i], n = _CHECKED_RE.subn(shown, lines[i], count=1)
+    if not n:
+        lines[i] += f", {shown}"
+    return "\n".join(lines)
+
+
 def checked(e: Element) -> bool | None:
     """Whether a checkbox or radio button is checked; None when the tree does not say (another role, 'mixed')."""
     m = _CHECKED_RE.search(e.attrs)

@@ -18,14 +18,17 @@ or any the `miniwob` package ships (`train:all`, `test:click-checkboxes-large,en
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from dreamgym.envs.web.axtree import admissible_from_state, parse_fill, with_typed_value
+from dreamgym.envs.web.axtree import (admissible_from_state, checked, parse_fill, parse_state, with_checked,
+                                      with_typed_value)
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
 from dreamgym.envs.web.explain import noop_state as _noop_state
 from dreamgym.envs.web.miniwob_outcomes import outcome as _outcome
+from dreamgym.envs.web.miniwob_outcomes import plain_click
 from dreamgym.envs.web.miniwob_policies import POLICIES
 from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
@@ -108,24 +111,38 @@ def noop_state(state: str, action: str) -> str:
     return _noop_state(state, action, MiniWoBSource.subsets)
 
 
-def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+def grounded_outcome(task: Task, state: str, action: str, next_state: str,
+                     history: Sequence[tuple[str, str]] = ()) -> tuple[float, bool] | None:
     """The task page's own reward and end for `action` on `state` (`miniwob_outcomes`): on the 15 train tasks, a
     click that ends the episode is scored as the page scores it (the goal's button, link or tab; the form the
-    Submit sends), other steps go on; None where the page shown does not decide (a password's characters, an
-    element the tree does not place, any other task). `next_state` is not read: in a dream the model wrote it."""
-    return _outcome(task, parse_goal(task.instruction), state, action)
+    Submit sends, a password field's text read from the fills of `history`), other steps go on; None where the
+    page shown and the history do not decide (an element the tree does not place, any other task). `next_state`
+    is not read: in a dream the model wrote it."""
+    return _outcome(task, parse_goal(task.instruction), state, action, history)
 
 
 def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
-    """`next_state` with the field a `fill` typed into showing the typed text (bullets where the answer shows the
-    field masked), as the page shows it; None for any other action, a field the answer does not show or that is
-    disabled, or an answer whose `[error]` line says the fill failed. A tiny experience model writes names from its
-    training data in the typed text's place, and the reward rule then scores the form it sees
-    (docs/results/miniwob.md, "A start fitted to a replay criterion")."""
-    fill = parse_fill(action)
-    if fill is None or any(line.startswith("[error] ") for line in next_state.splitlines()):
+    """`next_state` with what the action alone fixes written in as the page shows it: the field a `fill` typed
+    into showing the typed text (bullets where the answer shows the field masked), the checkbox a plain click hit
+    showing the other checked state than it had in `state`, the radio button it hit checked; None for any other
+    action, an element the answer (or, for a click, `state`) does not show or shows disabled, or an answer whose
+    `[error]` line says the action failed. A tiny experience model writes names from its training data in the
+    typed text's place, and the reward rule then scores the form it sees (docs/results/miniwob.md, "A start fitted
+    to a replay criterion")."""
+    if any(line.startswith("[error] ") for line in next_state.splitlines()):
         return None
-    return with_typed_value(next_state, *fill)
+    fill = parse_fill(action)
+    if fill is not None:
+        return with_typed_value(next_state, *fill)
+    bid = plain_click(action)
+    if bid is None:
+        return None
+    box = next((e for e in parse_state(state)[2] if e.bid == bid and e.role in ("checkbox", "radio")), None)
+    was = None if box is None or "disabled=True" in box.attrs else checked(box)
+    if was is None:
+        return None
+    # A click toggles a checkbox and checks a radio button (which buttons share its group, the tree does not say).
+    return with_checked(next_state, bid, box.role == "radio" or not was)
 
 
 def task_kind(task: Task) -> str:

@@ -23,6 +23,7 @@ elsewhere), `r_type`/`r_attr`/`r_option`/`r_price` (None until a purchase) and `
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ def task_catalog(task: Task) -> Catalog | None:
     return None
 
 
-def grounded_outcome(task: Task, state: str, action: str, next_state: str) -> tuple[float, bool] | None:
+def grounded_outcome(task: Task, state: str, action: str, next_state: str,
+                     history: Sequence[tuple[str, str]] = ()) -> tuple[float, bool] | None:
     """WebShop's reward rule on abstract states (the family surface of `dreamgym.envs`): `click[Buy Now]` on an
     item page buys the catalog product that page names, with the options the page marks selected (only those
     the product really has), and scores it with the original formula at the catalog price; it ends the

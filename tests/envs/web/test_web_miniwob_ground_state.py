@@ -3,6 +3,7 @@ it, and what that does to a dream's verdict on a form."""
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ pytest.importorskip("browsergym")  # the reward rule parses actions with Browser
 from dreamgym.data import load_trajectories  # noqa: E402
 from dreamgym.dream.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
-from dreamgym.envs.web.axtree import parse_fill, with_typed_value  # noqa: E402
+from dreamgym.envs.web.axtree import parse_fill, parse_state, with_typed_value  # noqa: E402
 from dreamgym.envs.web.miniwob import ground_state  # noqa: E402
+from dreamgym.envs.web.miniwob_outcomes import plain_click  # noqa: E402
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig  # noqa: E402
 from dreamgym.experience.format import format_completion  # noqa: E402
 from dreamgym.llm.fake import FakeLLM  # noqa: E402
@@ -43,22 +45,24 @@ PASSWORDS = """[goal] Enter the password "P9Gp" into both text fields and press 
 [21] button 'Submit', clickable"""
 
 
+def _checkbox_click(state: str, action: str) -> bool:
+    bid = plain_click(action)
+    return bid is not None and any(e.bid == bid and e.role in ("checkbox", "radio") for e in parse_state(state)[2])
+
+
 def test_the_family_defines_it_and_it_never_changes_a_recorded_real_answer():
-    """On every recorded fill of real Chromium episodes the page's own next state comes back unchanged (or the
-    hook leaves it to the model), and most fills are decided."""
+    """On every recorded fill and checkbox or radio click of real Chromium episodes the page's own next state comes back
+    unchanged, and every other action is left to the model."""
     assert family("miniwob").hooks.grounds_states
-    fills = decided = 0
+    fixed = collections.Counter()
     for traj in load_trajectories(EPISODES):
         for st in traj.steps:
-            if parse_fill(st.action) is None:
-                assert ground_state(traj.task, st.state, st.action, st.next_state) is None
-                continue
-            fills += 1
             got = ground_state(traj.task, st.state, st.action, st.next_state)
-            if got is not None:
-                decided += 1
-                assert got == st.next_state, (traj.task.id, st.action)
-    assert fills >= 5 and decided == fills
+            kind = "fill" if parse_fill(st.action) else "box" if _checkbox_click(st.state, st.action) else "other"
+            fixed[kind, got is not None] += 1
+            assert got is None or got == st.next_state, (traj.task.id, st.action)
+    assert fixed["fill", True] >= 5 and fixed["box", True] >= 2 and fixed["fill", False] == fixed["box", False] == 0
+    assert fixed["other", True] == 0
 
 
 def test_a_wrong_typed_text_is_written_as_the_page_shows_it():
@@ -71,6 +75,41 @@ def test_a_wrong_typed_text_is_written_as_the_page_shows_it():
     assert with_typed_value(START, "15", "it's") == START.replace(
         "[15] textbox '', clickable", "[15] textbox '' value=\"it's\", clickable\n  StaticText \"it's\"")
     assert with_typed_value(WRITTEN, "15", "") == START.replace("clickable\n[16]", "clickable, focused\n[16]")
+
+
+BOXES = """[goal] Select nothing and click Submit.
+[page] Click Checkboxes Task
+LabelText ''
+  [14] checkbox 'UNA', clickable, checked='false'
+  StaticText 'UNA'
+LabelText ''
+  [16] checkbox '1b', clickable, checked='true'
+  StaticText '1b'
+[18] button 'Submit', clickable"""
+
+
+def test_a_click_toggles_a_checkbox_and_checks_a_radio_whatever_the_model_wrote():
+    task = Task(id="miniwob-click-checkboxes-1", env="miniwob", instruction="Select nothing and click Submit.",
+                goal={"subdomain": "click-checkboxes", "seed": 1}, split="train")
+    # The model left box 14 unchecked after its click and unchecked box 16 unasked: only the clicked box is fixed.
+    written = BOXES.replace("'1b', clickable, checked='true'", "'1b', clickable, checked='false'")
+    fixed = ground_state(task, BOXES, "click('14')", written)
+    assert fixed == written.replace("'UNA', clickable, checked='false'", "'UNA', clickable, checked='true'")
+    assert ground_state(task, BOXES, "click('16')", BOXES) == written
+    assert ground_state(task, BOXES, "click('16')", written) == written  # already as the page shows it
+    assert ground_state(task, BOXES, "click('14', button='right')", written) is None  # no plain click
+    assert ground_state(task, BOXES, "click('18')", written) is None  # a button
+    assert ground_state(task, BOXES, "click('14')", written + "\n[error] TimeoutError: click") is None
+    disabled = BOXES.replace("[14] checkbox 'UNA', clickable", "[14] checkbox 'UNA', disabled=True")
+    assert ground_state(task, disabled, "click('14')", written) is None
+    # An answer that leaves the clicked box's state out gets it, where the page prints it.
+    dropped = written.replace("'UNA', clickable, checked='false'", "'UNA', clickable")
+    assert ground_state(task, BOXES, "click('14')", dropped) == fixed
+    # A radio button a click hits is checked, whatever it showed before.
+    radios = BOXES.replace("checkbox", "radio")
+    unchecked = radios.replace("checked='true'", "checked='false'")
+    assert ground_state(task, radios, "click('16')", unchecked) == radios
+    assert ground_state(task, unchecked, "click('16')", unchecked) == radios
 
 
 def test_what_the_action_does_not_fix_is_left_to_the_model():
@@ -109,3 +148,47 @@ def test_the_dream_scores_the_form_the_page_would_show():
     assert (reward, done, info["won"], info["grounded"]) == (1.0, True, True, 1)
     reward, done, info = played(False)
     assert (info["won"], info["grounded"]) == (False, 0)
+
+
+PW_TASK = Task(id="miniwob-enter-password-8", env="miniwob",
+               instruction='Enter the password "P9Gp" into both text fields and press submit.',
+               goal={"subdomain": "enter-password", "seed": 8}, split="train")
+PW_START = """[goal] Enter the password "P9Gp" into both text fields and press submit.
+[page] Enter Password Task
+[17] textbox '', clickable
+[20] textbox '', clickable
+[21] button 'Submit', clickable"""
+
+
+def test_the_dream_reads_a_password_from_the_episode_s_fills():
+    """An experience model that credits a win for any submitted form: the page shows bullets, so the rule reads the
+    two passwords from the episode's own fills (the history the synthetic environment passes it): typed right,
+    the win stands; typed wrong with as many characters, the rule overrules it, where before it left the verdict to
+    the model (a false win: half of a grounded dream's missed or false password verdicts)."""
+    # The model masks the fields it fills but miscounts the bullets of the one just typed (as the audit found).
+    typed_one = PW_START.replace("[17] textbox '', clickable", "[17] textbox '' value='•••••', clickable\n  StaticText '•••••'")
+    typed_two = typed_one.replace("•••••", "••••").replace(
+        "[20] textbox '', clickable", "[20] textbox '' value='•••', clickable\n  StaticText '•••'")
+
+    def sim(req):
+        action = req[-1]["content"].rsplit("\nAction: ", 1)[1] if "\nAction: " in req[-1]["content"] else ""
+        if action == "click('21')":
+            return format_completion(typed_two, 1.0, True, "Logged in.")
+        answer = {"": PW_START, "fill('20'": typed_two}.get(action[:9], typed_one)
+        return format_completion(answer, 0.0, False, "Typed." if action else "Start.")
+
+    def played(first: str, second: str) -> tuple[float, dict]:
+        model = ExperienceModel(FakeLLM(sim), buffer=ReplayBuffer(None, HashingEmbedder()), env="miniwob",
+                                config=ExperienceModelConfig(use_retrieval=False, compact_states=False))
+        env = SyntheticEnv(model, tasks=[PW_TASK], initial_state="model", reward_from="state", ground_states=True)
+        env.reset(seed=0)
+        env.step(f"fill('17', '{first}')")
+        obs, *_ = env.step(f"fill('20', '{second}')")
+        assert obs.count("value='••••'") == 2  # grounded: the page's bullets, whatever the model wrote
+        _, reward, done, _, info = env.step("click('21')")
+        return reward, {**info, **env.stats}
+
+    reward, info = played("P9Gp", "P9Gp")
+    assert (reward, info["won"], info["wins_overruled"]) == (1.0, True, 0)
+    reward, info = played("P9Gp", "p9gP")
+    assert (reward, info["won"], info["model_won"], info["wins_overruled"]) == (0.0, False, True, 1)

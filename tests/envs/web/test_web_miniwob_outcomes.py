@@ -1,6 +1,6 @@
 """MiniWoB++'s reward rule on abstract states (`grounded_outcome`, `dreamgym.envs.web.miniwob_outcomes`): it agrees
-with real recorded steps wherever it decides, decides the wins the page shows, scores partial credit as the page does,
-and says None where the page shown cannot decide. No browser: states recorded in Chromium
+with real recorded steps wherever it decides, decides the wins the page shows (a password's from the episode's fills),
+scores partial credit as the page does, and says None where the page shown and the history cannot decide. No browser: states recorded in Chromium
 (tests/fixtures/web/miniwob_episodes.jsonl, and a click-link page of runs/mw-big/offline.jsonl written out)."""
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ pytest.importorskip("browsergym")  # the rule parses actions with BrowserGym's o
 
 from dreamgym.data import load_trajectories  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
-from dreamgym.envs.web.axtree import Element, field_value  # noqa: E402
+from dreamgym.envs.web.axtree import Element, field_value, parse_fill  # noqa: E402
 from dreamgym.envs.web.miniwob import grounded_outcome  # noqa: E402
-from dreamgym.envs.web.miniwob_outcomes import PAGES  # noqa: E402
+from dreamgym.envs.web.miniwob_outcomes import PAGES, typed_text  # noqa: E402
 from dreamgym.envs.web.miniwob_tasks import TRAIN_TASKS  # noqa: E402
 from dreamgym.types import Task  # noqa: E402
 
 EPISODES = Path(__file__).resolve().parents[2] / "fixtures" / "web" / "miniwob_episodes.jsonl"
-# Tasks whose win the page shown does not tell (see the module's docstring): click-test-2's ONE may be covered by
-# TWO, a password field shows only bullets.
-WINS_UNSEEN = {"click-test-2", "enter-password", "login-user"}
+# Tasks whose win the page shown does not tell (see the module's docstring): click-test-2's ONE may be covered by TWO.
+WINS_UNSEEN = {"click-test-2"}
 
 
 def _task(sub: str, instruction: str, seed: int = 0) -> Task:
@@ -59,15 +58,19 @@ def test_the_family_has_the_rule_for_its_train_tasks():
     assert set(PAGES) == set(TRAIN_TASKS)
 
 
+def _history(traj, i: int) -> list[tuple[str, str]]:
+    return [(s.state, s.action) for s in traj.steps[:i]]
+
+
 def test_it_agrees_with_every_recorded_step_it_decides_and_decides_most(episodes):
     decided = 0
     for traj in episodes:
         for i, st in enumerate(traj.steps):
-            got = grounded_outcome(traj.task, st.state, st.action, st.next_state)
+            got = grounded_outcome(traj.task, st.state, st.action, st.next_state, _history(traj, i))
             if got is not None:
                 decided += 1
                 assert got == (st.reward, st.terminated), (traj.task.id, i, st.action)
-    assert decided >= 31  # of the fixture's 36 steps: all but 2 dialog clicks and 3 password submits
+    assert decided == 34  # of the fixture's 36 steps: all but 2 dialog clicks
 
 
 def test_it_decides_every_recorded_win_the_page_shows(episodes):
@@ -75,7 +78,9 @@ def test_it_decides_every_recorded_win_the_page_shows(episodes):
     judged = [(traj, st) for traj, st in wins if traj.task.goal["subdomain"] not in WINS_UNSEEN]
     assert len(judged) >= 7
     for traj, st in judged:
-        assert grounded_outcome(traj.task, st.state, st.action, st.next_state) == (1.0, True), traj.task.id
+        i = traj.steps.index(st)
+        assert grounded_outcome(traj.task, st.state, st.action, st.next_state, _history(traj, i)) == (1.0, True), \
+            traj.task.id
 
 
 def test_a_click_on_the_wrong_link_ends_the_episode_without_reward_whatever_the_next_state_says():
@@ -144,7 +149,7 @@ def _recorded(episodes, sub: str, action: str):
 
 
 def test_none_where_the_page_shown_does_not_decide(episodes):
-    # enter-password: the fields show one bullet a character, so only a wrong length decides (a loss).
+    # enter-password without its history: the fields show one bullet a character, so only a wrong length decides.
     task, st = _recorded(episodes, "enter-password", "click('21')")
     assert "value='••••'" in st.state and st.reward == 1.0
     assert grounded_outcome(task, st.state, st.action, st.next_state) is None
@@ -170,6 +175,31 @@ def test_none_where_the_page_shown_does_not_decide(episodes):
     page = '[goal] Click on the "Yes" button.\n[page] Unicode Test Task\n[13] button \'Yes\', clickable'
     assert grounded_outcome(unicode_task, page, "click('13')", "") is None
     assert grounded_outcome(_task("click-button", 'Click on the "Yes" button.'), page, "click('13')", "") == (1.0, True)
+
+
+def test_a_password_is_read_from_the_episode_s_fills(episodes):
+    traj = next(t for t in episodes if t.task.goal["subdomain"] == "enter-password")
+    i = next(k for k, st in enumerate(traj.steps) if st.action == "click('21')")
+    task, st, history = traj.task, traj.steps[i], _history(traj, i)
+    fills = [a for _, a in history if a.startswith("fill(")]
+    assert len(fills) == 2 and grounded_outcome(task, st.state, st.action, "", history) == (1.0, True)
+    # The same bullets after a fill of other characters: the page would fail the form.
+    bid, text = parse_fill(fills[1])
+    wrong = [(s, a.replace(text, text[::-1].swapcase())) if a == fills[1] else (s, a) for s, a in history]
+    assert wrong != history and grounded_outcome(task, st.state, st.action, "", wrong) == (0.0, True)
+    # A key press on the field after its fill may have changed it: undecided, as is a fill the page refused.
+    pressed = history + [(st.state, f"press('{bid}', 'Backspace')")]
+    assert bid not in typed_text(pressed, st.state) and grounded_outcome(task, st.state, st.action, "", pressed) is None
+    refused = history[:-1] + [(history[-1][0], fills[1])]
+    err = st.state + "\n[error] TimeoutError: the element is not editable"
+    assert typed_text(refused, err) == {k: v for k, v in typed_text(history, st.state).items() if k != bid}
+    # A history whose text does not match the bullets the page shows (a dreamt page) decides nothing.
+    longer = [(s, a.replace(text, text + "x")) if a == fills[1] else (s, a) for s, a in history]
+    assert grounded_outcome(task, st.state, st.action, "", longer) is None
+    # login-user: the username as the page shows it, the password from the fills.
+    traj = next(t for t in episodes if t.task.goal["subdomain"] == "login-user" and t.won)
+    i = next(k for k, st in enumerate(traj.steps) if st.action == "click('22')")
+    assert grounded_outcome(traj.task, traj.steps[i].state, "click('22')", "", _history(traj, i)) == (1.0, True)
 
 
 def test_focus_and_choose_list_and_tabs(episodes):
