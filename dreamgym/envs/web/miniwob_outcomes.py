@@ -109,26 +109,20 @@ def typed_text(history: Sequence[tuple[str, str]], state: str) -> dict[str, str]
     it (`_KEEPS_TEXT`); a field left otherwise is not in the result. Only this tells a password field's characters:
     the page shows bullets."""
     typed: dict[str, str] = {}
-    unknown: set[str] = set()
     for i, (_, action) in enumerate(history):
         after = history[i + 1][0] if i + 1 < len(history) else state
         fill = parse_fill(action)
         verb, bid = action_target(action)
         if fill is not None:
-            took = not any(line.startswith("[error] ") for line in after.splitlines())
-            if took:
+            if any(line.startswith("[error] ") for line in after.splitlines()):
+                typed.pop(fill[0], None)  # a refused fill may still have cleared the field
+            else:
                 typed[fill[0]] = fill[1]
-                unknown.discard(fill[0])
-            else:  # a refused fill may still have cleared the field
-                typed.pop(fill[0], None)
-                unknown.add(fill[0])
         elif verb not in _KEEPS_TEXT:
             if bid is None:  # a key press on whatever has the focus: any field may have changed
-                unknown.update(typed)
                 typed.clear()
             else:
                 typed.pop(bid, None)
-                unknown.add(bid)
     return typed
 
 
