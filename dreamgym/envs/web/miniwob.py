@@ -138,11 +138,10 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     if bid is None:
         return None
     box = next((e for e in parse_state(state)[2] if e.bid == bid and e.role in ("checkbox", "radio")), None)
-    was = None if box is None or "disabled=True" in box.attrs else checked(box)
-    if was is None:
+    if box is None or "disabled=True" in box.attrs or checked(box) is None:
         return None
     # A click toggles a checkbox and checks a radio button (which buttons share its group, the tree does not say).
-    return with_checked(next_state, bid, box.role == "radio" or not was)
+    return with_checked(next_state, bid, box.role == "radio" or not checked(box))
 
 
 def task_kind(task: Task) -> str:
