@@ -131,9 +131,9 @@ def test_the_printed_expectations_are_derived_from_the_recorded_counts():
     from dreamgym.commands.recipe import QUICKSTART_RECORDED, RecordedRun, recorded_note
 
     note = recorded_note("dial")
-    # The guarded dream above its start in every recorded seed, S2R in 3 of 5: the text says which, with the points.
-    assert "DreamGym GRPO ended above it in 5 of 5 (+10.0, +3.3, +2.2, +4.4, +15.6 points)" in note
-    assert "DreamGym-S2R GRPO ended above it in 3 of 5" in note and "each time" not in note
+    # The guarded dream above its start in every recorded seed, S2R in 6 of 8: the text says which, with the points.
+    assert "DreamGym GRPO ended above it in 8 of 8 (+10.0, +3.3, +2.2, +4.4, +15.6, +23.3, +16.7, +4.4 points)" in note
+    assert "DreamGym-S2R GRPO ended above it in 6 of 8" in note and "each time" not in note
     assert recorded_note("alfworld") == ""
     saved = QUICKSTART_RECORDED["dial"]
     try:
