@@ -47,6 +47,7 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 
 from __future__ import annotations
 
+import inspect
 import threading
 import uuid
 from collections.abc import Sequence
@@ -111,6 +112,14 @@ class SyntheticEnv(TextEnv):
         self.grounded = reward_from != "model" and self.hooks.grounds_outcomes
         if reward_from == "state" and not self.grounded:
             raise ValueError(f"reward_from='state': the {name} family has no grounded_outcome")
+        if self.grounded:
+            # A rule that cannot take the episode's history would fail on every step, and each failure leaves the
+            # step to the model (the guard below is for states the rule cannot read): say so once, here.
+            try:
+                inspect.signature(self.hooks.grounded_outcome).bind(None, "", "", "", [])
+            except TypeError as e:
+                raise TypeError(f"the {name} family's grounded_outcome must take (task, state, action, next_state, "
+                                f"history): {e}") from None
         # The family writes into each answer what the action alone fixes (MiniWoB++: the text a fill types, the box
         # a click checks).
         self.ground_states = ground_states and self.hooks.grounds_states

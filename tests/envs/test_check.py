@@ -115,3 +115,24 @@ def test_the_policy_roles_are_declared_or_follow_the_documented_rule(good):
     with pytest.raises(ValueError, match="EXPLORE_POLICIES must map names in POLICIES"):
         dataclasses.replace(good, EXPLORE_POLICIES={"wander": 1.0})
 
+
+
+def test_a_reward_rule_without_the_history_argument_is_refused_before_it_is_used(good, lamps):
+    """`grounded_outcome` takes the episode's history since MiniWoB++'s reads passwords from it: a rule written for
+    the earlier four arguments would raise on every dream step, and the synthetic environment would leave each step
+    to the model without a word. The family checker and the synthetic environment both name it at start-up."""
+    from dreamgym.dream.synthetic_env import SyntheticEnv
+    from dreamgym.envs import register_family
+    from dreamgym.experience import ExperienceModel
+    from dreamgym.llm.fake import FakeLLM
+
+    four = lambda task, s, a, n: lamps.grounded_outcome(task, s, a, n)  # noqa: E731 - the old signature
+    old = dataclasses.replace(good, hooks=_hooks(lamps, grounded_outcome=four))
+    with pytest.raises(CheckFamilyError, match="grounded_outcome raised TypeError"):
+        check_family(old, episodes_per_policy=1)
+    for name, fam in (("lamps_four_argument_rule", old), ("lamps_with_history", good)):
+        register_family(name, dataclasses.replace(fam, name=name))
+    dream = lambda name: SyntheticEnv(ExperienceModel(FakeLLM(lambda req: ""), env=name), reward_from="state")  # noqa: E731
+    with pytest.raises(TypeError, match=r"grounded_outcome must take \(task, state, action, next_state, history\)"):
+        dream("lamps_four_argument_rule")
+    assert dream("lamps_with_history").grounded
