@@ -566,8 +566,9 @@ def heldout_report(model: ExperienceModel, steps: list[Transition], cfg: HeldOut
     real = tf["distinct_next_states_real"]
     tf["distinct_share"] = (tf["distinct_next_states"] / real) if real and tf["distinct_next_states"] is not None \
         else None
-    # A family's rule may leave steps undecided (MiniWoB++: a Submit of a password of the right length); the dream
-    # takes their reward and end from the model, so the gate judges the model's outcomes on those steps alone.
+    # A family's rule may leave steps undecided (MiniWoB++: a dialog click, a password typed before the history
+    # window); the dream takes their reward and end from the model, so the gate judges the model's outcomes on those
+    # steps alone.
     partial = not own and tf["model_outcome_steps"] > 0
     reasons, unmeasured = gate({**tf, **tf["model_outcomes"]} if partial else tf, cfg, model_outcomes=own or partial)
     if partial:
