@@ -5,6 +5,7 @@ arguments, its report), built on the packages below it; nothing in the library i
 - `check_family`: a family checked against its contract from the command line;
 - `train`: `TrainConfig` and `dreamgym train` (every algorithm, every mode);
 - `recipe`: several rows on one environment, the quickstart, the results table's rendering;
+- `recorded`: the recorded runs of the quickstart's defaults and the text printed from them;
 - `table`: `dreamgym table`, the paper's Table 1 shape with ablations and learning curves;
 - `seeds`: a recipe over several seeds (`--seeds`, `--workers`) and its report over seeds;
 - `row_hash`: what a recipe row's figures depend on, hashed (a finished row with an equal hash is read back);

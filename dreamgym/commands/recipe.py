@@ -8,9 +8,8 @@ again), the results table (`render_table`, report.md, summary.json), `Quickstart
 `quickstart_main` (collect -> train the experience model -> SFT -> dream GRPO -> S2R -> real GRPO at the same budget;
 with several seeds, `quickstart_seeds` through `dreamgym.commands.seeds`, which also owns the `--seeds` / `--workers`
 options; what a row's hash holds is `dreamgym.commands.row_hash`'s; a row with `dream_guard` on counts its audit's real
-steps as its own), and the recorded runs of the defaults (`QUICKSTART_RECORDED`) from which the text under the
-quickstart's table is derived. Configs are built typed (`dataclasses.replace`); only a user's own
-`train_overrides`/`em_overrides` are text.
+steps as its own); the text under the quickstart's table ends with `dreamgym.commands.recorded`'s note. Configs are
+built typed (`dataclasses.replace`); only a user's own `train_overrides`/`em_overrides` are text.
 Must not know: trainers' internals, how the loop runs (a row is a config and a list of phases for
 `dreamgym.rl.loop.run_phases`), concrete environments (families are reached through `dreamgym.envs.family`).
 """
@@ -46,6 +45,7 @@ from dreamgym.utils.paths import atomic_write_text, crash_point
 from dreamgym.rl.loop import LoopSettings, RunState, run_phases
 from dreamgym.commands.seeds import (SeedRunError, add_seeds_options, check_seeds, row_findings, run_seeds,
                                      seeds_overrides, write_seeds_report)
+from dreamgym.commands.recorded import recorded_note
 from dreamgym.commands.row_hash import dream_settings, row_config, row_hash
 from dreamgym.commands.train import TrainConfig
 from dreamgym.trainers.common import ModelConfig, TrainerConfig
@@ -602,67 +602,6 @@ def sft_start_note(stop: dict[str, Any], q: QuickstartConfig) -> str:
     return (f"The SFT start ran to its cap ({stop['step']} steps, sft_epochs={q.sft_epochs}) and replays its "
             f"demonstrations with probability {stop['replay_success']:.3f}, short of sft_stop_at={q.sft_stop_at}: "
             f"a weaker start than the defaults intend, from which RL may not move.{weights}")
-
-
-@dataclass(frozen=True)
-class RecordedRun:
-    """One recorded run of the quickstart's defaults, as its results page reports it."""
-
-    setting: str
-    """The CPU, its kernels and the thread count: what moves the figures (docs/log/01-quickstart.md)."""
-    date: str
-    """When it ran (UTC)."""
-    wins: dict[str, int]
-    """Held-out episodes each row won."""
-    n: int = 180
-    """Held-out episodes of each row."""
-
-
-QUICKSTART_RECORDED: dict[str, tuple[str, tuple[RecordedRun, ...]]] = {
-    # The defaults since the audit guard is on at 0.5 (`--seeds 0,1,2,3,4 threads=1` on an AMD EPYC, one run per
-    # seed, seed 3 with its SFT start on its best check; `--seeds 0,1,2 threads=1` on an Intel Xeon). The unguarded
-    # runs of the earlier defaults stay on the page as history.
-    "dial": ("docs/results/dial.md", (
-        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 0", "2026-12-06",
-                    {"SFT": 61, "DreamGym GRPO": 79, "DreamGym-S2R GRPO": 58, "GRPO real": 73}),
-        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 1", "2026-12-06",
-                    {"SFT": 44, "DreamGym GRPO": 50, "DreamGym-S2R GRPO": 57, "GRPO real": 68}),
-        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 2", "2026-12-06",
-                    {"SFT": 68, "DreamGym GRPO": 72, "DreamGym-S2R GRPO": 64, "GRPO real": 76}),
-        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 3", "2026-12-07",
-                    {"SFT": 53, "DreamGym GRPO": 61, "DreamGym-S2R GRPO": 68, "GRPO real": 57}),
-        RecordedRun("AMD EPYC, AVX-512 kernels, 1 thread, seed 4", "2026-12-06",
-                    {"SFT": 53, "DreamGym GRPO": 81, "DreamGym-S2R GRPO": 75, "GRPO real": 65}),
-        RecordedRun("Intel Xeon, AVX-512 kernels, 1 thread, seed 0", "2026-12-07",
-                    {"SFT": 62, "DreamGym GRPO": 104, "DreamGym-S2R GRPO": 86, "GRPO real": 72}),
-        RecordedRun("Intel Xeon, AVX-512 kernels, 1 thread, seed 1", "2026-12-07",
-                    {"SFT": 54, "DreamGym GRPO": 84, "DreamGym-S2R GRPO": 56, "GRPO real": 58}),
-        RecordedRun("Intel Xeon, AVX-512 kernels, 1 thread, seed 2", "2026-12-07",
-                    {"SFT": 72, "DreamGym GRPO": 80, "DreamGym-S2R GRPO": 94, "GRPO real": 60}),
-    )),
-}
-"""Recorded runs of the quickstart's defaults per environment, with the page that reports them (a test checks that
-the page shows every figure here). `recorded_note` derives the text printed under a quickstart's table from these
-counts, so that text cannot claim more than the runs show. A new recorded run goes here and on the page."""
-
-
-def recorded_note(env: str) -> str:
-    """What recorded runs of the defaults showed on `env`, derived from `QUICKSTART_RECORDED` ("" when none)."""
-    if env not in QUICKSTART_RECORDED:
-        return ""
-    page, runs = QUICKSTART_RECORDED[env]
-    sft = [r.wins["SFT"] / r.n for r in runs]
-    lines = [f"Recorded runs of the defaults ({page}; one run per row in each of {len(runs)} settings of CPU, "
-             f"kernels, threads and seed): the SFT start landed at {100 * min(sft):.1f}-{100 * max(sft):.1f}% "
-             "(SFT stops on a measured replay criterion because where a fixed step count lands moves with the "
-             "CPU's float rounding)."]
-    for row in runs[0].wins:
-        if row == "SFT":
-            continue
-        diffs = [(r.wins[row] - r.wins["SFT"]) / r.n for r in runs]
-        lines.append(f"{row} ended above it in {sum(d > 0 for d in diffs)} of {len(runs)} "
-                     f"({', '.join(f'{100 * d:+.1f}' for d in diffs)} points).")
-    return "\n" + " ".join(lines) + "\n"
 
 
 def render_table(results: dict[str, dict[str, Any]], title: str) -> str:
