@@ -18,7 +18,7 @@ import collections
 import math
 
 from dreamgym.data import load_trajectories
-from dreamgym.envs.web.axtree import parse_fill, parse_state
+from dreamgym.envs.web.axtree import elements, parse_fill
 from dreamgym.envs.web.miniwob import ground_state, grounded_outcome
 from dreamgym.envs.web.miniwob_outcomes import plain_click
 from dreamgym.envs.web.miniwob_tasks import TRAIN_TASKS, family_reward
@@ -61,7 +61,7 @@ def grounding(path: str) -> dict[str, collections.Counter[str]]:
     for traj in load_trajectories(path):
         for st in traj.steps:
             bid = plain_click(st.action)
-            role = next((e.role for e in parse_state(st.state)[2] if bid is not None and e.bid == bid), "")
+            role = next((e.role for e in elements(st.state) if bid is not None and e.bid == bid), "")
             boxes = ("checkbox", "radio")
             row = rows["fill" if parse_fill(st.action) else f"{role} click" if role in boxes else "other"]
             got = ground_state(traj.task, st.state, st.action, st.next_state)

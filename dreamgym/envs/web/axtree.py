@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -158,6 +159,11 @@ def elements(state: str) -> list[Element]:
     return parse_state(state)[2]
 
 
+def shows_error(state: str) -> bool:
+    """Whether `state` has the `[error]` line of an action that failed."""
+    return any(line.startswith("[error] ") for line in state.splitlines())
+
+
 def field_value(e: Element) -> str:
     """The value a form field shows (a text field's text, a select list's chosen option; a password field shows
     one bullet per character), "" when the tree prints none."""
@@ -191,6 +197,12 @@ def parse_fill(action: str) -> tuple[str, str] | None:
     return (bid, text) if isinstance(bid, str) and isinstance(text, str) else None
 
 
+def _element_line(lines: list[str], bid: str, roles: Collection[str]) -> tuple[int, re.Match[str]] | None:
+    """(index, match) of the line of element `bid` in `lines`, where its role is one of `roles`; None otherwise."""
+    return next(((i, m) for i, line in enumerate(lines)
+                 if (m := _LINE_RE.match(line)) and m.group("bid") == bid and m.group("role") in roles), None)
+
+
 def with_typed_value(state: str, bid: str, text: str) -> str | None:
     """`state` with the text field `bid` showing `text` as a page shows it after a fill: its `value` and the
     StaticText line under it, one bullet per character where `state` already shows the field masked (a password
@@ -198,8 +210,7 @@ def with_typed_value(state: str, bid: str, text: str) -> str | None:
     `bid` that takes text (a disabled one: the fill fails). The rest of the line (`clickable`, `focused`) and of
     the state is kept."""
     lines = state.splitlines()
-    found = next(((i, m) for i, line in enumerate(lines)
-                  if (m := _LINE_RE.match(line)) and m.group("bid") == bid and m.group("role") in _FILL_ROLES), None)
+    found = _element_line(lines, bid, _FILL_ROLES)
     if found is None:
         return None
     i, m = found
@@ -231,8 +242,7 @@ def with_checked(state: str, bid: str, value: bool) -> str | None:
     a page prints it, where `state` leaves it out), the rest of its line and of the state kept; None when `state`
     has no such element `bid`, or shows it disabled (a click then does nothing)."""
     lines = state.splitlines()
-    found = next(((i, m) for i, line in enumerate(lines) if (m := _LINE_RE.match(line)) and m.group("bid") == bid
-                  and m.group("role") in ("checkbox", "radio")), None)
+    found = _element_line(lines, bid, ("checkbox", "radio"))
     if found is None or "disabled=True" in (found[1].group("rest") or ""):
         return None
     i, _ = found

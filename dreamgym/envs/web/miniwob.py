@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from dreamgym.envs.web.axtree import (admissible_from_state, checked, parse_fill, parse_state, with_checked,
+from dreamgym.envs.web.axtree import (admissible_from_state, checked, elements, parse_fill, shows_error, with_checked,
                                       with_typed_value)
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
@@ -129,7 +129,7 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     `[error]` line says the action failed. A tiny experience model writes names from its training data in the
     typed text's place, and the reward rule then scores the form it sees (docs/results/miniwob.md, "A start fitted
     to a replay criterion")."""
-    if any(line.startswith("[error] ") for line in next_state.splitlines()):
+    if shows_error(next_state):
         return None
     fill = parse_fill(action)
     if fill is not None:
@@ -137,11 +137,12 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     bid = plain_click(action)
     if bid is None:
         return None
-    box = next((e for e in parse_state(state)[2] if e.bid == bid and e.role in ("checkbox", "radio")), None)
-    if box is None or "disabled=True" in box.attrs or checked(box) is None:
+    box = next((e for e in elements(state) if e.bid == bid and e.role in ("checkbox", "radio")), None)
+    was = None if box is None or "disabled=True" in box.attrs else checked(box)
+    if box is None or was is None:
         return None
     # A click toggles a checkbox and checks a radio button (which buttons share its group, the tree does not say).
-    return with_checked(next_state, bid, box.role == "radio" or not checked(box))
+    return with_checked(next_state, bid, box.role == "radio" or not was)
 
 
 def task_kind(task: Task) -> str:

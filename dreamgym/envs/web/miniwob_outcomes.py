@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dreamgym.envs.web.actions import MINIWOB_SUBSETS, InvalidAction, parse_action
-from dreamgym.envs.web.axtree import Element, checked, field_value, parse_fill, parse_state
+from dreamgym.envs.web.axtree import Element, checked, field_value, parse_fill, parse_state, shows_error
 from dreamgym.envs.web.explain import action_target
 from dreamgym.envs.web.miniwob_policies import ORDINALS
 from dreamgym.envs.web.miniwob_tasks import family_reward
@@ -114,7 +114,7 @@ def typed_text(history: Sequence[tuple[str, str]], state: str) -> dict[str, str]
         fill = parse_fill(action)
         verb, bid = action_target(action)
         if fill is not None:
-            if any(line.startswith("[error] ") for line in after.splitlines()):
+            if shows_error(after):
                 typed.pop(fill[0], None)  # a refused fill may still have cleared the field
             else:
                 typed[fill[0]] = fill[1]

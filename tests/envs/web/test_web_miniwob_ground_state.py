@@ -13,7 +13,7 @@ pytest.importorskip("browsergym")  # the reward rule parses actions with Browser
 from dreamgym.data import load_trajectories  # noqa: E402
 from dreamgym.dream.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
-from dreamgym.envs.web.axtree import parse_fill, parse_state, with_typed_value  # noqa: E402
+from dreamgym.envs.web.axtree import elements, parse_fill, with_typed_value  # noqa: E402
 from dreamgym.envs.web.miniwob import ground_state  # noqa: E402
 from dreamgym.envs.web.miniwob_outcomes import plain_click  # noqa: E402
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig  # noqa: E402
@@ -47,7 +47,7 @@ PASSWORDS = """[goal] Enter the password "P9Gp" into both text fields and press 
 
 def _checkbox_click(state: str, action: str) -> bool:
     bid = plain_click(action)
-    return bid is not None and any(e.bid == bid and e.role in ("checkbox", "radio") for e in parse_state(state)[2])
+    return bid is not None and any(e.bid == bid and e.role in ("checkbox", "radio") for e in elements(state))
 
 
 def test_the_family_defines_it_and_it_never_changes_a_recorded_real_answer():
