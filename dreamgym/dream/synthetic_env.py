@@ -32,7 +32,8 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
 - Before the reward rule reads it, each answer gets the parts of the next state its action alone fixes written in
   by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types, the box a
-  click checks), counted in `stats["states_grounded"]`. Why: a tiny model wrote other names and bullet counts in
+  click checks), counted in `stats["states_grounded"]`; both steps are `dreamgym.envs.family.dream_answer`, which
+  `dreamgym eval-em --grounded` scores too. Why: a tiny model wrote other names and bullet counts in
   the typed text's place, so the rule scored correct forms as wrong and the dream taught the policy to stop typing
   (docs/results/miniwob.md).
 - Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
@@ -55,7 +56,7 @@ from typing import Any
 
 from dreamgym.env import TextEnv
 from dreamgym.envs import family
-from dreamgym.envs.family import is_admissible
+from dreamgym.envs.family import dream_answer, is_admissible
 from dreamgym.utils.seeds import text_seed
 from dreamgym.types import Task, Transition
 
@@ -242,36 +243,6 @@ class SyntheticEnv(TextEnv):
             self.state = obs = shown
         return obs, 0.0, False, self.t >= self.max_steps, self._info(invalid_action=True, raw_obs=obs)
 
-    def _ground(self, before: str, action: str) -> None:
-        """The family's `ground_state` over the model's answer; an answer it cannot read stays as written."""
-        try:
-            grounded = self.hooks.ground_state(self.task, before, action, self.state)
-        except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
-            grounded = None
-        if grounded is not None and grounded != self.state:
-            self.state = grounded
-            self.stats["states_grounded"] += 1
-
-    def _outcome(self, before: str, action: str, reward: float, done: bool) -> tuple[float, bool, bool | None]:
-        """(reward, terminated, the model's own win verdict or None) for the step `before` -> `self.state`. With the
-        family's rule the states decide; where it cannot (None, e.g. a task without a well-formed goal) the
-        model's answer stands."""
-        if not self.grounded:
-            return reward, done, None
-        model_won = done and reward >= 1.0
-        try:
-            # The episode's steps before this one: `apply` has already appended (before, action).
-            grounded = self.hooks.grounded_outcome(self.task, before, action, self.state, self.history[:-1])
-        except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
-            grounded = None
-        if grounded is None:
-            return reward, done, model_won
-        reward, done = float(grounded[0]), bool(grounded[1])
-        won = done and reward >= 1.0
-        self.stats["wins_overruled"] += model_won and not won
-        self.stats["wins_granted"] += won and not model_won
-        return reward, done, model_won
-
     def _failure_end(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._advance()
         self.stats["em_failures"] += 1
@@ -319,11 +290,22 @@ class SyntheticEnv(TextEnv):
         self.stats["model_steps"] += 1
         before = self.state
         self.history.append((self.state, query.action))
-        self.state = self._canonical(pred.next_state)
-        if self.ground_states:
-            self._ground(before, query.action)
+        # The family's hooks over the answer: its canonical layout, what the action alone fixes written in, then
+        # reward and end from its rule where it decides (the episode's steps before this one: `history` already
+        # holds (before, action)).
+        answer = dream_answer(self.hooks, self.task, before, query.action, pred.next_state, float(pred.reward),
+                              bool(pred.done), self.history[:-1], ground_states=self.ground_states,
+                              rule=self.grounded)
+        self.state = answer.next_state
+        self.stats["states_grounded"] += answer.state_grounded
+        reward, terminated = answer.reward, answer.done
+        # The model's own win verdict, where a rule could overrule it (None without one).
+        model_won = bool(pred.done) and float(pred.reward) >= 1.0 if self.grounded else None
+        if answer.rule is not None:
+            won = terminated and reward >= 1.0
+            self.stats["wins_overruled"] += bool(model_won) and not won
+            self.stats["wins_granted"] += won and not model_won
         # The buffer keeps the state the policy was shown, so synthetic and real transitions read alike.
-        reward, terminated, model_won = self._outcome(before, query.action, float(pred.reward), bool(pred.done))
         query.next_state, query.reward, query.done, query.reasoning = self.state, reward, terminated, pred.reasoning
         self._advance()
         truncated = not terminated and self.t >= self.max_steps

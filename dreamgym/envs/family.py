@@ -3,8 +3,8 @@
 Owns: `is_admissible` (how an answer of `admissible_from_state` is read), `EnvFamily` (the required surface, each
 member documented on its field, the step limit among them, and the roles of its scripted policies: which one is
 the expert, which ones explore), `FamilyHooks` (the optional hooks, each a method documented with its contract whose
-body is the generic behaviour a family without it gets), `ScriptedPolicy`, and building an `EnvFamily` from a
-family module (`EnvFamily.from_module`).
+body is the generic behaviour a family without it gets), `ScriptedPolicy`, the step a dream takes from a model's answer
+through the hooks (`dream_answer`), and building an `EnvFamily` from a family module (`EnvFamily.from_module`).
 Must not know: any concrete family, how families are registered or found, models, torch, trainers.
 
 The collector, the experience model, the synthetic environment, the curriculum and evaluation use a family only
@@ -193,6 +193,51 @@ OPTIONAL_HOOKS: tuple[str, ...] = tuple(n for n, v in vars(FamilyHooks).items()
                                         if isinstance(v, types.FunctionType) and not n.startswith("_"))
 # Hooks that only work as a pair: the experience model uses both or neither.
 HOOK_PAIRS: tuple[tuple[str, str], ...] = (("model_state", "complete_state"), ("model_observation", "state_after"))
+
+
+@dataclass(frozen=True)
+class DreamAnswer:
+    """A model's answer for one step as the dream takes it (`dream_answer`)."""
+
+    next_state: str
+    reward: float
+    done: bool
+    state_grounded: bool
+    """`ground_state` changed the next state the model wrote."""
+    rule: tuple[float, bool] | None
+    """The family's reward rule's `(reward, terminated)`; None where it left them to the model (or was not asked)."""
+
+
+def dream_answer(hooks: FamilyHooks, task: Task, state: str, action: str, next_state: str, reward: float,
+                 done: bool, history: Sequence[tuple[str, str]] = (), *, ground_states: bool = True,
+                 rule: bool = True) -> DreamAnswer:
+    """The step a dream takes from a model's answer (`next_state`, `reward`, `done`) for `action` on `state`: the
+    state in the family's canonical layout, with what the action alone fixes written in (`ground_state`, when
+    `ground_states`), then reward and end from the family's rule on it where it decides (`grounded_outcome` with
+    the episode's earlier (state, action) pairs `history`, when `rule`). A hook that cannot read a state leaves the
+    model's answer as written. The synthetic environment steps by it, and `dreamgym eval-em` scores it, so the
+    fidelity the report gives is the one the dream trains on."""
+    try:
+        written = hooks.canonical_state(next_state)
+    except Exception:  # noqa: BLE001 - a state the parser cannot read stays as the model wrote it
+        written = next_state
+    grounded = None
+    if ground_states:
+        try:
+            grounded = hooks.ground_state(task, state, action, written)
+        except Exception:  # noqa: BLE001 - states the family cannot read: keep the model's answer
+            grounded = None
+    changed = grounded is not None and grounded != written
+    final = grounded if changed and grounded is not None else written
+    verdict = None
+    if rule:
+        try:
+            verdict = hooks.grounded_outcome(task, state, action, final, history)
+        except Exception:  # noqa: BLE001 - as above: the model's reward and end stand
+            verdict = None
+    if verdict is not None:
+        reward, done = float(verdict[0]), bool(verdict[1])
+    return DreamAnswer(final, float(reward), bool(done), changed, verdict)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: identity, like the module it stands for (and hashable)

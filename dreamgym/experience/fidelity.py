@@ -118,13 +118,17 @@ def outcome_figures(preds: list[Prediction], steps: list[Transition]) -> dict[st
 
 
 def teacher_forced(model: ExperienceModel, transitions: list[Transition], batch_size: int = 32,
-                   left_to_model: Callable[[Transition], bool] | None = None) -> dict[str, Any]:
+                   left_to_model: Callable[[Transition], bool] | None = None,
+                   take: Callable[[Transition, Prediction], Prediction] | None = None) -> dict[str, Any]:
     """One-step predictions from real inputs (see the module docstring). With `left_to_model` (a step whose reward
     and end the dream takes from the model, not from the family's rule) also `outcome_figures` over those steps
-    alone, under "model_outcomes" (with their count, "model_outcome_steps")."""
+    alone, under "model_outcomes" (with their count, "model_outcome_steps"). With `take` every answer is scored as
+    it turns it (`dream_taker`: the answer the dream steps by)."""
     steps = [t for t in transitions if t.action != RESET_ACTION]
     resets = [t for t in transitions if t.action == RESET_ACTION]
     preds = _batched(model, steps, batch_size)
+    if take is not None:
+        preds = [take(t, p) for t, p in zip(steps, preds)]
     # One score per step, aggregated over all steps and per action verb.
     f1 = [token_f1(p.next_state, t.next_state) for p, t in zip(preds, steps)]
     em = [exact_match(p.next_state, t.next_state) for p, t in zip(preds, steps)]
@@ -239,9 +243,32 @@ class _Replay:
     failed: bool = False
 
 
+def dream_taker(env: str) -> Callable[[Transition, Prediction, list[tuple[str, str]]], Prediction]:
+    """The answer a dream steps by, from the model's `Prediction` for a real step and the episode's earlier (state,
+    action) pairs: `dreamgym.envs.family.dream_answer` with the family's `ground_state` and reward rule, as a
+    dream with its defaults (`dream.ground_states`, `dream.reward_from=auto`) takes them. A failure state stays one.
+    Why: the model's raw answers are not what the policy learns from where the family grounds them, so their
+    figures alone under- or over-state the dream's fidelity (MiniWoB++: the rule decides most rewards)."""
+    from dreamgym.envs.family import dream_answer
+    from dreamgym.experience.hooks import family_hooks
+
+    hooks = family_hooks(env)
+
+    def take(t: Transition, p: Prediction, history: list[tuple[str, str]]) -> Prediction:
+        if p.failed:
+            return p
+        a = dream_answer(hooks, t.task, t.state, t.action, p.next_state, p.reward, p.done, history,
+                         ground_states=hooks.grounds_states, rule=hooks.grounds_outcomes)
+        return dataclasses.replace(p, next_state=a.next_state, reward=a.reward, done=a.done)
+
+    return take
+
+
 def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: str,
-                 batch_size: int = 32) -> dict[str, Any]:
-    """Whole-episode replays inside the model, all episodes stepped together (see the module docstring)."""
+                 batch_size: int = 32, grounded: bool = False) -> dict[str, Any]:
+    """Whole-episode replays inside the model, all episodes stepped together (see the module docstring); with
+    `grounded`, each answer as the dream takes it (`dream_taker`, the episode's whole history)."""
+    take = dream_taker(env) if grounded else None
     checks = checkers_for(env)
     h = model.config.history
     eps = [_Replay(traj=traj, id=f"eval-{traj.id or n}", state=traj.initial_state or traj.steps[0].state)
@@ -257,6 +284,8 @@ def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: st
                             history=e.past[-h:] if h else [], trajectory_id=e.id, step_index=e.t)
                   for e in chunk]
             preds = model.predict(qs, seed=steps_predicted)
+            if take is not None:
+                preds = [take(q, p, e.past) for e, q, p in zip(chunk, qs, preds)]
             for e, q, p in zip(chunk, qs, preds):
                 steps_predicted += 1
                 if p.failed:
@@ -287,9 +316,20 @@ def free_running(model: ExperienceModel, trajectories: list[Trajectory], env: st
 
 
 def evaluate(model: ExperienceModel, trajectories: list[Trajectory], env: str, *, max_transitions: int = 0,
-             max_episodes: int = 0, batch_size: int = 32) -> dict[str, Any]:
-    """Both parts of the fidelity report for one model (with its current config switches)."""
+             max_episodes: int = 0, batch_size: int = 32, grounded: bool = False) -> dict[str, Any]:
+    """Both parts of the fidelity report for one model (with its current config switches); with `grounded`, of
+    its answers as the dream takes them (`dream_taker`)."""
     cfg = model.config
+    take = None
+    if grounded:
+        # The rule reads the whole episode, as in a dream; a transition's own history is cut to the model's window.
+        longest = max((len(traj.steps) for traj in trajectories), default=0)
+        whole = {(tr.trajectory_id, tr.step_index): tr.history
+                 for tr in em_transitions(trajectories, history=longest, initial_states=False)}
+        taker = dream_taker(env)
+
+        def take(t: Transition, p: Prediction) -> Prediction:
+            return taker(t, p, list(whole.get((t.trajectory_id, t.step_index), t.history)))
     trs = em_transitions(trajectories, history=cfg.history, binary_reward=cfg.binary_reward)
     steps = [t for t in trs if t.action != RESET_ACTION]
     resets = [t for t in trs if t.action == RESET_ACTION]
@@ -298,9 +338,10 @@ def evaluate(model: ExperienceModel, trajectories: list[Trajectory], env: str, *
     trs = steps + resets
     t0 = time.perf_counter()
     backend_before = model.stats["backend_failures"]
-    tf = teacher_forced(model, trs, batch_size)
+    tf = teacher_forced(model, trs, batch_size, take=take)
     t1 = time.perf_counter()
-    fr = free_running(model, trajectories[:max_episodes] if max_episodes else trajectories, env, batch_size)
+    fr = free_running(model, trajectories[:max_episodes] if max_episodes else trajectories, env, batch_size,
+                      grounded=grounded)
     predictions = tf["n"] + tf["init_n"] + fr["fr_predictions"]
     failures = tf["failures"] + tf["init_failures"] + fr["fr_failures"]
     return {**tf, **fr, "predictions": predictions, "failures": failures,
@@ -369,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=at_least(1), default=32)
     p.add_argument("--inference-ablations", action="store_true",
                    help="also evaluate each model with retrieval / history switched off at inference")
+    p.add_argument("--grounded", action="store_true",
+                   help="also score each model's answers as a dream takes them: the family's ground_state written "
+                        "in, reward and end from its reward rule where it decides (rows marked +grounded)")
     p.add_argument("--device", default=None)
     p.add_argument("--url", default=None, help="generate on servers serving the (one) --model exported by "
                                                 "`dreamgym export-em`: " + checks.SERVER_URLS)
@@ -438,20 +482,23 @@ def main(argv: list[str] | None = None) -> int:
         # and lower F1 than the same weights in process (26% failure states and F1 0.692 against 0% and 0.770 on a
         # chat-only server), so its rows are labelled and said not to compare.
         mark = " [unconstrained]" if loose else ""
-        variants = [(_label(meta, path) + mark, model.config)]
+        variants = [(_label(meta, path) + mark, model.config, False)]
         if a.inference_ablations:
             if model.config.use_retrieval:
                 variants.append((_label(meta, path) + mark + " -retrieval@inf",
-                                 dataclasses.replace(model.config, use_retrieval=False)))
+                                 dataclasses.replace(model.config, use_retrieval=False), False))
             if model.config.use_history:
                 variants.append((_label(meta, path) + mark + " -history@inf",
-                                 dataclasses.replace(model.config, use_history=False)))
+                                 dataclasses.replace(model.config, use_history=False), False))
+        if a.grounded:
+            variants += [(label + " +grounded", cfg, True) for label, cfg, _ in variants]
         base_cfg = model.config
-        for label, cfg in variants:
+        for label, cfg, grounded in variants:
             model.config = cfg
             model.stats.clear()
             r = evaluate(model, held, a.env, max_transitions=a.max_transitions, max_episodes=a.max_episodes,
-                         batch_size=a.batch_size)
+                         batch_size=a.batch_size, grounded=grounded)
+            r["grounded"] = grounded
             r["model_stats"] = dict(model.stats)
             r["decoding"] = decoding(model, loose)
             r["train_summary"] = _train_summary(path)

@@ -213,21 +213,59 @@ def test_eval_em_cli_writes_table_and_json(tmp_path, capsys):
     meta = json.loads((model_dir / "em_config.json").read_text())
     out = tmp_path / "fid.json"
     rc = main(["--env", "dial", "--model", str(model_dir), "--data", str(held), "--train-data", meta["train"]["data"],
-               "--out", str(out), "--max-transitions", "24", "--max-episodes", "4", "--inference-ablations"])
+               "--out", str(out), "--max-transitions", "24", "--max-episodes", "4", "--inference-ablations",
+               "--grounded"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "rew acc" in text and "-retrieval@inf" in text and "-history@inf" in text
     report = json.loads(out.read_text())
     rows = report["rows"]
-    assert len(rows) == 3
+    assert len(rows) == 6
+    # The dial has neither ground_state nor a reward rule: its answers are the dream's, row for row.
+    for label, r in rows.items():
+        if label.endswith(" +grounded"):
+            raw = rows[label.removesuffix(" +grounded")]
+            assert r["grounded"] and not raw["grounded"]
+            assert [r[k] for k in ("state_f1", "reward_acc", "false_success")] == \
+                [raw[k] for k in ("state_f1", "reward_acc", "false_success")]
     for r in rows.values():
         for k in ("state_f1", "state_em", "reward_acc", "done_acc", "false_success", "contradiction_rate"):
             assert r[k] is None or 0.0 <= r[k] <= 1.0
         assert r["n"] == 24 and r["episodes"] == 4
         assert sum(v["n"] for v in r["by_action"].values()) == 24
-    assert text.count("F1 by action: ") == 3
+    assert text.count("F1 by action: ") == 6
     assert main(["--env", "dial", "--model", str(tmp_path), "--data", str(held)]) == 2
     assert parse_state(abstract_state(3)) == 3
+
+
+def test_grounded_figures_score_the_answers_the_dream_takes_not_the_model_s_raw_ones():
+    """A MiniWoB++ model that copies the page and claims a win on every step: its raw answers credit every step
+    and leave each fill's typed text out; as the dream takes them (`evaluate(grounded=True)`), the page's rule
+    decides reward and end where it can and `ground_state` writes the typed text in, so reward accuracy, fill F1
+    and false success move to what the dream trains on, while the model's own figures are unchanged."""
+    from dreamgym.data import load_trajectories
+
+    trajs = load_trajectories(Path(__file__).resolve().parents[1] / "fixtures" / "web" / "miniwob_episodes.jsonl")
+
+    def copies_and_wins(req):
+        body, _action = req[-1]["content"].rsplit("\nAction: ", 1)
+        return format_completion(body.rsplit("State:\n", 1)[1], 1.0, True, "It wins.")
+
+    model = ExperienceModel(FakeLLM(copies_and_wins), config=ExperienceModelConfig(k=0), env="miniwob")
+    raw = evaluate(model, trajs, "miniwob")
+    dream = evaluate(model, trajs, "miniwob", grounded=True)
+    steps = [t for t in em_transitions(trajs, history=20) if t.action != RESET_ACTION]
+    rule = family("miniwob").hooks.grounded_outcome
+    decided = [t for t in steps if rule(t.task, t.state, t.action, t.next_state, t.history) is not None]
+    wins = sum(t.reward >= 1.0 for t in steps)
+    assert raw["n"] == dream["n"] == len(steps) and len(decided) < len(steps)
+    assert raw["reward_acc"] == pytest.approx(wins / len(steps)) and raw["false_success"] == 1.0
+    # every decided step is right (the rule agrees with the page), an open one keeps the model's claimed win
+    open_wins = sum(t.reward >= 1.0 for t in steps if t not in decided)
+    assert dream["reward_acc"] == pytest.approx((len(decided) + open_wins) / len(steps))
+    assert dream["false_success"] == 0.0 and dream["reward1_recall"] == 1.0
+    assert dream["by_action"]["fill"]["state_f1"] > raw["by_action"]["fill"]["state_f1"]
+    assert dream["by_action"]["fill"]["state_em"] > raw["by_action"]["fill"]["state_em"]
 
 
 def test_heldout_report_passes_a_faithful_model_and_flags_one_that_collapsed_to_one_answer():
