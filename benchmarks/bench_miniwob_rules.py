@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("data", help="a `dreamgym collect` output of MiniWoB++ episodes")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    steps = [(traj.task, st.state, st.action, st.next_state, [(s.state, s.action) for s in traj.steps[:i]])
+    steps = [(traj.task, st.state, st.action, st.next_state, traj.history(i))
              for traj in load_trajectories(args.data) for i, st in enumerate(traj.steps)]
     if not steps:
         raise SystemExit(f"{args.data}: no steps")

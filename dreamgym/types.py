@@ -141,11 +141,16 @@ class Trajectory:
                    won=bool(d.get("won", False)), start_time=float(d.get("start_time", 0.0)),
                    wall_time_s=float(d.get("wall_time_s", 0.0)), id=d.get("id", ""))
 
+    def history(self, i: int, window: int | None = None) -> list[tuple[str, str]]:
+        """The (state, action) pairs of the steps before step `i`, oldest first: the last `window` of them, or all
+        (None). A family's reward rule reads the whole of it (`grounded_outcome`); the experience model a window."""
+        return [(p.state, p.action) for p in self.steps[(0 if window is None else max(0, i - window)):i]]
+
     def transitions(self, history: int = 4) -> list[Transition]:
         """Split into experience-model transitions, each carrying the last `history` (state, action) pairs."""
         out: list[Transition] = []
         for i, s in enumerate(self.steps):
-            window = [(p.state, p.action) for p in self.steps[max(0, i - history):i]]
+            window = self.history(i, history)
             out.append(Transition(task=self.task, history=window, state=s.state, action=s.action,
                                   next_state=s.next_state, reward=s.reward,
                                   done=bool(s.terminated or s.truncated), reasoning=s.reasoning,

@@ -36,7 +36,7 @@ def agreement(path: str, show: int = 0, history: bool = True) -> dict[str, colle
             won = st.terminated and st.reward >= 1.0
             row["steps"] += 1
             row["wins"] += won
-            before = [(s.state, s.action) for s in traj.steps[:i]] if history else []
+            before = traj.history(i) if history else []
             got = grounded_outcome(traj.task, st.state, st.action, st.next_state, before)
             if got is None:
                 continue

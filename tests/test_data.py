@@ -198,3 +198,11 @@ def test_record_is_json_safe_with_numpy_info():
     t.steps[0].info = {"arr": np.arange(3), "x": np.float32(0.5)}
     rec = trajectory_to_record(t)
     assert json.loads(rec["steps"][0]["info_json"]) == {"arr": [0, 1, 2], "x": 0.5}
+
+
+def test_a_trajectory_s_history_is_its_earlier_pairs_whole_or_windowed():
+    steps = [Step(state=f"s{i}", action=f"a{i}", reward=0.0, terminated=False, truncated=False) for i in range(4)]
+    traj = Trajectory(task=Task(id="t", env="dial", instruction="x"), steps=steps)
+    assert traj.history(0) == [] and traj.history(3) == [("s0", "a0"), ("s1", "a1"), ("s2", "a2")]
+    assert traj.history(3, 2) == [("s1", "a1"), ("s2", "a2")] and traj.history(3, 0) == []
+    assert [t.history for t in traj.transitions(history=1)] == [[], *([p] for p in traj.history(3))]

@@ -307,7 +307,7 @@ def _replay(fam: EnvFamily, traj: Trajectory, limit: int, report: FamilyCheckRep
                   f"{at}: accepted by the environment, not in admissible_from_state ({_short(adm)})")
         if "grounded_outcome" in defined:
             got_outcome = call("grounded_outcome", h.grounded_outcome, traj.task, st.state, st.action, st.next_state,
-                               [(s.state, s.action) for s in traj.steps[:t]])
+                               traj.history(t))
             if got_outcome is not None:
                 reward, terminated = got_outcome
                 agree("grounded_outcome", math.isclose(reward, st.reward, abs_tol=1e-6) and terminated == st.terminated,

@@ -77,8 +77,8 @@ def replay_in_model(traj: Trajectory, model: Any, label: str, mode: ReplayMode =
     h = model.config.history if model.config.use_history else 0
     tid = f"view-{traj.id or traj.task.id}"
     if mode == "forced":
-        queries = [query_for(traj.task, s.state, s.action, history=[(p.state, p.action) for p in traj.steps[:i]][-h:]
-                             if h else [], trajectory_id=tid, step_index=i) for i, s in enumerate(traj.steps)]
+        queries = [query_for(traj.task, s.state, s.action, history=traj.history(i, h), trajectory_id=tid,
+                             step_index=i) for i, s in enumerate(traj.steps)]
         for pair, pred in zip(cmp.steps, model.predict(queries, seed=0) if queries else []):
             _fill(pair, pred, pair.state)
         return cmp

@@ -58,15 +58,11 @@ def test_the_family_has_the_rule_for_its_train_tasks():
     assert set(PAGES) == set(TRAIN_TASKS)
 
 
-def _history(traj, i: int) -> list[tuple[str, str]]:
-    return [(s.state, s.action) for s in traj.steps[:i]]
-
-
 def test_it_agrees_with_every_recorded_step_it_decides_and_decides_most(episodes):
     decided = 0
     for traj in episodes:
         for i, st in enumerate(traj.steps):
-            got = grounded_outcome(traj.task, st.state, st.action, st.next_state, _history(traj, i))
+            got = grounded_outcome(traj.task, st.state, st.action, st.next_state, traj.history(i))
             if got is not None:
                 decided += 1
                 assert got == (st.reward, st.terminated), (traj.task.id, i, st.action)
@@ -79,7 +75,7 @@ def test_it_decides_every_recorded_win_the_page_shows(episodes):
     assert len(judged) >= 7
     for traj, st in judged:
         i = traj.steps.index(st)
-        assert grounded_outcome(traj.task, st.state, st.action, st.next_state, _history(traj, i)) == (1.0, True), \
+        assert grounded_outcome(traj.task, st.state, st.action, st.next_state, traj.history(i)) == (1.0, True), \
             traj.task.id
 
 
@@ -180,7 +176,7 @@ def test_none_where_the_page_shown_does_not_decide(episodes):
 def test_a_password_is_read_from_the_episode_s_fills(episodes):
     traj = next(t for t in episodes if t.task.goal["subdomain"] == "enter-password")
     i = next(k for k, st in enumerate(traj.steps) if st.action == "click('21')")
-    task, st, history = traj.task, traj.steps[i], _history(traj, i)
+    task, st, history = traj.task, traj.steps[i], traj.history(i)
     fills = [a for _, a in history if a.startswith("fill(")]
     assert len(fills) == 2 and grounded_outcome(task, st.state, st.action, "", history) == (1.0, True)
     # The same bullets after a fill of other characters: the page would fail the form.
@@ -199,7 +195,7 @@ def test_a_password_is_read_from_the_episode_s_fills(episodes):
     # login-user: the username as the page shows it, the password from the fills.
     traj = next(t for t in episodes if t.task.goal["subdomain"] == "login-user" and t.won)
     i = next(k for k, st in enumerate(traj.steps) if st.action == "click('22')")
-    assert grounded_outcome(traj.task, traj.steps[i].state, "click('22')", "", _history(traj, i)) == (1.0, True)
+    assert grounded_outcome(traj.task, traj.steps[i].state, "click('22')", "", traj.history(i)) == (1.0, True)
 
 
 def test_focus_and_choose_list_and_tabs(episodes):
