@@ -2,7 +2,7 @@
 real environment family's steps per second, in one run, with the experience model's prompt sharing off and on.
 
     python benchmarks/bench_synthetic.py [--model CHECKPOINT] [--real dial,alfworld,webshop,miniwob]
-        [--episodes 32] [--group 8] [--turns 6] [--threads 1]
+        [--episodes 32[,128]] [--group 8] [--turns 6] [--threads 1]
     python benchmarks/bench_synthetic.py --env dial --model CHECKPOINT --structured   # free vs structured decoding
     python benchmarks/bench_synthetic.py --env miniwob --model WHOLE_EM,EDIT_EM --real miniwob --sharing on --split
 
@@ -281,26 +281,29 @@ def compare_real(model_dirs: list[Path], a: argparse.Namespace) -> None:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}, torch threads {a.threads}")
     shares = {"off": (False,), "on": (True,), "both": (False, True)}[a.sharing]
-    syn: dict[tuple[Path, bool], dict] = {}
+    counts = [int(n) for n in str(a.episodes).split(",")]
+    syn: dict[tuple[Path, bool, int], dict] = {}
     for model_dir in model_dirs:
         for share in shares:
-            r = synthetic_steps_per_s(model_dir, a.env, a.episodes, a.turns, group=a.group, share=share,
-                                      warmup=1, floors=a.split)
-            syn[model_dir, share] = r
-            b = r["backend"]
-            print(f"synthetic {a.env} ({model_dir.name}, state_format {r['state_format']}), sharing "
-                  f"{'on ' if share else 'off'}: {r['per_s']:.2f} transitions/s ({r['transitions']} in "
-                  f"{r['model_calls']} batched calls, {r['seconds']:.1f}s; rows decoded {b.get('rows_decoded')}/"
-                  f"{b.get('rows')}, prompt tokens prefilled {b.get('prefilled_tokens')}/{b.get('prompt_tokens')}, "
-                  f"{b.get('generated_tokens')} generated; {r['malformed']} malformed, {r['failures']} failure "
-                  f"states)", flush=True)
-            if a.split:
-                print_split(r)
-    print(f"x{a.episodes} episodes in groups of {a.group}, {a.turns} turns")
-    cols = [(d, sh) for d in model_dirs for sh in shares]
+            for episodes in counts:
+                r = synthetic_steps_per_s(model_dir, a.env, episodes, a.turns, group=a.group, share=share,
+                                          warmup=1, floors=a.split)
+                syn[model_dir, share, episodes] = r
+                b = r["backend"]
+                print(f"synthetic {a.env} ({model_dir.name}, state_format {r['state_format']}), sharing "
+                      f"{'on ' if share else 'off'}, {episodes} episodes: {r['per_s']:.2f} transitions/s "
+                      f"({r['transitions']} in "
+                      f"{r['model_calls']} batched calls, {r['seconds']:.1f}s; rows decoded "
+                      f"{b.get('rows_decoded')}/{b.get('rows')}, prompt tokens prefilled {b.get('prefilled_tokens')}/"
+                      f"{b.get('prompt_tokens')}, {b.get('generated_tokens')} generated; {r['malformed']} malformed, "
+                      f"{r['failures']} failure states)", flush=True)
+                if a.split:
+                    print_split(r)
+    print(f"x{'/'.join(map(str, counts))} episodes in groups of {a.group}, {a.turns} turns")
+    cols = [(d, sh, n) for d in model_dirs for sh in shares for n in counts]
     print("| real family | real steps/s | " + " | ".join(
-        f"synthetic/real, {d.name} ({syn[d, sh]['state_format']}), sharing {'on' if sh else 'off'}"
-        for d, sh in cols) + " |")
+        f"synthetic/real, {d.name} ({syn[d, sh, n]['state_format']}), sharing {'on' if sh else 'off'}, {n} episodes"
+        for d, sh, n in cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for name in a.real.split(","):
         real, n = real_family_steps_per_s(name, a.seconds)
@@ -308,7 +311,9 @@ def compare_real(model_dirs: list[Path], a: argparse.Namespace) -> None:
             f"{syn[c]['per_s'] / real:.4f}" for c in cols) + " |", flush=True)
     if len(shares) == 2:
         for d in model_dirs:
-            print(f"{d.name}: sharing on/off: {syn[d, True]['per_s'] / syn[d, False]['per_s']:.2f}x")
+            for n in counts:
+                print(f"{d.name}, {n} episodes: sharing on/off: "
+                      f"{syn[d, True, n]['per_s'] / syn[d, False, n]['per_s']:.2f}x")
 
 
 def compare_structured(model_dir: Path, env_name: str, a: argparse.Namespace) -> None:
@@ -353,7 +358,8 @@ def main() -> None:
                          "constraint, parsing), per step, beside a bare forward and a bare decode of the same model")
     ap.add_argument("--real", default="dial,alfworld,webshop,miniwob", help="real families to compare with")
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds each real family is stepped")
-    ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--episodes", default="32",
+                    help="synthetic episodes stepped together; several, comma-separated (e.g. 32,128), each timed")
     ap.add_argument("--group", type=int, default=8, help="episodes sharing a task and reset seed (a GRPO group)")
     ap.add_argument("--turns", type=int, default=6, help="batched turns to time")
     ap.add_argument("--threads", type=int, default=1,
@@ -370,6 +376,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     model_dirs = [Path(m) for m in a.model.split(",")] if a.model else [default_model(a.env)]
     if a.structured:
+        a.episodes = int(a.episodes.split(",")[0])  # one batch size there
         compare_structured(model_dirs[0], a.env, a)
         return
     compare_real(model_dirs, a)
