@@ -18,7 +18,7 @@ import collections
 import math
 
 from dreamgym.data import load_trajectories
-from dreamgym.envs.web.axtree import elements, parse_fill
+from dreamgym.envs.web.axtree import elements, parse_fill, parse_select
 from dreamgym.envs.web.miniwob import ground_state, grounded_outcome
 from dreamgym.envs.web.miniwob_outcomes import plain_click
 from dreamgym.envs.web.miniwob_tasks import TRAIN_TASKS, family_reward
@@ -55,7 +55,7 @@ def agreement(path: str, show: int = 0, history: bool = True) -> dict[str, colle
 
 
 def grounding(path: str) -> dict[str, collections.Counter[str]]:
-    """Per kind of action (a fill, a plain click on a checkbox or a radio button, any other): steps, those `ground_state` writes, and
+    """Per kind of action (a fill, a select_option, a plain click on a checkbox or a radio button, any other): steps, those `ground_state` writes, and
     those whose written state equals the recorded next state."""
     rows: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for traj in load_trajectories(path):
@@ -63,7 +63,8 @@ def grounding(path: str) -> dict[str, collections.Counter[str]]:
             bid = plain_click(st.action)
             role = next((e.role for e in elements(st.state) if bid is not None and e.bid == bid), "")
             boxes = ("checkbox", "radio")
-            row = rows["fill" if parse_fill(st.action) else f"{role} click" if role in boxes else "other"]
+            row = rows["fill" if parse_fill(st.action) else "select_option" if parse_select(st.action)
+                       else f"{role} click" if role in boxes else "other"]
             got = ground_state(traj.task, st.state, st.action, st.next_state)
             row["steps"] += 1
             row["written"] += got is not None

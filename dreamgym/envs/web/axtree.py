@@ -44,6 +44,7 @@ _QUOTED_RE = re.compile(r'"([^"]+)"')
 # the value holds a single quote.
 _VALUE_RE = re.compile(r"""\s*value=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 _CHECKED_RE = re.compile(r"\bchecked='(true|false)'")
+_SELECTED_RE = re.compile(r"\bselected=(True|False)")
 
 
 @dataclass(frozen=True)
@@ -180,14 +181,14 @@ def _shown_value(m: re.Match[str] | None) -> str:
         return ""
 
 
-def parse_fill(action: str) -> tuple[str, str] | None:
-    """(bid, text) of a `fill('bid', 'text')` action, None for any other text (read as a Python call with literal
+def _parse_call(action: str, verb: str) -> tuple[str, str] | None:
+    """(bid, text) of a `verb('bid', 'text')` action, None for any other text (read as a Python call with literal
     arguments, as BrowserGym's parser reads it)."""
     try:
         node = ast.parse(action.strip(), mode="eval").body
     except SyntaxError:
         return None
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fill"
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == verb
             and len(node.args) == 2 and not node.keywords):
         return None
     try:
@@ -195,6 +196,16 @@ def parse_fill(action: str) -> tuple[str, str] | None:
     except ValueError:
         return None
     return (bid, text) if isinstance(bid, str) and isinstance(text, str) else None
+
+
+def parse_fill(action: str) -> tuple[str, str] | None:
+    """(bid, text) of a `fill('bid', 'text')` action, None for any other text."""
+    return _parse_call(action, "fill")
+
+
+def parse_select(action: str) -> tuple[str, str] | None:
+    """(bid, option) of a `select_option('bid', 'option')` action (one option named), None for any other text."""
+    return _parse_call(action, "select_option")
 
 
 def _element_line(lines: list[str], bid: str, roles: Collection[str]) -> tuple[int, re.Match[str]] | None:
@@ -250,6 +261,41 @@ def with_checked(state: str, bid: str, value: bool) -> str | None:
     lines[i], n = _CHECKED_RE.subn(shown, lines[i], count=1)
     if not n:
         lines[i] += f", {shown}"
+    return "\n".join(lines)
+
+
+def with_selected(state: str, bid: str, option: str) -> str | None:
+    """`state` with the select list `bid` showing `option` chosen as a page shows it after a `select_option`: its
+    `value` and each of its options' `selected` flag, the rest of its lines and of the state kept; None when `state`
+    has no select list `bid`, shows it disabled, or lists no option named `option` under it (the page then refuses
+    the action)."""
+    lines = state.splitlines()
+    found = _element_line(lines, bid, _SELECT_ROLES)
+    if found is None:
+        return None
+    i, m = found
+    rest = m.group("rest") or ""
+    if "disabled=True" in rest:
+        return None
+    depth = len(m.group("indent"))
+    below = []  # (index, match) of each option line in the list's subtree
+    for j in range(i + 1, len(lines)):
+        o = _LINE_RE.match(lines[j])
+        if o is None or len(o.group("indent")) <= depth:
+            break
+        if o.group("role") == "option":
+            below.append((j, o))
+    names = [(o.group("name") or "").replace("\\'", "'") for _, o in below]
+    if option not in names:
+        return None
+    shown = _VALUE_RE.match(rest)
+    tail = rest[shown.end():] if shown else rest
+    lines[i] = lines[i][:len(lines[i]) - len(rest)] + f" value={option!r}" + tail
+    for (j, _), name in zip(below, names):
+        flag = f"selected={name == option}"
+        lines[j], n = _SELECTED_RE.subn(flag, lines[j], count=1)
+        if not n:
+            lines[j] += f", {flag}"
     return "\n".join(lines)
 
 

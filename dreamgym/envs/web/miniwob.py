@@ -21,8 +21,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from dreamgym.envs.web.axtree import (admissible_from_state, checked, elements, parse_fill, shows_error, with_checked,
-                                      with_typed_value)
+from dreamgym.envs.web.axtree import (admissible_from_state, checked, elements, parse_fill, parse_select, shows_error,
+                                      with_checked, with_selected, with_typed_value)
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
@@ -123,8 +123,9 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str,
 
 def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
     """`next_state` with what the action alone fixes written in as the page shows it: the field a `fill` typed
-    into showing the typed text (bullets where the answer shows the field masked), the checkbox a plain click hit
-    showing the other checked state than it had in `state`, the radio button it hit checked; None for any other
+    into showing the typed text (bullets where the answer shows the field masked), the select list a
+    `select_option` chose from showing that option, the checkbox a plain click hit showing the other checked state
+    than it had in `state`, the radio button it hit checked; None for any other
     action, an element the answer (or, for a click, `state`) does not show or shows disabled, or an answer whose
     `[error]` line says the action failed. A tiny experience model writes names from its training data in the
     typed text's place, and the reward rule then scores the form it sees (docs/results/miniwob.md, "A start fitted
@@ -134,6 +135,9 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     fill = parse_fill(action)
     if fill is not None:
         return with_typed_value(next_state, *fill)
+    select = parse_select(action)
+    if select is not None:
+        return with_selected(next_state, *select)
     bid = plain_click(action)
     if bid is None:
         return None

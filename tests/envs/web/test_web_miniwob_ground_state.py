@@ -1,4 +1,4 @@
-"""MiniWoB++'s `ground_state`: the text a fill types, written into the experience model's answer as the page shows
+"""MiniWoB++'s `ground_state`: the text a fill types (the option a select_option chooses, the box a click checks), written into the experience model's answer as the page shows
 it, and what that does to a dream's verdict on a form."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("browsergym")  # the reward rule parses actions with Browser
 from dreamgym.data import load_trajectories  # noqa: E402
 from dreamgym.dream.synthetic_env import SyntheticEnv  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
-from dreamgym.envs.web.axtree import elements, parse_fill, with_typed_value  # noqa: E402
+from dreamgym.envs.web.axtree import elements, parse_fill, parse_select, with_typed_value  # noqa: E402
 from dreamgym.envs.web.miniwob import ground_state  # noqa: E402
 from dreamgym.envs.web.miniwob_outcomes import plain_click  # noqa: E402
 from dreamgym.experience import ExperienceModel, ExperienceModelConfig  # noqa: E402
@@ -58,11 +58,12 @@ def test_the_family_defines_it_and_it_never_changes_a_recorded_real_answer():
     for traj in load_trajectories(EPISODES):
         for st in traj.steps:
             got = ground_state(traj.task, st.state, st.action, st.next_state)
-            kind = "fill" if parse_fill(st.action) else "box" if _checkbox_click(st.state, st.action) else "other"
+            kind = "fill" if parse_fill(st.action) else "select" if parse_select(st.action) else \
+                "box" if _checkbox_click(st.state, st.action) else "other"
             fixed[kind, got is not None] += 1
             assert got is None or got == st.next_state, (traj.task.id, st.action)
-    assert fixed["fill", True] >= 5 and fixed["box", True] >= 2 and fixed["fill", False] == fixed["box", False] == 0
-    assert fixed["other", True] == 0
+    assert fixed["fill", True] >= 5 and fixed["box", True] >= 2 and fixed["select", True] == 2
+    assert fixed["fill", False] == fixed["box", False] == fixed["select", False] == fixed["other", True] == 0
 
 
 def test_a_wrong_typed_text_is_written_as_the_page_shows_it():
@@ -110,6 +111,37 @@ def test_a_click_toggles_a_checkbox_and_checks_a_radio_whatever_the_model_wrote(
     unchecked = radios.replace("checked='true'", "checked='false'")
     assert ground_state(task, radios, "click('16')", unchecked) == radios
     assert ground_state(task, unchecked, "click('16')", unchecked) == radios
+
+
+LIST = """[goal] Select Tilly from the list and click Submit.
+[page] Choose List Task
+[13] combobox '' value='Clara', hasPopup='menu', expanded=False
+  MenuListPopup ''
+    [14] option 'Clara', selected=True
+    [15] option 'Reta', selected=False
+    [16] option 'Tilly', selected=False
+[22] button 'Submit', clickable"""
+
+
+def test_a_chosen_option_is_written_as_the_page_shows_it():
+    """A dream's model left the list on its old option after select_option('13', 'Tilly') (runs/mw-wide-g-s1's
+    audit), so the rule scored the right Submit as a loss: the list's value and its options' flags are written."""
+    task = Task(id="miniwob-choose-list-18", env="miniwob", instruction="Select Tilly from the list and click Submit.",
+                goal={"subdomain": "choose-list", "seed": 18}, split="train")
+    chosen = LIST.replace("value='Clara'", "value='Tilly'").replace("'Clara', selected=True", "'Clara', selected=False") \
+        .replace("'Tilly', selected=False", "'Tilly', selected=True")
+    assert ground_state(task, LIST, "select_option('13', 'Tilly')", LIST) == chosen
+    assert ground_state(task, LIST, "select_option('13', 'Tilly')", chosen) == chosen
+    # A list the answer shows without a value or flags gets them, where the page prints them.
+    bare = LIST.replace(" value='Clara',", ",").replace(", selected=True", "").replace(", selected=False", "")
+    assert ground_state(task, LIST, "select_option('13', 'Tilly')", bare) == bare.replace(
+        "combobox '',", "combobox '' value='Tilly',").replace("'Clara'\n", "'Clara', selected=False\n").replace(
+        "'Reta'", "'Reta', selected=False").replace("'Tilly'\n", "'Tilly', selected=True\n")
+    assert ground_state(task, LIST, "select_option('13', 'Nobody')", LIST) is None  # the page refuses it
+    assert ground_state(task, LIST, "select_option('22', 'Tilly')", LIST) is None  # a button is no list
+    assert ground_state(task, LIST, "select_option('13', 'Tilly')", LIST.replace("expanded=False", "disabled=True")) is None
+    assert ground_state(task, LIST, "select_option('13', ['Tilly', 'Reta'])", LIST) is None  # several: not written
+    assert parse_select("select_option('13', 'Tilly')") == ("13", "Tilly")
 
 
 def test_what_the_action_does_not_fix_is_left_to_the_model():
