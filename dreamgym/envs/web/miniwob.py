@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dreamgym.envs.web.axtree import (admissible_from_state, checked, elements, parse_fill, parse_select, shows_error,
-                                      with_checked, with_selected, with_typed_value)
+                                      with_checked, with_names, with_selected, with_typed_value)
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
@@ -122,22 +122,34 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str,
 
 
 def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
-    """`next_state` with what the action alone fixes written in as the page shows it: the field a `fill` typed
-    into showing the typed text (bullets where the answer shows the field masked), the select list a
-    `select_option` chose from showing that option, the checkbox a plain click hit showing the other checked state
-    than it had in `state`, the radio button it hit checked; None for any other
-    action, an element the answer (or, for a click, `state`) does not show or shows disabled, or an answer whose
-    `[error]` line says the action failed. A tiny experience model writes names from its training data in the
-    typed text's place, and the reward rule then scores the form it sees (docs/results/miniwob.md, "A start fitted
-    to a replay criterion")."""
-    if shows_error(next_state):
+    """`next_state` with what the page fixes written in as it shows it, None where the action fixes nothing and the
+    names are as written: every
+    element `state` shows keeps its role and name (a page never renames one in place; `with_names`), and what the
+    action alone fixes: the field a `fill` typed into showing the typed text (bullets where the answer shows the
+    field masked), the select list a `select_option` chose from showing that option, the checkbox a plain click hit
+    showing the other checked state than it had in `state`, the radio button it hit checked and the others the
+    page shows unchecked (the tree names no group; every train page has one). The action's part is left out for
+    an element the answer (or, for a click, `state`) does not show or shows disabled, and where the answer's
+    `[error]` line says the action failed. A tiny experience model writes names from its training data in the typed
+    text's place and over elements' names, and the reward rule then scores the form it sees
+    (docs/results/miniwob.md, "A start fitted to a replay criterion" and "The chain rebuilt")."""
+    named = with_names(next_state, state)
+    fixed = _action_fixes(state, action, named)
+    if fixed is not None:
+        return fixed
+    return None if named == next_state else named
+
+
+def _action_fixes(state: str, action: str, answer: str) -> str | None:
+    """`answer` with what `action` alone fixes written in (see `ground_state`), None where it fixes nothing."""
+    if shows_error(answer):
         return None
     fill = parse_fill(action)
     if fill is not None:
-        return with_typed_value(next_state, *fill)
+        return with_typed_value(answer, *fill)
     select = parse_select(action)
     if select is not None:
-        return with_selected(next_state, *select)
+        return with_selected(answer, *select)
     bid = plain_click(action)
     if bid is None:
         return None
@@ -145,8 +157,14 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     was = None if box is None or "disabled=True" in box.attrs else checked(box)
     if box is None or was is None:
         return None
-    # A click toggles a checkbox and checks a radio button (which buttons share its group, the tree does not say).
-    return with_checked(next_state, bid, box.role == "radio" or not was)
+    if box.role == "checkbox":
+        return with_checked(answer, bid, not was)
+    # A radio button a click hits is checked, and the page's other radio buttons are not.
+    out: str | None = answer
+    for e in elements(answer):
+        if out is not None and e.role == "radio" and e.bid and e.bid != bid and checked(e):
+            out = with_checked(out, e.bid, False)
+    return None if out is None else with_checked(out, bid, True)
 
 
 def task_kind(task: Task) -> str:
