@@ -7,6 +7,7 @@ reported.
 
     python experiments/paired_eval.py runs/start-eval.json runs/after-eval.json
     python experiments/paired_eval.py runs/sft/eval.jsonl runs/dream/eval.jsonl
+    python experiments/paired_eval.py runs/sft/eval.jsonl runs/dream-s0/eval.jsonl runs/dream-s1/eval.jsonl ...  # pooled
 
 A run's `eval.jsonl` (`dreamgym train`) stands for its last evaluation, the policy it ended with; its rows carry
 their episodes since 2026-12-07 (older rows have none and are refused, naming the file).
@@ -24,7 +25,7 @@ import argparse
 import json
 
 from dreamgym.data import iter_jsonl_records
-from dreamgym.rl.compare import Outcomes, compare_paired, outcomes
+from dreamgym.rl.compare import Outcomes, compare_paired, outcomes, sign_test
 from dreamgym.rl.evaluate import two_proportion_z_test, wilson_interval
 
 
@@ -41,11 +42,38 @@ def episodes_of(path: str) -> list[dict]:
     return json.load(open(path, encoding="utf-8"))["episodes"]
 
 
+def _played(path: str) -> Outcomes:
+    try:
+        return outcomes(episodes_of(path), where=path)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def pooled(first: str, seconds: list[str]) -> None:
+    """Each run of `seconds` against `first` on the same episodes (a line each), then their pairs pooled: the sign
+    test on all the pairs only one side won, one-sided for the runs and two-sided."""
+    ref = _played(first)
+    only_first = only_second = 0
+    for path in seconds:
+        c = compare_paired(ref, _played(path))
+        only_first, only_second = only_first + c.only_first, only_second + c.only_second
+        print(f"{path}: {c.second_wins} of {c.n} ({100 * c.second_wins / c.n:.1f}%) against {c.first_wins}; pairs "
+              f"won by the first only {c.only_first}, by it only {c.only_second}; one-sided p = {c.p_second_better:.4f}")
+    print(f"pooled over {len(seconds)} runs: pairs won by the first only {only_first}, by the runs only {only_second}; "
+          f"one-sided p = {sign_test(only_first, only_second, 'greater'):.4f}, two-sided p = "
+          f"{sign_test(only_first, only_second):.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("first", help="eval --json file(s), comma-separated, of the reference policy (e.g. the SFT start)")
     ap.add_argument("second", help="eval --json file(s), comma-separated, of the policy tested for a gain")
+    ap.add_argument("more", nargs="*", help="more runs of that policy (other seeds), each compared with the first "
+                                            "on the same episodes, then the pairs pooled over all of them")
     args = ap.parse_args()
+    if args.more:
+        pooled(args.first, [args.second, *args.more])
+        return
     runs: list[Outcomes] = []
     for paths in (args.first, args.second):
         played: Outcomes = {}
