@@ -3,7 +3,8 @@
 Owns: `DreamConfig` (the `dream.*` fields of `dreamgym train`), `DreamWorld` (a `dreamgym.rl.loop.World`: the
 experience model, its co-evolving replay buffer, the curriculum and the `SyntheticEnv` factory of one run; after
 each iteration the synthetic transitions are in the buffer, the episodes in the dream's log, the curriculum has
-taken its step, the iteration's report is made (failure states, zero-variance groups, optimiser steps), a sample
+taken its step (and, with `dream.skip_won`, the strata the policy won whole are left out of the next draw), the
+iteration's report is made (failure states, zero-variance groups, optimiser steps), a sample
 of its episodes has been audited in the real environment where one can be run (`dreamgym.dream.audit`) and, with
 `dream.guard` on, the audit guard has judged the audits so far (`dreamgym.dream.guard`: its verdict is the world's
 `phase_end`, kept in its saved state so a resumed run does not play on). The paper's
@@ -34,7 +35,8 @@ from dreamgym.data import write_jsonl
 from dreamgym.episode import Episode
 from dreamgym.envs.family import EnvFamily
 from dreamgym.experience.checkpoint import usable_checkpoint, usable_config_overrides
-from dreamgym.curriculum.pools import VARIANCE_LOG, check_strata, iteration_tasks, task_pool
+from dreamgym.curriculum.pools import (VARIANCE_LOG, check_strata, draw_tasks, iteration_tasks, task_pool,
+                                       task_stratum)
 from dreamgym.utils.paths import atomic_write_text
 from dreamgym.utils.seeds import AUDIT_BASIS, mix_seed
 from dreamgym.types import Task
@@ -76,6 +78,9 @@ class DreamConfig:
     ground_states: bool = True
     """Write into each answer the parts of the next state its action alone fixes, with the family's `ground_state`
     (MiniWoB++: the text a fill types, the box a click checks); false keeps the model's answers as written."""
+    skip_won: bool = False
+    """Leave out of each iteration's draw of base tasks the strata (values of `task_strata`; without it, the tasks)
+    whose every episode the policy won the last time they were drawn; all of them when none would be left."""
     shared_noise: bool = True
     """With a sampled experience model, the members of a GRPO group draw the model's sampling noise from
     (episode, action), so the same action meets the same sampled world in each (`SyntheticEnv.shared_noise`)."""
@@ -168,6 +173,8 @@ class DreamWorld:
             raise e.under("dream.") from None
         self._audits: list[tuple[int, dict[str, float]]] = []  # the guard's window: (iteration, audit summary)
         self._stop: GuardStop | None = None  # the guard's verdict, once it stopped the dream
+        # dream.skip_won: stratum (or task id) -> whether the policy won every episode of its latest draw
+        self._all_won: dict[str, bool] = {}
 
     # -- the World a run loop plays in
     def start(self, iteration: int) -> None:
@@ -196,10 +203,36 @@ class DreamWorld:
         return self._stop
 
     def tasks(self, iteration: int, n: int) -> list[Task]:
-        """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants."""
-        stratified = (lambda k: iteration_tasks(self.base_tasks, k, self.seed, iteration, self.strata)) \
-            if self.strata else None
-        return self.curriculum.sample(n, stratified)
+        """`n` tasks from the curriculum: base tasks and, at most a share λ of them, generated variants; with
+        `dream.skip_won`, base tasks only from the strata the policy has not won whole (`unwon_tasks`)."""
+        base = self.unwon_tasks() if self.config.skip_won else self.base_tasks
+        if self.strata:
+            return self.curriculum.sample(n, lambda k: iteration_tasks(base, k, self.seed, iteration, self.strata))
+        if base is self.base_tasks:
+            return self.curriculum.sample(n)
+        return self.curriculum.sample(n, lambda k: draw_tasks(self.curriculum.rng, base, k))
+
+    def task_key(self, task: Task) -> str:
+        """What `dream.skip_won` judges a task by: its stratum (goal field `task_strata`), else its id."""
+        return task_stratum(task, self.strata) if self.strata else task.id
+
+    def unwon_tasks(self) -> list[Task]:
+        """The base tasks whose stratum's latest draw the policy did not win in every episode (all base tasks when
+        that leaves none). A group it wins whole has zero GRPO advantage and trains nothing; on MiniWoB++ 7-11 of
+        16 groups an iteration were such (docs/results/miniwob.md)."""
+        kept = [t for t in self.base_tasks if not self._all_won.get(self.task_key(t), False)]
+        return kept or list(self.base_tasks)
+
+    def note_outcomes(self, episodes: Sequence[Episode]) -> None:
+        """Record, for each stratum (or task) this iteration's base-task episodes played, whether the policy won them
+        all; generated variants are the curriculum's, not the draw's, and are left out."""
+        base_ids = {t.id for t in self.base_tasks}
+        won: dict[str, bool] = {}
+        for e in episodes:
+            if e.trainable and e.task.id in base_ids:
+                key = self.task_key(e.task)
+                won[key] = won.get(key, True) and e.won
+        self._all_won.update(won)
 
     def envs(self, policy_version: str) -> Callable[[], SyntheticEnv]:
         from dreamgym.dream.synthetic_env import SyntheticEnv
@@ -222,12 +255,14 @@ class DreamWorld:
         guard judges the audits of its window (`judge`: `phase_end` then holds its verdict). Returns the
         curriculum's, the experience model's and the buffer's figures, the iteration's report (`failure_states`: the
         model's answers that fell to the failure state, and from `update` the trainer's `zero_variance_groups` and
-        `optimizer_steps`) and the audit's (`audit/...`)."""
+        `optimizer_steps`; with `dream.skip_won`, `skipped_won`: the strata the next draw leaves out) and the
+        audit's (`audit/...`)."""
         self.share_new_transitions(self._known)
         if distributed.is_main():
             write_jsonl(self.run_dir / DREAM_EPISODES_DIR / f"it-{iteration:05d}.jsonl",
                         [e.to_trajectory(policy=policy_version) for e in episodes])
         cm = self.curriculum_step(iteration - 1, episodes)
+        self.note_outcomes(episodes)
         em_stats = {f"em/{k}": float(v) for k, v in self.model.stats.items()}
         failures = float(self.model.stats["failures"] - self._failures)
         if distributed.active():  # each process counts its own model's answers
@@ -236,6 +271,9 @@ class DreamWorld:
         if update.zero_variance_groups is not None:
             report["zero_variance_groups"] = float(update.zero_variance_groups)
         report["optimizer_steps"] = float(update.optimizer_steps)
+        if self.config.skip_won:
+            keys = {self.task_key(t) for t in self.base_tasks}
+            report["skipped_won"] = float(len(keys) - len({self.task_key(t) for t in self.unwon_tasks()}))
         audited = self.audit_iteration(iteration, episodes, policy_version) if distributed.is_main() else {}
         if self.config.guard.on:
             self.judge(iteration, audited)
@@ -328,6 +366,8 @@ class DreamWorld:
         """The curriculum's state and, with the guard on, the guard's (its window's audits and its verdict)."""
         d: dict[str, Any] = {"generated": [t.to_dict() for t in self.curriculum.generated],
                              "stats": dataclasses.asdict(self.curriculum.stats), "rng": self.curriculum.rng.getstate()}
+        if self.config.skip_won:
+            d["all_won"] = dict(self._all_won)
         if self.config.guard.on:
             d["guard"] = {"audits": [[it, a] for it, a in self._audits],
                           "stop": self._stop.to_dict() if self._stop is not None else None}
@@ -341,6 +381,7 @@ class DreamWorld:
         rng = d["rng"]
         self.curriculum.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
         self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
+        self._all_won = {str(k): bool(v) for k, v in (d.get("all_won") or {}).items()}
         g = d.get("guard") or {}
         self._audits = [(int(it), dict(a)) for it, a in g.get("audits", [])]
         self._stop = GuardStop.from_dict(g["stop"]) if g.get("stop") else None

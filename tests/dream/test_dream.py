@@ -66,10 +66,10 @@ def test_dream_config_rejects_bad_values_naming_the_field():
     assert load_config(DreamConfig, None, ["reward_from=model"]).reward_from == "model"
 
 
-def _played(task, group: int, rewards: list[float]):
+def _played(task, group: int, rewards: list[float], won: bool = False):
     from dreamgym.episode import Episode, Turn
 
-    return [Episode(task=task, seed=0, group=group, member=m, end_reason="terminated",
+    return [Episode(task=task, seed=0, group=group, member=m, end_reason="terminated", won=won and r > 0,
                     turns=[Turn(state="s", prompt_ids=[1], completion_ids=[2], logprobs=[0.0], text="a", action="a",
                                 reward=r)])
             for m, r in enumerate(rewards)]
@@ -106,3 +106,26 @@ def test_a_stratified_dream_draws_its_base_tasks_like_the_real_run(tmp_path):
                                                                                                    4, it, "target"))
     with pytest.raises(ConfigError, match="task_strata"):
         DreamWorld("dial", cfg, tmp_path / "b", seed=4, device="cpu", strata="family")
+
+
+def test_skip_won_leaves_out_the_strata_the_policy_won_whole_until_none_would_be_left(tmp_path):
+    """`dream.skip_won`: a stratum whose latest draw the policy won in every episode is not drawn again (a group won
+    whole has zero advantage), a stratum with one loss stays, a later draw updates the verdict, the verdicts survive
+    the saved state (a resumed run draws the same tasks), and when every stratum is won the draw is all base tasks."""
+    cfg = DreamConfig(em=str(trained_dial_model()), curriculum=CurriculumConfig(enabled=False), skip_won=True)
+    world = DreamWorld("dial", cfg, tmp_path, seed=4, device="cpu", strata="target")
+    by_target: dict[str, list] = {}
+    for t in world.base_tasks:
+        by_target.setdefault(str(t.goal["target"]), []).append(t)
+    won, mixed = by_target["3"][0], by_target["5"][0]
+    world.note_outcomes(_played(won, 0, [1.0, 1.0], won=True) + _played(mixed, 1, [1.0, 0.0]))
+    drawn = {str(t.goal["target"]) for it in range(4) for t in world.tasks(it, 8)}
+    assert "3" not in drawn and "5" in drawn and len(drawn) == len(by_target) - 1
+    resumed = DreamWorld("dial", cfg, tmp_path / "r", seed=4, device="cpu", strata="target")
+    resumed.load_state_dict(json.loads(json.dumps(world.state_dict())))
+    assert [t.id for t in resumed.tasks(2, 8)] == [t.id for t in world.tasks(2, 8)]
+    world.note_outcomes(_played(by_target["3"][1], 0, [1.0, 0.0]))  # a later draw of stratum 3 lost once
+    assert "3" in {str(t.goal["target"]) for t in world.unwon_tasks()}
+    for i, tasks in enumerate(by_target.values()):
+        world.note_outcomes(_played(tasks[0], i, [1.0, 1.0], won=True))
+    assert world.unwon_tasks() == world.base_tasks
