@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dreamgym.envs.web.axtree import (admissible_from_state, checked, elements, parse_fill, parse_select, shows_error,
-                                      with_checked, with_names, with_selected, with_typed_value)
+                                      with_checked, with_names, with_selected, with_typed_value, with_values)
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
@@ -124,7 +124,8 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str,
 def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
     """`next_state` with what the page fixes written in as it shows it, None where the action fixes nothing and the
     names are as written: every
-    element `state` shows keeps its role and name (a page never renames one in place; `with_names`), and what the
+    element `state` shows keeps its role and name (a page never renames one in place; `with_names`), every text field
+the action does not fill keeps the text `state` shows (only a fill changes one; `with_values`), and what the
     action alone fixes: the field a `fill` typed into showing the typed text (bullets where the answer shows the
     field masked), the select list a `select_option` chose from showing that option, the checkbox a plain click hit
     showing the other checked state than it had in `state`, the radio button it hit checked and the others the
@@ -133,7 +134,8 @@ def ground_state(task: Task, state: str, action: str, next_state: str) -> str | 
     `[error]` line says the action failed. A tiny experience model writes names from its training data in the typed
     text's place and over elements' names, and the reward rule then scores the form it sees
     (docs/results/miniwob.md, "A start fitted to a replay criterion" and "The chain rebuilt")."""
-    named = with_names(next_state, state)
+    fill = parse_fill(action)
+    named = with_values(with_names(next_state, state), state, keep=fill[0] if fill else None)
     fixed = _action_fixes(state, action, named)
     if fixed is not None:
         return fixed
