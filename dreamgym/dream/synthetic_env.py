@@ -31,9 +31,11 @@ Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
   Why: the model credited ALFWorld wins that its own final state contradicted (docs/log/05-alfworld-first-dream.md).
   `info["model_won"]` keeps the model's own verdict, so the disagreement stays measurable.
 - Before the reward rule reads it, each answer gets the parts of the next state its action alone fixes written in
-  by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types, the box a
-  click checks), counted in `stats["states_grounded"]`; both steps are `dreamgym.envs.family.dream_answer`, which
-  `dreamgym eval-em --grounded` scores too. Why: a tiny model wrote other names and bullet counts in
+  by the family's `ground_state` (`ground_states`, on by default; MiniWoB++: the text a fill types, the option a
+  select_option chooses, the box or radio button a click checks, and what no action changes: the names of the
+  elements the page showed, the text of the fields the action does not fill), counted in
+  `stats["states_grounded"]`; both steps are `dreamgym.envs.family.dream_answer`, which `dreamgym eval-em
+  --grounded` scores too. Why: a tiny model wrote other names and bullet counts in
   the typed text's place, so the rule scored correct forms as wrong and the dream taught the policy to stop typing
   (docs/results/miniwob.md).
 - Determinism: greedy decoding by default. With sampling and `shared_noise` (the default), each query's sampling
@@ -121,8 +123,8 @@ class SyntheticEnv(TextEnv):
             except TypeError as e:
                 raise TypeError(f"the {name} family's grounded_outcome must take (task, state, action, next_state, "
                                 f"history): {e}") from None
-        # The family writes into each answer what the action alone fixes (MiniWoB++: the text a fill types, the box
-        # a click checks).
+        # The family writes into each answer what the action alone fixes (MiniWoB++: the typed text, the chosen
+        # option, the clicked box) and what it leaves as it was (element names, the other fields' text).
         self.ground_states = ground_states and self.hooks.grounds_states
         self.split = split
         self.tasks = list(tasks) if tasks is not None else list(self.family.tasks(split))
