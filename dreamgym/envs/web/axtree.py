@@ -6,7 +6,7 @@ tree, the DOM snapshot's visibility and clickability) and flattening it with Bro
 reduced to what tells pages apart), the state's layout (`[goal]`, `[page]`, the tree, `[error]`), and parsing a
 state back into its elements (`elements`), what a form field shows (`field_value`, `checked`), the admissible
 actions they offer (`admissible_from_state`), the field a `fill` leaves behind (`parse_fill`, `with_typed_value`)
-and the fields it leaves alone (`with_values`).
+and the fields it leaves alone (`with_values`), and where the focus goes (`with_focus`).
 Must not know: Chromium processes, which benchmark a page belongs to, DreamGym's environment contract.
 
 A state reads:
@@ -38,7 +38,7 @@ _LINE_RE = re.compile(r"^(?P<indent> *)(?:\[(?P<bid>[a-zA-Z]*\d+)\] )?(?P<role>[
 _CLICK_ROLES = frozenset({"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "treeitem",
                           "switch", "menuitemcheckbox", "menuitemradio", "textbox", "searchbox", "spinbutton",
                           "combobox", "listitem", "cell", "gridcell", "heading", "img"})
-_FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
+FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
 _SELECT_ROLES = frozenset({"combobox", "listbox"})
 _QUOTED_RE = re.compile(r'"([^"]+)"')
 # BrowserGym prints a field's value right after its name, as Python's repr: single quotes, or double quotes when
@@ -222,7 +222,7 @@ def with_typed_value(state: str, bid: str, text: str) -> str | None:
     `bid` that takes text (a disabled one: the fill fails). The rest of the line (`clickable`, `focused`) and of
     the state is kept."""
     lines = state.splitlines()
-    found = _element_line(lines, bid, _FILL_ROLES)
+    found = _element_line(lines, bid, FILL_ROLES)
     if found is None:
         return None
     i, m = found
@@ -273,12 +273,31 @@ def with_values(answer: str, state: str, keep: str | None = None) -> str:
     answer has it. On a page only a fill changes a field's text (on the 6,816 steps of docs/results/miniwob.md's
     3,220-episode collection, none of 3,905 other field-step pairs changed), but a small experience model writes a
     name from its training data into a field a click only focused."""
-    shown = {e.bid: field_value(e) for e in elements(state) if e.bid and e.bid != keep and e.role in _FILL_ROLES}
+    shown = {e.bid: field_value(e) for e in elements(state) if e.bid and e.bid != keep and e.role in FILL_ROLES}
     out = answer
     for e in elements(answer):
-        if e.bid in shown and e.role in _FILL_ROLES and field_value(e) != shown[e.bid]:
+        if e.bid in shown and e.role in FILL_ROLES and field_value(e) != shown[e.bid]:
             out = with_typed_value(out, e.bid, shown[e.bid]) or out
     return out
+
+
+def with_focus(answer: str, bid: str, focus_target: bool) -> str:
+    """`answer` with no element but `bid` focused and, with `focus_target`, `bid` focused (written after its
+    `clickable`, where a page prints it; an element the answer shows without `clickable` or disabled is left as
+    written). A page has one focused element, the one an action last put the focus on."""
+    lines = answer.splitlines()
+    for i, line in enumerate(lines):
+        m = _LINE_RE.match(line)
+        if m is None or not m.group("bid"):
+            continue
+        rest = m.group("rest") or ""
+        head = line[:len(line) - len(rest)]
+        if m.group("bid") != bid:
+            if ", focused" in rest:
+                lines[i] = head + rest.replace(", focused", "", 1)
+        elif focus_target and ", focused" not in rest and "disabled=True" not in rest and ", clickable" in rest:
+            lines[i] = head + rest.replace(", clickable", ", clickable, focused", 1)
+    return "\n".join(lines)
 
 
 def with_checked(state: str, bid: str, value: bool) -> str | None:
@@ -366,7 +385,7 @@ def admissible_from_state(state: str) -> list[str]:
             select_depth = None
         if e.bid is None:
             continue
-        if e.role in _FILL_ROLES:
+        if e.role in FILL_ROLES:
             out += [f"fill({e.bid!r}, {v!r})" for v in values]
         if e.role in _SELECT_ROLES:
             out += [f"select_option({e.bid!r}, {o!r})" for o in _options(els, i)]
