@@ -77,7 +77,8 @@ class DreamConfig:
     written states, `grounded_outcome`) or 'auto' ('state' for families that have one, else 'model')."""
     ground_states: bool = True
     """Write into each answer the parts of the next state its action alone fixes, with the family's `ground_state`
-    (MiniWoB++: the text a fill types, the box a click checks); false keeps the model's answers as written."""
+    (MiniWoB++: the text a fill types, the box a click checks, the focus) and what it leaves as it was (element
+    names, the other fields' text); false keeps the model's answers as written."""
     skip_won: bool = False
     """Leave out of each iteration's draw of base tasks the strata (values of `task_strata`; without it, the tasks)
     whose every episode the policy won the last time they were drawn; all of them when none would be left."""

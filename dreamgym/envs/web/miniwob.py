@@ -124,10 +124,9 @@ def grounded_outcome(task: Task, state: str, action: str, next_state: str,
 
 def ground_state(task: Task, state: str, action: str, next_state: str) -> str | None:
     """`next_state` with what the page fixes written in as it shows it, None where the action fixes nothing and the
-    names are as written: every
-    element `state` shows keeps its role and name (a page never renames one in place; `with_names`), every text field
-the action does not fill keeps the text `state` shows (only a fill changes one; `with_values`), the focus is where
-the action puts it (`_focus`), and what the
+    rest needs no change: every element `state` shows keeps its role and name (a page never renames one in place;
+    `with_names`), every text field the action does not fill keeps the text `state` shows (only a fill changes one;
+    `with_values`), the focus is where the action puts it (`_focus`), and what the
     action alone fixes: the field a `fill` typed into showing the typed text (bullets where the answer shows the
     field masked), the select list a `select_option` chose from showing that option, the checkbox a plain click hit
     showing the other checked state than it had in `state`, the radio button it hit checked and the others the
@@ -146,9 +145,10 @@ the action puts it (`_focus`), and what the
 
 
 # Where a page puts the focus (the 6,816 steps of the 3,220-episode collection that stay on their page without an
-# error): a fill focuses its field and a click its checkbox, radio button or link, every time; after those and a
-# click on a button or a text field no other element is focused. A click elsewhere (a tab, a label, a generic
-# element) may focus an element inside it, and a clicked button or text field is focused only mostly.
+# error): a fill focuses its field and a click its checkbox, radio button or link whenever the page takes the action
+# (a disabled field refuses a fill); after those and a click on a button or a text field no other element is
+# focused. A click elsewhere (a tab, a label, a generic element) may focus an element inside it, and a clicked
+# button or text field is focused only mostly.
 _FOCUSES = frozenset({"checkbox", "radio", "link"})
 _UNFOCUSES = _FOCUSES | {"button", "textbox"}
 
