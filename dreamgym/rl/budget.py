@@ -58,4 +58,7 @@ class RealStepBudget:
         return {"limit": self.limit, "used": self.used}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.limit, self.used = d["limit"], int(d["used"])
+        """The steps a checkpoint's run had used; the limit stays this run's own (`real_step_budget` as configured
+        now), so S2R continuing a dream's folder (saved with no limit) is held to its budget, and a resumed run whose
+        budget was raised goes on under the new one."""
+        self.used = int(d["used"])

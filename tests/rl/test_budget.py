@@ -29,6 +29,18 @@ def test_steps_charged_from_other_processes_count_and_the_state_round_trips():
     assert budget.take(10)
     budget.charge(30)  # taken by other processes, each within its share
     assert budget.used == 40 and budget.remaining == 10 and not budget.exhausted
-    again = RealStepBudget(None)
+    again = RealStepBudget(50)
     again.load_state_dict(budget.state_dict())
     assert (again.limit, again.used) == (50, 40) and not again.take(11) and again.take(10) and again.exhausted
+
+
+def test_a_resumed_run_keeps_its_own_limit_and_the_steps_used():
+    """S2R continues a dream's run folder, whose checkpoint saved no limit: the S2R run's budget holds (a MiniWoB++
+    S2R at B/16 = 80 steps took 192 before, the dream's unlimited budget restored over its own)."""
+    dream = RealStepBudget(None)
+    s2r = RealStepBudget(80)
+    s2r.load_state_dict(dream.state_dict())
+    assert (s2r.limit, s2r.used) == (80, 0) and s2r.take(80) and not s2r.take(1)
+    raised = RealStepBudget(200)
+    raised.load_state_dict(s2r.state_dict())
+    assert (raised.limit, raised.remaining) == (200, 120)
