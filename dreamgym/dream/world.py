@@ -209,8 +209,7 @@ class DreamWorld:
         base = self.unwon_tasks() if self.config.skip_won else self.base_tasks
         if self.strata:
             return self.curriculum.sample(n, lambda k: iteration_tasks(base, k, self.seed, iteration, self.strata))
-        if base is self.base_tasks:
-            return self.curriculum.sample(n)
+        # the curriculum's own draw (its stream, `draw_tasks`), over the pool left
         return self.curriculum.sample(n, lambda k: draw_tasks(self.curriculum.rng, base, k))
 
     def task_key(self, task: Task) -> str:
@@ -263,7 +262,8 @@ class DreamWorld:
             write_jsonl(self.run_dir / DREAM_EPISODES_DIR / f"it-{iteration:05d}.jsonl",
                         [e.to_trajectory(policy=policy_version) for e in episodes])
         cm = self.curriculum_step(iteration - 1, episodes)
-        self.note_outcomes(episodes)
+        if self.config.skip_won:
+            self.note_outcomes(episodes)
         em_stats = {f"em/{k}": float(v) for k, v in self.model.stats.items()}
         failures = float(self.model.stats["failures"] - self._failures)
         if distributed.active():  # each process counts its own model's answers
