@@ -25,7 +25,7 @@ import argparse
 import json
 
 from dreamgym.data import iter_jsonl_records
-from dreamgym.rl.compare import Outcomes, compare_paired, outcomes, sign_test
+from dreamgym.rl.compare import Outcomes, PairedComparison, compare_paired, outcomes, sign_test
 from dreamgym.rl.evaluate import two_proportion_z_test, wilson_interval
 
 
@@ -42,9 +42,24 @@ def episodes_of(path: str) -> list[dict]:
     return json.load(open(path, encoding="utf-8"))["episodes"]
 
 
-def _played(path: str) -> Outcomes:
+def played(paths: str) -> Outcomes:
+    """The episodes of one policy: its eval files (comma-separated), pooled; an episode (task, seed) in two of them,
+    or a file that is not an evaluation, ends the script naming the file."""
+    out: Outcomes = {}
+    for path in paths.split(","):
+        try:
+            more = outcomes(episodes_of(path), where=path)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        if set(more) & set(out):
+            raise SystemExit(f"{path}: an episode (task, seed) of it is in another of the pooled files")
+        out.update(more)
+    return out
+
+
+def paired(first: Outcomes, second: Outcomes) -> PairedComparison:
     try:
-        return outcomes(episodes_of(path), where=path)
+        return compare_paired(first, second)
     except ValueError as e:
         raise SystemExit(str(e)) from None
 
@@ -52,10 +67,10 @@ def _played(path: str) -> Outcomes:
 def pooled(first: str, seconds: list[str]) -> None:
     """Each run of `seconds` against `first` on the same episodes (a line each), then their pairs pooled: the sign
     test on all the pairs only one side won, one-sided for the runs and two-sided."""
-    ref = _played(first)
+    ref = played(first)
     only_first = only_second = 0
     for path in seconds:
-        c = compare_paired(ref, _played(path))
+        c = paired(ref, played(path))
         only_first, only_second = only_first + c.only_first, only_second + c.only_second
         print(f"{path}: {c.second_wins} of {c.n} ({100 * c.second_wins / c.n:.1f}%) against {c.first_wins}; pairs "
               f"won by the first only {c.only_first}, by it only {c.only_second}; one-sided p = {c.p_second_better:.4f}")
@@ -74,22 +89,8 @@ def main() -> None:
     if args.more:
         pooled(args.first, [args.second, *args.more])
         return
-    runs: list[Outcomes] = []
-    for paths in (args.first, args.second):
-        played: Outcomes = {}
-        for path in paths.split(","):
-            try:
-                more = outcomes(episodes_of(path), where=path)
-            except ValueError as e:
-                raise SystemExit(str(e)) from None
-            if set(more) & set(played):
-                raise SystemExit(f"{path}: an episode (task, seed) of it is in another of the pooled files")
-            played.update(more)
-        runs.append(played)
-    try:
-        c = compare_paired(runs[0], runs[1])
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+    runs = [played(args.first), played(args.second)]
+    c = paired(runs[0], runs[1])
     n = c.n
     for name, k in ((args.first, c.first_wins), (args.second, c.second_wins)):
         lo, hi = wilson_interval(k, n)
