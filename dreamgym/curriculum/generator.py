@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -97,6 +97,9 @@ class CurriculumConfig:
     """Token budget for the variant-writing completion."""
     pool_limit: int = ranged(200, ge=0)
     """Most generated tasks kept; the oldest are dropped first."""
+    writer: Literal["model", "family"] = "model"
+    """Who writes the variants: 'model' (the experience model's LLM, then its selection step) or 'family' (the
+    environment family's `task_variants`: other questions on the seed task's own page, every valid one kept)."""
 
 
 @dataclass
@@ -191,13 +194,18 @@ def writing_examples(solved: dict[str, tuple[Task, int]], n_variants: int = 4, m
 
 class Curriculum:
     """Task pool + variance-driven generation. `sample` draws a batch; `update` takes the iteration's
-    rewards per task and grows the pool with validated harder variants."""
+    rewards per task and grows the pool with validated harder variants. With `config.writer == "family"`,
+    `write_variants(task, n, rng)` writes them (the family's `task_variants` on the task's page) instead of `llm`."""
 
     def __init__(self, base_tasks: list[Task], parse_goal: Callable[[str], dict[str, Any] | None],
                  llm: LLM | None, config: CurriculumConfig | None = None, seed: int = 0,
-                 log_path: str | Path | None = None):
+                 log_path: str | Path | None = None,
+                 write_variants: Callable[[Task, int, random.Random], list[str]] | None = None):
         if not base_tasks:
             raise ValueError("the curriculum needs at least one base task")
+        if (config or CurriculumConfig()).writer == "family" and write_variants is None:
+            raise ValueError("curriculum.writer=family needs the family's variant writer")
+        self.write_variants = write_variants
         self.base = list(base_tasks)
         self.generated: list[Task] = []
         self.parse_goal = parse_goal
@@ -207,7 +215,8 @@ class Curriculum:
         self.stats = CurriculumStats()
         self.variance_log: list[dict[str, Any]] = []
         self.log_path = Path(log_path) if log_path else None
-        self._known = {t.instruction.strip().lower() for t in self.base}
+        self._known: set[str] = set()
+        self.remember(self.base)
 
     # -- sampling ---------------------------------------------------------------------------------------
     def sample(self, n: int, draw_base: Callable[[int], list[Task]] | None = None) -> list[Task]:
@@ -267,7 +276,8 @@ class Curriculum:
                                       "mean_reward": float(np.mean(rewards_by_task[tid]))})
         report = {"curriculum/mean_variance": float(np.mean(list(variances.values()))) if variances else 0.0,
                   "curriculum/informative_tasks": float(sum(v > 0 for v in variances.values()))}
-        if self.config.enabled and self.llm is not None and self.config.n_seeds > 0:
+        writes = self.llm is not None or self.config.writer == "family"
+        if self.config.enabled and writes and self.config.n_seeds > 0:
             seeds = [tasks_by_id[t] for t, v in sorted(variances.items(), key=lambda kv: -kv[1])
                      if v > 0 and t in tasks_by_id][: self.config.n_seeds]
             added = self._generate(iteration, seeds)
@@ -281,27 +291,19 @@ class Curriculum:
     def _generate(self, iteration: int, seeds: list[Task]) -> list[Task]:
         if not seeds:
             return []
+        if self.config.writer == "family":
+            return self._add(iteration, seeds, self._family_variants(seeds))
         assert self.llm is not None
         params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.max_tokens,
                                 seed=self.rng.randrange(2**31))
         outs = self.llm.generate([self.variant_request(t, self.config.n_variants) for t in seeds], params)
         valid_per_seed: list[list[tuple[str, dict[str, Any]]]] = []
-        for text in (o.text for o in outs):
+        for seed, text in zip(seeds, (o.text for o in outs)):
             cands = self.parse_variants(text)[: self.config.n_variants]
             self.stats.proposed += len(cands) or 1  # an answer with no parsable variant counts as one bad proposal
-            keep = []
-            for c in cands:
-                goal = self.parse_goal(c)
-                if goal is None:
-                    self.stats.dropped_invalid += 1
-                elif c.strip().lower() in self._known:
-                    self.stats.dropped_duplicate += 1
-                else:
-                    self.stats.valid += 1
-                    keep.append((c, goal))
             if not cands:
                 self.stats.dropped_invalid += 1
-            valid_per_seed.append(keep)
+            valid_per_seed.append(self._valid(cands, seed))
         # Selection: one greedy call for every seed that has a choice to make.
         choosing = [i for i, k in enumerate(valid_per_seed) if len(k) > 1]
         choice = {i: 0 for i, k in enumerate(valid_per_seed) if k}
@@ -314,19 +316,62 @@ class Curriculum:
                     choice[i] = j
                 else:
                     self.stats.selection_fallbacks += 1
-        added: list[Task] = []
-        for i, j in choice.items():
-            text, goal = valid_per_seed[i][j]
-            if text.strip().lower() in self._known:  # another seed's selected variant in this same round
+        return self._add(iteration, seeds, [[valid_per_seed[i][j]] for i, j in choice.items()],
+                         [i for i in choice])
+
+    def _family_variants(self, seeds: list[Task]) -> list[list[tuple[str, dict[str, Any]]]]:
+        """Each seed's variants from the family's writer, validated as the model's are; all valid ones are kept: the
+        family writes only questions its page can answer, which is what the model's selection step looks for."""
+        assert self.write_variants is not None
+        out = []
+        for task in seeds:
+            cands = self.write_variants(task, self.config.n_variants, self.rng)
+            self.stats.proposed += len(cands)
+            out.append(self._valid(cands, task))
+        return out
+
+    def known_key(self, task_id: str, instruction: str) -> str:
+        """What makes a task new: its instruction; with the family writer, its instruction on its page (the base
+        task it descends from: a generated task's id starts with its parent's), since every page asks the same few
+        questions ("Click on Tab #2.")."""
+        text = instruction.strip().lower()
+        return f"{task_id.split('~')[0]}\t{text}" if self.config.writer == "family" else text
+
+    def remember(self, tasks: list[Task]) -> None:
+        """Count `tasks` as known: a variant asking what one of them asks is a duplicate."""
+        self._known |= {self.known_key(t.id, t.instruction) for t in tasks}
+
+    def _valid(self, candidates: list[str], seed: Task) -> list[tuple[str, dict[str, Any]]]:
+        """The candidates the family's goal parser reads and no known task asks, with their goals; counted."""
+        keep = []
+        for c in candidates:
+            goal = self.parse_goal(c)
+            if goal is None:
+                self.stats.dropped_invalid += 1
+            elif self.known_key(seed.id, c) in self._known:
                 self.stats.dropped_duplicate += 1
-                continue
-            parent = seeds[i]
-            merged = dict(parent.goal)
-            merged.update(goal)
-            t = Task(id=f"{parent.id}~g{iteration}.{len(self.generated) + len(added)}", env=parent.env,
-                     instruction=text, goal=merged, split="generated", parent_id=parent.id, iteration=iteration)
-            added.append(t)
-            self._known.add(text.strip().lower())
+            else:
+                self.stats.valid += 1
+                keep.append((c, goal))
+        return keep
+
+    def _add(self, iteration: int, seeds: list[Task], kept: list[list[tuple[str, dict[str, Any]]]],
+             seed_of: list[int] | None = None) -> list[Task]:
+        """The kept variants as generated tasks (`kept[k]` are variants of `seeds[seed_of[k]]`, by default of
+        `seeds[k]`), each a child of its seed with the seed's goal fields updated by the variant's."""
+        added: list[Task] = []
+        for k, variants in enumerate(kept):
+            parent = seeds[seed_of[k] if seed_of is not None else k]
+            for text, goal in variants:
+                if self.known_key(parent.id, text) in self._known:  # another seed's variant in this same round
+                    self.stats.dropped_duplicate += 1
+                    continue
+                merged = dict(parent.goal)
+                merged.update(goal)
+                t = Task(id=f"{parent.id}~g{iteration}.{len(self.generated) + len(added)}", env=parent.env,
+                         instruction=text, goal=merged, split="generated", parent_id=parent.id, iteration=iteration)
+                added.append(t)
+                self.remember([t])
         self.generated.extend(added)
         self.generated = self.generated[-self.config.pool_limit:]
         self.stats.added += len(added)

@@ -87,7 +87,8 @@ def replay(episode: Episode, make_env: Callable[[], TextEnv], index: int = 0) ->
     """Feed the stepped actions of the dream `episode` to a fresh real environment from `make_env`, reset to the same
     task (seed `REPLAY_SEED`), until they run out or the real episode ends. The real outcome is the real
     environment's `info["won"]` on its last step. Never raises: a reset or a step that fails is the replay's `error`
-    (the steps taken before it are kept)."""
+    (the steps taken before it are kept), and so is a curriculum variant the real environment starts on another
+    task (MiniWoB++'s start on their parent's page, which asks the parent's question)."""
     stepped = [t for t in episode.turns if t.stepped]
     rep = Replay(index, episode.task.to_dict(), int(episode.seed), bool(episode.won), float(episode.reward),
                  steps=[ReplayStep(t.action or "", t.next_state, float(t.reward)) for t in stepped])
@@ -96,6 +97,9 @@ def replay(episode: Episode, make_env: Callable[[], TextEnv], index: int = 0) ->
         env = make_env()
         _, info = env.reset(seed=REPLAY_SEED, options={"task": episode.task})
         rep.same_start = _same(str(info.get("abstract_state", "")), episode.initial_state)
+        if not rep.same_start and episode.task.split == "generated":
+            # A variant on its parent's page (MiniWoB++): the real page asks the parent's question and scores that.
+            raise ValueError("the real environment starts this curriculum variant on another task than the dream's")
         for step in rep.steps:
             _, reward, term, trunc, info = env.step(step.action)
             step.real_next_state, step.real_reward = str(info.get("abstract_state", "")), float(reward)
@@ -112,11 +116,13 @@ def replay(episode: Episode, make_env: Callable[[], TextEnv], index: int = 0) ->
     return rep
 
 
-def sample(episodes: Sequence[Episode], n: int, seed: int) -> list[int]:
+def sample(episodes: Sequence[Episode], n: int, seed: int, variants: bool = True) -> list[int]:
     """The positions of at most `n` of `episodes` to audit, drawn with `seed` among the trainable ones that took a
-    step (what the policy learnt from), in order. Draws from its own generator: the run's random state is untouched,
-    so a run with the audit plays what it plays without."""
-    pool = [i for i, e in enumerate(episodes) if e.trainable and any(t.stepped for t in e.turns)]
+    step (what the policy learnt from), in order; curriculum variants only with `variants` (false where the real
+    environment cannot start them). Draws from its own generator: the run's random state is untouched, so a run
+    with the audit plays what it plays without."""
+    pool = [i for i, e in enumerate(episodes) if e.trainable and any(t.stepped for t in e.turns)
+            and (variants or e.task.split != "generated")]
     return sorted(random.Random(seed).sample(pool, min(n, len(pool))))
 
 

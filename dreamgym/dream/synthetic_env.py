@@ -12,7 +12,8 @@ concrete environment (families are reached through `dreamgym.envs.family`: `task
 Behaviour (trainers cannot tell it from a real environment, see `dreamgym.env`):
 - `reset(seed=, options={"task": Task})`: the task comes from `options` or from the pool by seed. The initial
   abstract state is the real environment's (family `make_env` + `reset` with that task, cached per task) when
-  `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`.
+  `initial_state` is "real" or "auto" and that works, else the model's answer to `[reset]`. A curriculum variant
+  starts on its parent's real page, showing its own goal (family `show_goal`).
 - An episode is truncated after `max_steps` steps: the family's step limit (`EnvFamily.step_limit`, that of its
   real environment) unless the caller sets one; a run's lower limit (`rollout.max_episode_steps`) is the rollout
   engine's to apply, as for a real environment.
@@ -169,7 +170,9 @@ class SyntheticEnv(TextEnv):
         try:
             _, info = real.reset(seed=REAL_START_SEED, options={"task": task})
             state = info.get("abstract_state")
-            return state if isinstance(state, str) and state.strip() else None
+            if not isinstance(state, str) or not state.strip():
+                return None
+            return self.hooks.show_goal(task, state) if task.split == "generated" else state
         except Exception:  # noqa: BLE001 - e.g. a curriculum variant the real env has no game for
             return None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -161,8 +162,13 @@ class DreamWorld:
         if strata:
             check_strata(self.base_tasks, strata)
         # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
+        if dream.curriculum.writer == "family" and "task_variants" not in self.family.hooks.defined:
+            raise ConfigError("dream.curriculum.writer", f"the {env_name} family writes no task variants "
+                              "(its `task_variants` hook)", "model")
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
-                                     seed=seed, log_path=run_dir / VARIANCE_LOG if main else None)
+                                     seed=seed, log_path=run_dir / VARIANCE_LOG if main else None,
+                                     write_variants=self._page_variants)
+        self._pages: dict[str, str] = {}  # task id -> the initial state its latest episodes started from
         self._known: set[str] = set()  # several processes: the buffer's transitions before this iteration's steps
         self.seed = seed
         self._failures = 0  # the model's failure count when this iteration's rollouts began
@@ -297,7 +303,9 @@ class DreamWorld:
                 self._audit = "off"
                 return {}
             self._audit = "on"
-        chosen = audit.sample(episodes, self.config.audit_episodes, mix_seed(self.seed, iteration, basis=AUDIT_BASIS))
+        # A family that shows a variant's goal on its parent's page (`show_goal`) has no real page asking it.
+        chosen = audit.sample(episodes, self.config.audit_episodes, mix_seed(self.seed, iteration, basis=AUDIT_BASIS),
+                              variants="show_goal" not in self.family.hooks.defined)
         replays = [audit.replay(episodes[i], lambda: self.family.make_env("train"), i) for i in chosen]
         where = {"iteration": iteration, "policy_version": policy_version, "env": self.family_name,
                  "em": str(self.config.em), "dream_file": f"{DREAM_EPISODES_DIR}/it-{iteration:05d}.jsonl",
@@ -351,12 +359,17 @@ class DreamWorld:
                 received += self.buffer.add(part)
         return received
 
+    def _page_variants(self, task: Task, n: int, rng: random.Random) -> list[str]:
+        """The family's variants of `task` on the page its episodes started from (`curriculum.writer=family`)."""
+        return self.family.hooks.task_variants(task, self._pages.get(task.id, ""), n, rng)
+
     def curriculum_step(self, iteration: int, episodes: Sequence[Episode]) -> dict[str, float]:
         """The curriculum's step on every trainable episode's reward, by task: V_τ over the episodes each task
         played this iteration, whatever algorithm trains on them. With one episode per task (`group_size=1`) a
         task's own outcomes cannot vary, so V_τ is taken over an embedding cluster of similar tasks
         (docs/concepts.md#curriculum)."""
         rewards, tasks = _rewards_by_task(episodes)
+        self._pages.update((e.task.id, e.initial_state) for e in episodes if e.initial_state)
         if rewards and all(len(r) == 1 for r in rewards.values()):
             ids = list(rewards)
             emb = self.buffer.embedder.encode([tasks[i].instruction for i in ids])
@@ -381,7 +394,7 @@ class DreamWorld:
         self.curriculum.stats = CurriculumStats(**d["stats"])
         rng = d["rng"]
         self.curriculum.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
-        self.curriculum._known |= {t.instruction.strip().lower() for t in self.curriculum.generated}
+        self.curriculum.remember(self.curriculum.generated)
         self._all_won = {str(k): bool(v) for k, v in (d.get("all_won") or {}).items()}
         g = d.get("guard") or {}
         self._audits = [(int(it), dict(a)) for it, a in g.get("audits", [])]

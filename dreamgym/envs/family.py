@@ -17,6 +17,7 @@ a family that lacks it gets the default.
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -181,6 +182,20 @@ class FamilyHooks:
         kind are the same thing asked again. [A collection's schedule plays the kinds in turn, so a short collection
         meets every kind it names.] Default: `task.id` (every task its own kind)."""
         return task.id
+
+    def task_variants(self, task: Task, state: str, n: int, rng: random.Random) -> list[str]:
+        """At most `n` instructions of other tasks on the page of `task`, whose initial state is `state`, each naming
+        something else the page shows (MiniWoB++: another link, option, tab, box set; another text to type), so
+        each is feasible there and the family's reward rule can judge it. [The curriculum's writer with
+        `curriculum.writer=family`.] Default: [] (the family writes none)."""
+        return []
+
+    def show_goal(self, task: Task, state: str) -> str:
+        """`state`, a real initial state of the page `task` was varied from (a curriculum variant starts where its
+        parent does), showing `task`'s own goal (MiniWoB++: its `[goal]` line). [The synthetic environment applies
+        it to a generated task's real initial state.] Default: `state` (the family's states do not show the goal,
+        or the real environment writes it from the task)."""
+        return state
 
     def corpus_text(self) -> list[str] | None:
         """Representative text of the family (instructions, states, actions, reasoning traces of training tasks,

@@ -7,6 +7,7 @@ from dreamgym.curriculum.generator import (Curriculum, CurriculumConfig, cluster
                                  solved_task_steps, writing_examples)
 from dreamgym.envs.dial import make_tasks, parse_goal
 from dreamgym.llm.fake import FakeLLM
+from dreamgym.types import Task
 
 
 def test_reward_variance_formula():
@@ -156,3 +157,41 @@ def test_writing_examples_teach_harder_solved_variants_and_the_hardest_choice(tm
         listed = [line.split(". ", 1)[1] for line in req[-1]["content"].split("\n")[2:]]
         picked = listed[int(out.removeprefix("Choice: ")) - 1]
         assert by_text[picked] == max(by_text[c] for c in listed)
+
+
+def test_the_family_writer_keeps_every_valid_page_question_once_per_page_without_a_model():
+    """`curriculum.writer=family`: the family's variants of each seed task's page are all kept (no model, no
+    selection step); the same question on two pages is two tasks, and a page never gets one question twice."""
+    import random
+
+    from dreamgym.envs import family
+
+    miniwob = family("miniwob")
+    pages = {}
+    for seed, names in ((0, ("Ab", "Cd", "Ef")), (1, ("Gh", "Ab", "Ij"))):
+        rows = "\n".join(f"[{10 + 3 * i}] LabelText '', clickable\n  [{11 + 3 * i}] radio '{n}', clickable, "
+                         f"checked='false'\n  StaticText '{n}'" for i, n in enumerate(names))
+        pages[seed] = (f"[goal] Select {names[0]} and click Submit.\n[page] Click Option Task\n{rows}\n"
+                       "[30] button 'Submit', clickable")
+    base = [Task(id=f"miniwob-click-option-{s}", env="miniwob", instruction=pages[s].splitlines()[0][7:],
+                 goal={"subdomain": "click-option", "seed": s}, split="train") for s in pages]
+
+    def write(task: Task, n: int, rng: random.Random) -> list[str]:
+        return miniwob.hooks.task_variants(task, pages[task.goal["seed"]], n, rng)
+
+    with pytest.raises(ValueError, match="writer=family"):
+        Curriculum(base, miniwob.parse_goal, None, CurriculumConfig(writer="family"))
+    cur = Curriculum(base, miniwob.parse_goal, None, CurriculumConfig(writer="family", n_seeds=2, n_variants=4),
+                     write_variants=write)
+    mixed = {t.id: [1.0, 0.0] for t in base}
+    cur.update(0, mixed, {t.id: t for t in base})
+    asked = sorted((t.parent_id, t.instruction) for t in cur.generated)
+    assert asked == [("miniwob-click-option-0", "Select Cd and click Submit."),
+                     ("miniwob-click-option-0", "Select Ef and click Submit."),
+                     ("miniwob-click-option-1", "Select Ab and click Submit."),
+                     ("miniwob-click-option-1", "Select Ij and click Submit.")]
+    # "Select Ab" is page 0's own question and a new one on page 1
+    assert cur.stats.proposed == 4 and cur.stats.valid == 4 and cur.stats.dropped_duplicate == 0
+    assert all(t.split == "generated" and t.goal["seed"] == int(t.parent_id[-1]) for t in cur.generated)
+    cur.update(1, mixed, {t.id: t for t in base})
+    assert len(cur.generated) == 4 and cur.stats.dropped_duplicate == 4

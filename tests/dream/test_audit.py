@@ -126,3 +126,16 @@ def test_the_sample_is_seeded_and_leaves_untrainable_episodes_out():
     eps[2].end_reason = "env_error"
     assert audit.sample(eps, 3, seed=5) == audit.sample(eps, 3, seed=5)
     assert 2 not in audit.sample(eps, 5, seed=1) and len(audit.sample(eps, 10, seed=1)) == 5
+
+
+def test_variants_the_real_environment_cannot_start_are_left_out_of_the_sample_and_not_replayed():
+    task = dial.tasks("train")[0]
+    variant = dataclasses.replace(task, id=task.id + "~g1.0", split="generated", parent_id=task.id)
+    eps = [_episode(variant if i % 2 else task, ["submit"]) for i in range(6)]
+    assert set(audit.sample(eps, 6, seed=0)) == set(range(6))
+    assert audit.sample(eps, 6, seed=0, variants=False) == [0, 2, 4]
+    # a variant whose real start is not the dream's (a MiniWoB++ variant on its parent's page) is not replayed
+    shown = _episode(variant, ["submit"])
+    shown.initial_state = "another page"
+    rep = audit.replay(shown, lambda: dial.DialEnv("train"), 0)
+    assert "another task" in rep.error and rep.real_steps == 0

@@ -129,3 +129,12 @@ def test_skip_won_leaves_out_the_strata_the_policy_won_whole_until_none_would_be
     for i, tasks in enumerate(by_target.values()):
         world.note_outcomes(_played(tasks[0], i, [1.0, 1.0], won=True))
     assert world.unwon_tasks() == world.base_tasks
+
+
+def test_a_family_writer_the_family_lacks_fails_at_start_naming_the_field(tmp_path):
+    """`curriculum.writer=family` on a family without `task_variants` (the dial) fails when the world is built."""
+    from dreamgym.config import ConfigError
+
+    cfg = DreamConfig(em=str(trained_dial_model()), curriculum=CurriculumConfig(writer="family"))
+    with pytest.raises(ConfigError, match=r"dream\.curriculum\.writer"):
+        DreamWorld("dial", cfg, tmp_path, seed=0, device="cpu")

@@ -1,14 +1,15 @@
 """MiniWoB++: the web environment family that runs everywhere (local task pages, Debian's Chromium).
 
 Owns: the family surface (see `dreamgym.envs.family`): `make_env`, `tasks`, `POLICIES`, `admissible_from_state`,
-`parse_goal`, `explain`, `noop_state`, `grounded_outcome`, `ground_state`, `task_kind`. No `corpus_text`: the tiny
+`parse_goal`, `explain`, `noop_state`, `grounded_outcome`, `ground_state`, `task_variants`, `show_goal`, `task_kind`. No
+`corpus_text`: the tiny
 preset's tokenizer is trained on every family's corpus, and one that needs a browser would make that shared tokenizer
 differ between machines with and without Chromium (its byte-level BPE reads web states without it).
 Must not know: models, torch, trainers.
 
 Built from the web modules: `miniwob_tasks` (pages, split, reward), `env` (`WebEnv`), `axtree` (the state and its
 actions), `miniwob_policies` (oracle / noisy / random), `miniwob_outcomes` (the reward rule on states), `explain`
-(reasoning traces), `browser` (the pool).
+(reasoning traces), `miniwob_variants` (page-grounded task variants), `browser` (the pool).
 `make_env` takes `browsers` (the size of the process-wide pool its environments share, default 2), `pool` (a
 `BrowserPool` of your own), `max_steps` (10) and `n_seeds` (the size of the split's pool, see `tasks`). The split
 chooses the tasks: the 18 of the default set, the extended set (`train:extended`: 8 more tasks the oracle solves),
@@ -17,6 +18,7 @@ or any the `miniwob` package ships (`train:all`, `test:click-checkboxes-large,en
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +35,8 @@ from dreamgym.envs.web.miniwob_outcomes import plain_click
 from dreamgym.envs.web.miniwob_policies import POLICIES
 from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
+from dreamgym.envs.web.miniwob_variants import variants as _variants
+from dreamgym.envs.web.miniwob_variants import with_goal
 from dreamgym.types import Task
 
 EXPERT_POLICY = "expert"
@@ -42,7 +46,7 @@ EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
 
 __all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
            "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "grounded_outcome", "ground_state", "task_kind", "GOAL_FORMS"]
+           "grounded_outcome", "ground_state", "task_variants", "show_goal", "task_kind", "GOAL_FORMS"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"Click the button\.", ("click-test",)),
@@ -195,6 +199,22 @@ def _action_fixes(state: str, action: str, answer: str) -> str | None:
         if out is not None and e.role == "radio" and e.bid and e.bid != bid and checked(e):
             out = with_checked(out, e.bid, False)
     return None if out is None else with_checked(out, bid, True)
+
+
+def task_variants(task: Task, state: str, n: int, rng: random.Random) -> list[str]:
+    """At most `n` instructions that ask the page `state` of `task` for another of its elements, or to type another
+    text of the same shape (`miniwob_variants.WRITERS`: 15 of the 23 pages of `train:extended`), drawn with `rng`; []
+    for other pages and for an instruction `parse_goal` does not read."""
+    goal = parse_goal(task.instruction)
+    if goal is None:
+        return []
+    return _variants(str(task.goal.get("subdomain", "")), [str(v) for v in goal["values"]], state, n, rng)
+
+
+def show_goal(task: Task, state: str) -> str:
+    """The page `state` with `task`'s instruction on its `[goal]` line, as MiniWoB++ shows a task's goal (the reward
+    rule reads the goal there)."""
+    return with_goal(state, task.instruction)
 
 
 def task_kind(task: Task) -> str:

@@ -77,7 +77,7 @@ def _below(els: list[Element], e: Element) -> list[Element]:
     return out
 
 
-def _only_text(els: list[Element], e: Element) -> str | None:
+def only_text(els: list[Element], e: Element) -> str | None:
     """The text of an element whose one child is a text line (a MiniWoB link is a `<span>` around one word)."""
     held = _below(els, e)
     return held[0].name if len(held) == 1 and held[0].role == "StaticText" and held[0].bid is None else None
@@ -165,7 +165,7 @@ def _click_test_2(values: list[str], els: list[Element], e: Element, typed: Mapp
 
 
 def _click_link(values: list[str], els: list[Element], e: Element, typed: Mapping[str, str]) -> Outcome | None:
-    text = _only_text(els, e)
+    text = only_text(els, e)
     return None if text is None else _won(text == values[0])
 
 
@@ -281,7 +281,7 @@ PAGES: dict[str, Page] = {
 
 def _shows_start(els: list[Element]) -> bool:
     """Whether the page shows the START button MiniWoB puts up once an episode has ended."""
-    return any(e.bid and e.role == "generic" and _only_text(els, e) == "START" for e in els)
+    return any(e.bid and e.role == "generic" and only_text(els, e) == "START" for e in els)
 
 
 def outcome(task: Task, goal: dict[str, Any] | None, state: str, action: str,
