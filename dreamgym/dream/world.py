@@ -122,6 +122,13 @@ def _rewards_by_task(episodes: Sequence[Episode]) -> tuple[dict[str, list[float]
     return dict(rewards), tasks
 
 
+def _page_variants(env_family: EnvFamily, pages: dict[str, str]) -> Callable[[Task, int, random.Random], list[str]]:
+    """The curriculum's family writer: the family's variants of a task on the page its episodes started from
+    (`pages`, task id -> initial state). Not a bound method of the world: the curriculum would then hold the world,
+    and the cycle would keep its replay buffer open after a run until the garbage collector ran."""
+    return lambda task, n, rng: env_family.hooks.task_variants(task, pages.get(task.id, ""), n, rng)
+
+
 class DreamWorld:
     """The synthetic side of a run (a `dreamgym.rl.loop.World`): the experience model, its co-evolving replay buffer,
     the curriculum and a `SyntheticEnv` factory. Built once per run; the trainer never sees it, and it never knows
@@ -165,10 +172,10 @@ class DreamWorld:
         if dream.curriculum.writer == "family" and "task_variants" not in self.family.hooks.defined:
             raise ConfigError("dream.curriculum.writer", f"the {env_name} family writes no task variants "
                               "(its `task_variants` hook)", "model")
+        self._pages: dict[str, str] = {}  # task id -> the initial state its latest episodes started from
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / VARIANCE_LOG if main else None,
-                                     write_variants=self._page_variants)
-        self._pages: dict[str, str] = {}  # task id -> the initial state its latest episodes started from
+                                     write_variants=_page_variants(self.family, self._pages))
         self._known: set[str] = set()  # several processes: the buffer's transitions before this iteration's steps
         self.seed = seed
         self._failures = 0  # the model's failure count when this iteration's rollouts began
@@ -358,10 +365,6 @@ class DreamWorld:
             if r != distributed.rank():
                 received += self.buffer.add(part)
         return received
-
-    def _page_variants(self, task: Task, n: int, rng: random.Random) -> list[str]:
-        """The family's variants of `task` on the page its episodes started from (`curriculum.writer=family`)."""
-        return self.family.hooks.task_variants(task, self._pages.get(task.id, ""), n, rng)
 
     def curriculum_step(self, iteration: int, episodes: Sequence[Episode]) -> dict[str, float]:
         """The curriculum's step on every trainable episode's reward, by task: V_τ over the episodes each task
