@@ -317,7 +317,7 @@ class Curriculum:
                 else:
                     self.stats.selection_fallbacks += 1
         return self._add(iteration, seeds, [[valid_per_seed[i][j]] for i, j in choice.items()],
-                         [i for i in choice])
+                         list(choice))
 
     def _family_variants(self, seeds: list[Task]) -> list[list[tuple[str, dict[str, Any]]]]:
         """Each seed's variants from the family's writer, validated as the model's are; all valid ones are kept: the

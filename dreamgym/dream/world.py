@@ -168,11 +168,11 @@ class DreamWorld:
         self.strata = strata  # the run's `task_strata`: base tasks drawn evenly over its values
         if strata:
             check_strata(self.base_tasks, strata)
-        # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend.
         if dream.curriculum.writer == "family" and "task_variants" not in self.family.hooks.defined:
             raise ConfigError("dream.curriculum.writer", f"the {env_name} family writes no task variants "
                               "(its `task_variants` hook)", "model")
         self._pages: dict[str, str] = {}  # task id -> the initial state its latest episodes started from
+        # M_task shares M_exp's parameters: the curriculum talks to the very same LLM backend (or the family writes).
         self.curriculum = Curriculum(self.base_tasks, self.family.parse_goal, self.model.llm, dream.curriculum,
                                      seed=seed, log_path=run_dir / VARIANCE_LOG if main else None,
                                      write_variants=_page_variants(self.family, self._pages))
