@@ -5,8 +5,8 @@ trajectory file, played without a browser through the family's own grounding and
 
 For each won episode of the file, up to `--variants` questions its start page can answer (the family's
 `task_variants`), each started on the page with its goal shown (`show_goal`) and played by the oracle: each next state
-is the page as the family grounds it (`ground_state`: the option chosen, the box checked, the text typed, bullets in
-a password field) and the episode ends where the family's rule (`grounded_outcome`) ends it. A variant the rule does not
+is the page as the family grounds it (`miniwob.grounded_episode`: the option chosen, the box checked, the text typed,
+bullets in a password field) and the episode ends where the family's rule ends it. A variant the rule does not
 score a win is dropped and counted. The output holds the file's own episodes first, then the variants' (source
 "synthetic", policy "oracle-variant", each task a generated child of its page's task), so `dreamgym train --algo sft
 data=OUT` fits a start on both. Why: a diagnostic for the measured reason the MiniWoB++ policy does not move (it
@@ -23,42 +23,10 @@ import sys
 
 from dreamgym.data import load_trajectories, write_jsonl
 from dreamgym.envs import family
-from dreamgym.envs.web.axtree import parse_fill, parse_state, with_typed_value
-from dreamgym.envs.web.miniwob_policies import OraclePolicy
-from dreamgym.types import Step, Task, Trajectory
+from dreamgym.envs.web.miniwob import grounded_episode
+from dreamgym.types import Task, Trajectory
 
 MINIWOB = family("miniwob")
-BULLET = "\u2022"
-
-
-def _masked(task: Task, state: str, action: str) -> str:
-    """`state` with the password field `action` fills showing a bullet, as the page masks it (the grounding then
-    writes one bullet per typed character)."""
-    fill = parse_fill(action)
-    boxes = [e.bid for e in parse_state(state)[2] if e.bid and e.role == "textbox"]
-    sub = task.goal.get("subdomain")
-    if fill is None or not (sub == "enter-password" or (sub in ("login-user", "login-user-popup")
-                                                       and fill[0] == boxes[-1])):
-        return state
-    return with_typed_value(state, fill[0], BULLET) or state
-
-
-def play(task: Task, start: str, max_steps: int = 10) -> list[Step] | None:
-    """The oracle's episode of `task` from `start`, grounded; None unless the rule scores it a full win."""
-    oracle = OraclePolicy(0)
-    oracle.reset(task, start, {"abstract_state": start})
-    state, history, steps = start, [], []
-    for _ in range(max_steps):
-        action = oracle.act(state, {"abstract_state": state})
-        outcome = MINIWOB.hooks.grounded_outcome(task, state, action, state, history)
-        if outcome is not None and outcome[1]:
-            steps.append(Step(state, action, outcome[0], True, False, state))
-            return steps if outcome[0] >= 1.0 else None
-        after = MINIWOB.hooks.ground_state(task, state, action, _masked(task, state, action)) or state
-        steps.append(Step(state, action, 0.0, False, False, after))
-        history.append((state, action))
-        state = after
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     own = load_trajectories(args.data)
-    out, counts = list(own), collections.Counter()
+    out = list(own)
+    counts: collections.Counter[tuple[str, bool]] = collections.Counter()
     for tr in own:
         if not tr.won or not tr.initial_state:
             continue
@@ -80,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
             task = Task(id=f"{tr.task.id}~v{k}", env="miniwob", instruction=text, goal=goal, split="generated",
                         parent_id=tr.task.id)
             start = MINIWOB.hooks.show_goal(task, tr.initial_state)
-            steps = play(task, start)
-            sub = str(tr.task.goal.get("subdomain"))
-            counts[(sub, steps is not None)] += 1
-            if steps is not None:
+            steps, outcome = grounded_episode(task, start)
+            won = outcome is not None and outcome[0] >= 1.0
+            counts[(str(tr.task.goal.get("subdomain")), won)] += 1
+            if won:
                 out.append(Trajectory(task, steps, source="synthetic", seed=tr.seed, policy="oracle-variant",
                                       initial_state=start, won=True, id=f"{tr.id}~v{k}"))
     n = write_jsonl(args.out, out)

@@ -26,6 +26,7 @@ from typing import Any
 from dreamgym.envs.web.axtree import (FILL_ROLES, admissible_from_state, checked, elements, parse_fill, parse_select,
                                       shows_error, with_checked, with_focus, with_names, with_selected,
                                       with_typed_value, with_values)
+from dreamgym.envs.web.miniwob_policies import OraclePolicy
 from dreamgym.envs.web.browser import DEFAULT_BROWSERS, BrowserPool, shared_pool
 from dreamgym.envs.web.env import WebEnv
 from dreamgym.envs.web.explain import explain
@@ -37,7 +38,7 @@ from dreamgym.envs.web.miniwob_tasks import MiniWoBSource
 from dreamgym.envs.web.miniwob_tasks import tasks as _tasks
 from dreamgym.envs.web.miniwob_variants import variants as _variants
 from dreamgym.envs.web.miniwob_variants import with_goal
-from dreamgym.types import Task
+from dreamgym.types import Step, Task
 
 EXPERT_POLICY = "expert"
 """The scripted policy whose episodes are SFT demonstrations (`EnvFamily.EXPERT_POLICY`)."""
@@ -46,7 +47,8 @@ EXPLORE_POLICIES = {"noisy": 0.7, "random": 0.3}
 
 __all__ = ["EXPERT_POLICY", "EXPLORE_POLICIES",
            "make_env", "tasks", "POLICIES", "MAX_STEPS", "admissible_from_state", "parse_goal", "explain", "noop_state",
-           "grounded_outcome", "ground_state", "task_variants", "show_goal", "task_kind", "GOAL_FORMS"]
+           "grounded_outcome", "ground_state", "task_variants", "show_goal", "task_kind", "GOAL_FORMS",
+           "grounded_episode"]
 
 GOAL_FORMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"Click the button\.", ("click-test",)),
@@ -215,6 +217,41 @@ def show_goal(task: Task, state: str) -> str:
     """The page `state` with `task`'s instruction on its `[goal]` line, as MiniWoB++ shows a task's goal (the reward
     rule reads the goal there)."""
     return with_goal(state, task.instruction)
+
+
+def grounded_episode(task: Task, start: str, actions: Sequence[str] | None = None,
+                     max_steps: int = MAX_STEPS) -> tuple[list[Step], tuple[float, bool] | None]:
+    """An episode of `task` from the page `start` played without a browser: the oracle's actions (or `actions`, until
+    they run out), each next state the page as the family grounds it (`ground_state`, a password field showing
+    bullets), until the family's rule (`grounded_outcome`) ends it. Returns the steps and the rule's final (reward,
+    terminated), None when it did not end. What a task variant's answers are (`experiments/variant_demos.py`)."""
+    oracle = OraclePolicy(0)
+    oracle.reset(task, start, {"abstract_state": start})
+    state, steps = start, []
+    history: list[tuple[str, str]] = []
+    for i in range(max_steps if actions is None else min(max_steps, len(actions))):
+        action = actions[i] if actions is not None else oracle.act(state, {"abstract_state": state})
+        outcome = grounded_outcome(task, state, action, state, history)
+        if outcome is not None and outcome[1]:
+            steps.append(Step(state, action, outcome[0], True, False, state))
+            return steps, outcome
+        after = ground_state(task, state, action, _masked(task, state, action)) or state
+        steps.append(Step(state, action, 0.0, False, False, after))
+        history.append((state, action))
+        state = after
+    return steps, None
+
+
+def _masked(task: Task, state: str, action: str) -> str:
+    """`state` with the password field `action` fills showing a bullet, as the page masks it (the grounding then
+    writes one bullet per typed character); `state` for any other action."""
+    fill = parse_fill(action)
+    boxes = [e.bid for e in elements(state) if e.bid and e.role == "textbox"]
+    sub = task.goal.get("subdomain")
+    if fill is None or not (sub == "enter-password" or (sub in ("login-user", "login-user-popup")
+                                                       and fill[0] == boxes[-1])):
+        return state
+    return with_typed_value(state, fill[0], "\u2022") or state
 
 
 def task_kind(task: Task) -> str:

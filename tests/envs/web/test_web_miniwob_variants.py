@@ -13,7 +13,8 @@ pytest.importorskip("browsergym")  # the reward rule parses actions with Browser
 from dreamgym.data import load_trajectories  # noqa: E402
 from dreamgym.envs import family  # noqa: E402
 from dreamgym.envs.web.browser import BrowserPool, chromium_available  # noqa: E402
-from dreamgym.envs.web.axtree import parse_fill, parse_state, with_typed_value  # noqa: E402
+from dreamgym.envs.web.axtree import parse_state  # noqa: E402
+from dreamgym.envs.web.miniwob import grounded_episode  # noqa: E402
 from dreamgym.envs.web.miniwob_policies import OraclePolicy  # noqa: E402
 from dreamgym.envs.web.miniwob_variants import WRITERS, with_goal  # noqa: E402
 from dreamgym.types import Task  # noqa: E402
@@ -72,33 +73,10 @@ def _variant(parent: Task, instruction: str) -> Task:
                 parent_id=parent.id, iteration=1)
 
 
-def _masked(task: Task, state: str, action: str) -> str:
-    """`state` with the password field `action` fills showing a bullet, as a page masks it (the grounding then writes
-    one bullet per typed character); `state` for any other action."""
-    fill = parse_fill(action)
-    boxes = [e.bid for e in parse_state(state)[2] if e.bid and e.role == "textbox"]
-    sub = task.goal["subdomain"]
-    if fill is None or not (sub == "enter-password" or (sub == "login-user" and fill[0] == boxes[-1])):
-        return state
-    return with_typed_value(state, fill[0], "\u2022") or state
-
-
 def _play(task: Task, start: str, actions: list[str] | None = None) -> tuple[float, bool] | None:
     """The family's verdict on an episode of `task` from `start`: the oracle's actions (or `actions`), each next
-    state the page as the family grounds it (what the action alone fixes), until the reward rule ends it."""
-    oracle = OraclePolicy(0)
-    oracle.reset(task, start, {"abstract_state": start})
-    state, history = start, []
-    for i in range(10):
-        action = actions[i] if actions is not None else oracle.act(state, {"abstract_state": state})
-        outcome = MINIWOB.hooks.grounded_outcome(task, state, action, state, history)
-        if outcome is not None and outcome[1]:
-            return outcome
-        history.append((state, action))
-        state = MINIWOB.hooks.ground_state(task, state, action, _masked(task, state, action)) or state
-        if actions is not None and i + 1 == len(actions):
-            return None
-    return None
+    state the page as the family grounds it, until the reward rule ends it."""
+    return grounded_episode(task, start, actions)[1]
 
 
 def test_every_variant_is_a_page_question_the_oracle_wins_and_the_rule_judges_by_its_goal():
